@@ -1,0 +1,1 @@
+//! Configuration: flags and KubeProxyConfiguration. See issue 2.

@@ -1,0 +1,1 @@
+//! Desired kernel state. See issue 2.

@@ -1,0 +1,14 @@
+//! kube-ipvs-proxy: Kubernetes' kube-proxy in IPVS mode.
+//!
+//! Data flows one way: sources (`source`) feed object events to the change
+//! trackers (`tracker`); a sync checks the changes out and turns them into
+//! the desired kernel state (`desired`), which backends apply.
+
+pub mod config;
+pub mod desired;
+pub mod metrics;
+pub mod model;
+pub mod runner;
+pub mod selection;
+pub mod source;
+pub mod tracker;

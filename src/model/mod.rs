@@ -1,0 +1,15 @@
+//! The proxy's own view of the API objects: only the fields kube-proxy reads,
+//! flattened per service port, so that trackers can compare them cheaply and
+//! the desired state can be computed without touching `k8s-openapi` types.
+
+mod endpoint;
+mod node;
+mod protocol;
+mod service;
+
+pub use endpoint::{EndpointInfo, EndpointsMap};
+pub use node::NodeInfo;
+pub use protocol::Protocol;
+pub use service::{
+    NamespacedName, ServicePortInfo, ServicePortMap, ServicePortName,
+};

@@ -1,0 +1,1 @@
+//! Bounded-frequency sync runner. See issue 2.

@@ -1,0 +1,1 @@
+//! Endpoint selection (topology, traffic policies). See issue 2.

@@ -1,0 +1,1 @@
+//! The state-file source: see issue 2.

@@ -1,0 +1,1 @@
+//! The API-server source: see issue 2.

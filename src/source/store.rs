@@ -1,0 +1,1 @@
+//! Object store that swaps on relist: see issue 2.

@@ -1,0 +1,1 @@
+//! EndpointsChangeTracker and EndpointSliceCache: see issue 2.

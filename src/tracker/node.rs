@@ -1,0 +1,1 @@
+//! Tracking of our own Node: see issue 2.

@@ -1,0 +1,1 @@
+//! ServiceChangeTracker: see issue 2.
