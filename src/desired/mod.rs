@@ -9,6 +9,7 @@
 
 mod compute;
 mod ipsets;
+mod render;
 mod state;
 #[cfg(test)]
 mod tests;

@@ -81,32 +81,8 @@ fn plan_of(
     state.snapshot()
 }
 
-/// The virtual servers as `PROTO addr:port -> rs,rs` lines, the form an
-/// operator compares with `ipvsadm -Ln`.
 fn vs_lines(plan: &Plan) -> Vec<String> {
-    plan.virtual_servers
-        .iter()
-        .map(|vs| {
-            let rs: Vec<String> = vs
-                .real_servers
-                .iter()
-                .map(|r| format!("{}:{}", r.address, r.port))
-                .collect();
-            let persist = if vs.persistent {
-                format!(" persistent {}", vs.timeout)
-            } else {
-                String::new()
-            };
-            format!(
-                "{} {}:{}{} -> {}",
-                vs.protocol,
-                vs.address,
-                vs.port,
-                persist,
-                rs.join(",")
-            )
-        })
-        .collect()
+    plan.virtual_server_lines()
 }
 
 /// Only the non-empty sets, to keep expectations short.
@@ -374,8 +350,8 @@ fn dual_stack_service_uses_kube_6_sets_with_kernel_length_names() {
         vs_lines(&plan),
         [
             "TCP 198.18.0.10:80 -> 198.19.0.5:8080",
-            "TCP 2001:db8:1::10:80 -> 2001:db8:4::5:8080",
-            "TCP 2001:db8:2::1:80 -> 2001:db8:4::5:8080",
+            "TCP [2001:db8:1::10]:80 -> [2001:db8:4::5]:8080",
+            "TCP [2001:db8:2::1]:80 -> [2001:db8:4::5]:8080",
         ]
     );
     assert_eq!(plan.ipsets.len(), 2 * SetKind::ALL.len());
