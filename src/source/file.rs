@@ -85,6 +85,12 @@ impl ParseError {
         }
     }
 
+    /// Moves a position inside a document to one inside the file.
+    fn shifted(mut self, lines_before: u64) -> Self {
+        self.line = self.line.map(|l| l + lines_before);
+        self
+    }
+
     pub fn in_file(self, file: &Path) -> FileError {
         FileError::Parse {
             file: file.to_path_buf(),
@@ -130,11 +136,24 @@ pub fn load(path: &Path) -> Result<Snapshot, FileError> {
 /// Parses the whole text: the first error fails it all, so that a
 /// half-understood file never replaces a good one.
 pub fn parse(text: &str) -> Result<Snapshot, ParseError> {
+    // Some Windows editors start files with a byte-order mark.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut snapshot = Snapshot::default();
     let mut seen = HashSet::new();
     let trimmed = text.trim_start();
-    if trimmed.starts_with('{') || trimmed.starts_with('[') {
-        let objects = parse_json(text)?;
+    let json = if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        match parse_json(text) {
+            Ok(objects) => Some(objects),
+            // Not JSON after all, but maybe YAML in flow style
+            // (`{kind: Node, ...}`): YAML has the last word, and its error
+            // is as precise.
+            Err(JsonError::Syntax) => None,
+            Err(JsonError::Data(e)) => return Err(e),
+        }
+    } else {
+        None
+    };
+    if let Some(objects) = json {
         add_all(&mut snapshot, &mut seen, objects, 1)?;
     } else {
         for doc in split_documents(text) {
@@ -145,14 +164,6 @@ pub fn parse(text: &str) -> Result<Snapshot, ParseError> {
         }
     }
     Ok(snapshot)
-}
-
-impl ParseError {
-    /// Moves a position inside a document to one inside the file.
-    fn shifted(mut self, lines_before: u64) -> Self {
-        self.line = self.line.map(|l| l + lines_before);
-        self
-    }
 }
 
 /// An object read from the file, with where it was found for errors that
@@ -596,24 +607,33 @@ fn with_path(path: &str, message: &str) -> String {
     }
 }
 
-fn parse_json(text: &str) -> Result<Vec<Found>, ParseError> {
-    let json_error = |e: serde_json::Error, path: &str| ParseError {
-        line: Some(e.line() as u64).filter(|l| *l > 0),
-        column: Some(e.column() as u64).filter(|c| *c > 0),
-        reason: with_path(path, &strip_json_position(&e)),
+enum JsonError {
+    /// The text is not JSON.
+    Syntax,
+    /// It is JSON, but not the objects it should be.
+    Data(ParseError),
+}
+
+fn parse_json(text: &str) -> Result<Vec<Found>, JsonError> {
+    let json_error = |e: serde_json::Error, path: &str| {
+        if e.is_syntax() || e.is_eof() {
+            return JsonError::Syntax;
+        }
+        JsonError::Data(ParseError {
+            line: Some(e.line() as u64).filter(|l| *l > 0),
+            column: Some(e.column() as u64).filter(|c| *c > 0),
+            reason: with_path(path, &strip_json_position(&e)),
+        })
     };
+    let at_start = |reason| JsonError::Data(ParseError::at_line(1, reason));
     let plan = if text.trim_start().starts_with('[') {
         let items: Vec<ItemHead> =
             serde_json::from_str(text).map_err(|e| json_error(e, ""))?;
-        Plan::Array(
-            Plan::items(items, None, None)
-                .map_err(|reason| ParseError::at_line(1, reason))?,
-        )
+        Plan::Array(Plan::items(items, None, None).map_err(at_start)?)
     } else {
         let head: Head =
             serde_json::from_str(text).map_err(|e| json_error(e, ""))?;
-        Plan::of_document(head)
-            .map_err(|reason| ParseError::at_line(1, reason))?
+        Plan::of_document(head).map_err(at_start)?
     };
     let mut de = serde_json::Deserializer::from_str(text);
     let mut track = serde_path_to_error::Track::new();

@@ -146,6 +146,16 @@ fn parse_reads_documents_lists_and_json() {
             [v(&[]), v(&[]), v(&["n"]), v(&[])],
         ),
         (
+            "a byte-order mark",
+            format!("\u{feff}{NODE}"),
+            [v(&[]), v(&[]), v(&["node-1"]), v(&[])],
+        ),
+        (
+            "CRLF line ends",
+            format!("{SERVICE_A}---\n{NODE}").replace('\n', "\r\n"),
+            [v(&["web/a"]), v(&[]), v(&["node-1"]), v(&[])],
+        ),
+        (
             "an empty file",
             "".into(),
             [v(&[]), v(&[]), v(&[]), v(&[])],
@@ -180,6 +190,11 @@ fn parse_reads_documents_lists_and_json() {
              \"metadata\": {\"name\": \"p\"}}]}\n"
                 .into(),
             [v(&["default/s"]), v(&[]), v(&[]), v(&["Pod"])],
+        ),
+        (
+            "YAML in flow style",
+            "{apiVersion: v1, kind: Node, metadata: {name: f}}\n".into(),
+            [v(&[]), v(&[]), v(&["f"]), v(&[])],
         ),
         (
             "a JSON array",
@@ -297,11 +312,18 @@ fn parse_errors_say_where_and_why() {
              expected i32",
         ),
         (
-            "JSON followed by junk",
+            "JSON followed by junk: read as YAML, which fails too",
             "{\"apiVersion\": \"v1\", \"kind\": \"Node\", \
              \"metadata\": {\"name\": \"n\"}}\n}"
                 .into(),
-            "2:1: trailing characters",
+            "2:1: misplaced bracket",
+        ),
+        (
+            "broken JSON",
+            "{\"apiVersion\": \"v1\", \"kind\": \"Node\",\n\
+             \"metadata\": {\"name\": \"n\"}\n"
+                .into(),
+            "1:1: unclosed bracket '{'",
         ),
     ];
     for (name, text, expected) in cases {
