@@ -1,1 +1,166 @@
-//! The API-server source: see issue 2.
+//! The API-server source: kube-runtime watchers on Services,
+//! EndpointSlices and our own Node, merged into one stream of
+//! [`SourceEvent`]s.
+//!
+//! The selectors are upstream kube-proxy's: Services and EndpointSlices
+//! that belong to another service proxy, or to a headless Service, are
+//! filtered out by the API server, so they never reach the proxy at all.
+
+use ::kube::{
+    runtime::{watcher, WatchStreamExt},
+    Api, Client,
+};
+use futures::{stream, Stream, StreamExt};
+use k8s_openapi::api::{
+    core::v1::{Node, Service},
+    discovery::v1::EndpointSlice,
+};
+
+use super::SourceEvent;
+
+#[cfg(test)]
+mod tests;
+
+/// Label naming the proxy that should handle a Service (and its slices).
+pub const SERVICE_PROXY_NAME_LABEL: &str =
+    "service.kubernetes.io/service-proxy-name";
+/// Label the EndpointSlice controller puts on slices of headless Services
+/// (and which may be put on Services, as upstream also filters them).
+pub const HEADLESS_LABEL: &str = "service.kubernetes.io/headless";
+
+/// A label value longer than this is refused by the API server.
+const MAX_LABEL_VALUE_LEN: usize = 63;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SelectorError {
+    #[error(
+        "service proxy name {0:?} is not a valid label value (at most 63 \
+         characters: alphanumerics, '-', '_' or '.', beginning and ending \
+         with an alphanumeric)"
+    )]
+    InvalidServiceProxyName(String),
+    #[error("node name must not be empty")]
+    EmptyNodeName,
+}
+
+/// The label selector for Services and EndpointSlices.
+///
+/// Without a name (or an empty one): everything that no other proxy
+/// claims, as upstream kube-proxy. With one: only what is labelled for this proxy, so that it
+/// can run beside the default proxy as an alternative one. Headless
+/// services are excluded in both cases: nothing is proxied for them.
+pub fn label_selector(
+    service_proxy_name: Option<&str>,
+) -> Result<String, SelectorError> {
+    match service_proxy_name {
+        None | Some("") => {
+            Ok(format!("!{SERVICE_PROXY_NAME_LABEL},!{HEADLESS_LABEL}"))
+        }
+        Some(name) if is_label_value(name) => Ok(format!(
+            "{SERVICE_PROXY_NAME_LABEL}={name},!{HEADLESS_LABEL}"
+        )),
+        Some(name) => {
+            Err(SelectorError::InvalidServiceProxyName(name.to_string()))
+        }
+    }
+}
+
+/// The field selector for our own Node.
+pub fn node_field_selector(node_name: &str) -> Result<String, SelectorError> {
+    if node_name.is_empty() {
+        return Err(SelectorError::EmptyNodeName);
+    }
+    Ok(format!("metadata.name={}", escape_field_value(node_name)))
+}
+
+/// Syntax of a non-empty label value.
+fn is_label_value(value: &str) -> bool {
+    let bytes = value.as_bytes();
+    let alnum = |b: &u8| b.is_ascii_alphanumeric();
+    match (bytes.first(), bytes.last()) {
+        (Some(first), Some(last)) => {
+            bytes.len() <= MAX_LABEL_VALUE_LEN
+                && alnum(first)
+                && alnum(last)
+                && bytes
+                    .iter()
+                    .all(|b| alnum(b) || matches!(b, b'-' | b'_' | b'.'))
+        }
+        _ => false,
+    }
+}
+
+/// Field selector values escape the selector's own syntax characters.
+fn escape_field_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        if matches!(c, '\\' | ',' | '=') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Watches the three kinds and merges them into one stream that never
+/// ends: watcher errors are logged and retried with kube-runtime's default
+/// backoff, and each watcher restarts with a relist (`Init` … `InitDone`)
+/// that the store turns into a diff.
+pub fn watch(
+    client: Client,
+    node_name: &str,
+    service_proxy_name: Option<&str>,
+) -> Result<impl Stream<Item = SourceEvent> + Send + 'static, SelectorError> {
+    let labels = label_selector(service_proxy_name)?;
+    let fields = node_field_selector(node_name)?;
+    tracing::info!(
+        label_selector = %labels,
+        field_selector = %fields,
+        "watching the API server"
+    );
+
+    let services = watcher(
+        Api::<Service>::all(client.clone()),
+        watcher::Config::default().labels(&labels),
+    )
+    .default_backoff();
+    let slices = watcher(
+        Api::<EndpointSlice>::all(client.clone()),
+        watcher::Config::default().labels(&labels),
+    )
+    .default_backoff();
+    let nodes = watcher(
+        Api::<Node>::all(client),
+        watcher::Config::default().fields(&fields),
+    )
+    .default_backoff();
+
+    Ok(stream::select(
+        log_errors("Service", services).map(SourceEvent::Service),
+        stream::select(
+            log_errors("EndpointSlice", slices).map(SourceEvent::EndpointSlice),
+            log_errors("Node", nodes).map(SourceEvent::Node),
+        ),
+    ))
+}
+
+/// Drops watcher errors after logging them: the watcher itself recovers
+/// (after the backoff delays its next poll), so an error must not end the
+/// stream that the whole proxy hangs on.
+pub fn log_errors<S, K>(
+    kind: &'static str,
+    events: S,
+) -> impl Stream<Item = watcher::Event<K>>
+where
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+{
+    events.filter_map(move |res| {
+        std::future::ready(match res {
+            Ok(event) => Some(event),
+            Err(err) => {
+                tracing::warn!(kind, error = %err, "watch failed; retrying");
+                None
+            }
+        })
+    })
+}

@@ -1,7 +1,30 @@
 //! Sources of API objects. Each yields kube-runtime watcher events per
 //! kind; the store turns them, relists included, into (previous, current)
 //! pairs for the trackers.
+//!
+//! Both sources speak the watcher's vocabulary (`Apply`, `Delete`, and a
+//! relist as `Init`, `InitApply`…, `InitDone`), so that everything after
+//! them is the same whether the objects come from an API server or a file.
 
 pub mod file;
 pub mod kube;
 pub mod store;
+
+use ::kube::runtime::watcher::Event;
+use k8s_openapi::api::{
+    core::v1::{Node, Service},
+    discovery::v1::EndpointSlice,
+};
+
+pub use store::{ObjectChange, Store, Stores};
+
+/// One watcher event for one of the kinds the proxy reads.
+// Unboxed on purpose: each event is moved once from source to store, and
+// matching on it should look like matching on the watcher's own events.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone)]
+pub enum SourceEvent {
+    Service(Event<Service>),
+    EndpointSlice(Event<EndpointSlice>),
+    Node(Event<Node>),
+}

@@ -1,0 +1,125 @@
+use ::kube::runtime::watcher::{Error, Event};
+use futures::{stream, StreamExt};
+use k8s_openapi::api::core::v1::Service;
+use pretty_assertions::assert_eq;
+
+use super::*;
+
+#[test]
+fn label_selector_follows_upstream() {
+    let long = "a".repeat(64);
+    let max = "a".repeat(63);
+    let cases: Vec<(Option<&str>, Result<String, SelectorError>)> = vec![
+        (
+            None,
+            Ok("!service.kubernetes.io/service-proxy-name,\
+                !service.kubernetes.io/headless"
+                .into()),
+        ),
+        (
+            Some(""),
+            Ok("!service.kubernetes.io/service-proxy-name,\
+                !service.kubernetes.io/headless"
+                .into()),
+        ),
+        (
+            Some("ipvs-rs"),
+            Ok("service.kubernetes.io/service-proxy-name=ipvs-rs,\
+                !service.kubernetes.io/headless"
+                .into()),
+        ),
+        (
+            Some("a.b_c-9"),
+            Ok("service.kubernetes.io/service-proxy-name=a.b_c-9,\
+                !service.kubernetes.io/headless"
+                .into()),
+        ),
+        (
+            Some(&max),
+            Ok(format!(
+                "service.kubernetes.io/service-proxy-name={max},\
+                 !service.kubernetes.io/headless"
+            )),
+        ),
+        (
+            Some(&long),
+            Err(SelectorError::InvalidServiceProxyName(long.clone())),
+        ),
+        (
+            Some("-lead"),
+            Err(SelectorError::InvalidServiceProxyName("-lead".into())),
+        ),
+        (
+            Some("trail."),
+            Err(SelectorError::InvalidServiceProxyName("trail.".into())),
+        ),
+        // A comma would smuggle in another requirement.
+        (
+            Some("a,b"),
+            Err(SelectorError::InvalidServiceProxyName("a,b".into())),
+        ),
+        (
+            Some("a b"),
+            Err(SelectorError::InvalidServiceProxyName("a b".into())),
+        ),
+    ];
+    for (name, expected) in cases {
+        assert_eq!(label_selector(name), expected, "{name:?}");
+    }
+}
+
+#[test]
+fn node_field_selector_names_our_node() {
+    let cases: Vec<(&str, Result<String, SelectorError>)> = vec![
+        ("worker-1", Ok("metadata.name=worker-1".into())),
+        (
+            "ip-10-0-0-1.ec2.internal",
+            Ok("metadata.name=ip-10-0-0-1.ec2.internal".into()),
+        ),
+        ("a=b,c", Ok(r"metadata.name=a\=b\,c".into())),
+        ("", Err(SelectorError::EmptyNodeName)),
+    ];
+    for (node, expected) in cases {
+        assert_eq!(node_field_selector(node), expected, "{node:?}");
+    }
+}
+
+fn named(name: &str) -> Service {
+    let mut svc = Service::default();
+    svc.metadata.name = Some(name.into());
+    svc
+}
+
+#[tokio::test]
+async fn errors_are_dropped_and_the_stream_goes_on() {
+    let input: Vec<Result<Event<Service>, Error>> = vec![
+        Ok(Event::Init),
+        Err(Error::NoResourceVersion),
+        Ok(Event::InitApply(named("a"))),
+        Ok(Event::InitDone),
+        Err(Error::NoResourceVersion),
+        Err(Error::NoResourceVersion),
+        Ok(Event::Apply(named("b"))),
+        Ok(Event::Delete(named("a"))),
+    ];
+    let got: Vec<String> = log_errors("Service", stream::iter(input))
+        .map(|ev| match ev {
+            Event::Init => "init".to_string(),
+            Event::InitApply(s) => {
+                format!("init-apply {}", s.metadata.name.unwrap_or_default())
+            }
+            Event::InitDone => "init-done".to_string(),
+            Event::Apply(s) => {
+                format!("apply {}", s.metadata.name.unwrap_or_default())
+            }
+            Event::Delete(s) => {
+                format!("delete {}", s.metadata.name.unwrap_or_default())
+            }
+        })
+        .collect()
+        .await;
+    assert_eq!(
+        got,
+        vec!["init", "init-apply a", "init-done", "apply b", "delete a"]
+    );
+}

@@ -1,0 +1,354 @@
+use std::sync::Arc;
+
+use ::kube::runtime::watcher::Event;
+use futures::{stream, StreamExt};
+use k8s_openapi::{
+    api::{
+        core::v1::{Node, Service, ServicePort, ServiceSpec},
+        discovery::v1::EndpointSlice,
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use pretty_assertions::assert_eq;
+
+use super::*;
+
+fn meta(ns: &str, name: &str, rv: Option<&str>) -> ObjectMeta {
+    ObjectMeta {
+        namespace: (!ns.is_empty()).then(|| ns.to_string()),
+        name: Some(name.to_string()),
+        resource_version: rv.map(str::to_string),
+        ..Default::default()
+    }
+}
+
+/// A Service whose port tells versions apart when there is no
+/// resourceVersion.
+fn svc(name: &str, rv: Option<&str>, port: i32) -> Service {
+    Service {
+        metadata: meta("default", name, rv),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("198.18.0.10".into()),
+            ports: Some(vec![ServicePort {
+                port,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn slice(name: &str, rv: &str) -> EndpointSlice {
+    EndpointSlice {
+        metadata: meta("default", name, Some(rv)),
+        address_type: "IPv4".into(),
+        endpoints: Vec::new(),
+        ports: None,
+    }
+}
+
+fn node(name: &str, rv: &str) -> Node {
+    Node {
+        metadata: meta("", name, Some(rv)),
+        ..Default::default()
+    }
+}
+
+/// A short description of one change: `+key@v` added, `~key@v->w`
+/// updated, `-key@v` deleted, where v is the resourceVersion or, without
+/// one, the first port.
+fn describe(change: &ObjectChange) -> String {
+    fn version<K: Resource>(obj: &K, port: Option<i32>) -> String {
+        match (&obj.meta().resource_version, port) {
+            (Some(rv), _) => rv.clone(),
+            (None, Some(port)) => format!("p{port}"),
+            (None, None) => "?".into(),
+        }
+    }
+    fn one<K: Resource>(
+        kind: &str,
+        prev: &Option<Arc<K>>,
+        cur: &Option<Arc<K>>,
+        port: impl Fn(&K) -> Option<i32>,
+    ) -> String {
+        let key = |o: &K| {
+            let m = o.meta();
+            match &m.namespace {
+                Some(ns) => {
+                    format!("{ns}/{}", m.name.clone().unwrap_or_default())
+                }
+                None => m.name.clone().unwrap_or_default(),
+            }
+        };
+        match (prev, cur) {
+            (None, Some(c)) => {
+                format!("+{kind} {}@{}", key(c), version(&**c, port(c)))
+            }
+            (Some(p), Some(c)) => format!(
+                "~{kind} {}@{}->{}",
+                key(c),
+                version(&**p, port(p)),
+                version(&**c, port(c))
+            ),
+            (Some(p), None) => {
+                format!("-{kind} {}@{}", key(p), version(&**p, port(p)))
+            }
+            (None, None) => format!("!{kind} empty change"),
+        }
+    }
+    let svc_port = |s: &Service| {
+        s.spec
+            .as_ref()
+            .and_then(|s| s.ports.as_ref())
+            .and_then(|p| p.first())
+            .map(|p| p.port)
+    };
+    match change {
+        ObjectChange::Service { previous, current } => {
+            one("svc", previous, current, svc_port)
+        }
+        ObjectChange::EndpointSlice { previous, current } => {
+            one("eps", previous, current, |_| None)
+        }
+        ObjectChange::Node { previous, current } => {
+            one("node", previous, current, |_| None)
+        }
+    }
+}
+
+/// Feeds the events through a stream, as the sources deliver them, and
+/// returns the changes described, plus readiness at the end.
+async fn run(events: Vec<SourceEvent>) -> (Vec<String>, bool) {
+    let mut stores = Stores::new();
+    let changes: Vec<String> = stream::iter(events)
+        .map(|ev| stores.apply(ev))
+        .collect::<Vec<_>>()
+        .await
+        .iter()
+        .flatten()
+        .map(describe)
+        .collect();
+    (changes, stores.ready())
+}
+
+fn s(ev: Event<Service>) -> SourceEvent {
+    SourceEvent::Service(ev)
+}
+fn e(ev: Event<EndpointSlice>) -> SourceEvent {
+    SourceEvent::EndpointSlice(ev)
+}
+fn n(ev: Event<Node>) -> SourceEvent {
+    SourceEvent::Node(ev)
+}
+
+fn synced_services() -> Vec<SourceEvent> {
+    vec![s(Event::Init), s(Event::InitDone)]
+}
+
+#[tokio::test]
+async fn events_become_changes() {
+    use Event::*;
+    let cases: Vec<(&str, Vec<SourceEvent>, Vec<&str>)> = vec![
+        (
+            "apply adds, reapply updates, delete removes",
+            vec![
+                s(Apply(svc("a", Some("1"), 80))),
+                s(Apply(svc("a", Some("2"), 81))),
+                s(Delete(svc("a", Some("3"), 81))),
+            ],
+            vec![
+                "+svc default/a@1",
+                "~svc default/a@1->2",
+                "-svc default/a@2",
+            ],
+        ),
+        (
+            "an apply of the same resourceVersion changes nothing",
+            vec![
+                s(Apply(svc("a", Some("1"), 80))),
+                s(Apply(svc("a", Some("1"), 80))),
+            ],
+            vec!["+svc default/a@1"],
+        ),
+        (
+            "without resourceVersion, equal objects change nothing",
+            vec![
+                s(Apply(svc("a", None, 80))),
+                s(Apply(svc("a", None, 80))),
+                s(Apply(svc("a", None, 81))),
+            ],
+            vec!["+svc default/a@p80", "~svc default/a@p80->p81"],
+        ),
+        (
+            "deleting an unknown object changes nothing",
+            vec![s(Delete(svc("a", Some("1"), 80)))],
+            vec![],
+        ),
+        (
+            "a first relist adds everything at InitDone, in key order",
+            vec![
+                s(Init),
+                s(InitApply(svc("b", Some("1"), 80))),
+                s(InitApply(svc("a", Some("2"), 80))),
+                s(InitDone),
+            ],
+            vec!["+svc default/a@2", "+svc default/b@1"],
+        ),
+        (
+            "a relist yields the diff: removed, changed, added; \
+             unchanged is silent",
+            vec![
+                s(Apply(svc("gone", Some("1"), 80))),
+                s(Apply(svc("same", Some("2"), 80))),
+                s(Apply(svc("moved", Some("3"), 80))),
+                s(Init),
+                s(InitApply(svc("same", Some("2"), 80))),
+                s(InitApply(svc("moved", Some("4"), 80))),
+                s(InitApply(svc("new", Some("5"), 80))),
+                s(InitDone),
+            ],
+            vec![
+                "+svc default/gone@1",
+                "+svc default/same@2",
+                "+svc default/moved@3",
+                "-svc default/gone@1",
+                "~svc default/moved@3->4",
+                "+svc default/new@5",
+            ],
+        ),
+        (
+            "a relist restarted by Init drops what the first one buffered",
+            vec![
+                s(Init),
+                s(InitApply(svc("a", Some("1"), 80))),
+                s(Init),
+                s(InitApply(svc("b", Some("2"), 80))),
+                s(InitDone),
+            ],
+            vec!["+svc default/b@2"],
+        ),
+        (
+            "an empty relist deletes everything",
+            vec![
+                e(Apply(slice("a-1", "1"))),
+                n(Apply(node("n1", "1"))),
+                e(Init),
+                e(InitDone),
+                n(Init),
+                n(InitDone),
+            ],
+            vec![
+                "+eps default/a-1@1",
+                "+node n1@1",
+                "-eps default/a-1@1",
+                "-node n1@1",
+            ],
+        ),
+        (
+            "kinds are kept apart: same name, different stores",
+            vec![
+                s(Apply(svc("x", Some("1"), 80))),
+                e(Apply(slice("x", "1"))),
+                e(Delete(slice("x", "1"))),
+            ],
+            vec!["+svc default/x@1", "+eps default/x@1", "-eps default/x@1"],
+        ),
+    ];
+    for (name, events, expected) in cases {
+        let (changes, _) = run(events).await;
+        assert_eq!(changes, expected, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn objects_without_a_name_are_ignored() {
+    let mut nameless = svc("x", Some("1"), 80);
+    nameless.metadata.name = None;
+    let (changes, _) = run(vec![
+        s(Event::Apply(nameless.clone())),
+        s(Event::Init),
+        s(Event::InitApply(nameless.clone())),
+        s(Event::InitDone),
+        s(Event::Delete(nameless)),
+    ])
+    .await;
+    assert_eq!(changes, Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn ready_needs_both_services_and_slices_synced_once() {
+    let slices_synced = vec![e(Event::Init), e(Event::InitDone)];
+    let cases: Vec<(&str, Vec<SourceEvent>, bool)> = vec![
+        ("nothing yet", vec![], false),
+        ("services only", synced_services(), false),
+        ("slices only", slices_synced.clone(), false),
+        (
+            "applies are not a sync",
+            vec![
+                s(Event::Apply(svc("a", Some("1"), 80))),
+                e(Event::Apply(slice("a-1", "1"))),
+            ],
+            false,
+        ),
+        (
+            "a relist in progress is not a sync",
+            vec![s(Event::Init), e(Event::Init), e(Event::InitDone)],
+            false,
+        ),
+        (
+            "both",
+            [synced_services(), slices_synced.clone()].concat(),
+            true,
+        ),
+        (
+            "a later restart keeps readiness",
+            [
+                synced_services(),
+                slices_synced.clone(),
+                vec![s(Event::Init)],
+            ]
+            .concat(),
+            true,
+        ),
+        (
+            "nodes are not waited for",
+            [synced_services(), slices_synced].concat(),
+            true,
+        ),
+    ];
+    for (name, events, expected) in cases {
+        let (_, ready) = run(events).await;
+        assert_eq!(ready, expected, "{name}");
+    }
+}
+
+#[test]
+fn store_reports_contents_and_sync() {
+    let mut store = Store::<Service>::new();
+    assert!(!store.is_synced());
+    store.apply(Event::Init);
+    store.apply(Event::InitApply(svc("a", Some("1"), 80)));
+    assert!(store.is_empty(), "a relist is invisible until InitDone");
+    store.apply(Event::InitDone);
+    assert!(store.is_synced());
+    assert_eq!(store.len(), 1);
+    let got = store.get(&NamespacedName::new("default", "a"));
+    assert_eq!(
+        got.map(|s| s.metadata.resource_version.clone()),
+        Some(Some("1".into()))
+    );
+}
+
+#[test]
+fn delete_hands_on_the_stored_object() {
+    let mut store = Store::<Service>::new();
+    store.apply(Event::Apply(svc("a", Some("1"), 80)));
+    // A delete event may carry a later state than the one handed on; the
+    // trackers must get back exactly what they were given.
+    let changes = store.apply(Event::Delete(svc("a", Some("9"), 99)));
+    assert_eq!(changes.len(), 1);
+    let (prev, cur) = &changes[0];
+    assert_eq!(prev.as_deref(), Some(&svc("a", Some("1"), 80)));
+    assert!(cur.is_none());
+}
