@@ -217,7 +217,9 @@ pub struct ConfigArgs {
 }
 
 /// kube-proxy flags we accept so that existing manifests keep working, but
-/// do not implement; each one given gets a warning.
+/// do not implement; each one given gets a warning. Flags that change what
+/// the process does (`--init-only`, `--write-config-to`) are deliberately
+/// absent: ignoring them would run the proxy where upstream would exit.
 #[derive(Debug, Clone, Default, PartialEq, Args)]
 pub struct IgnoredFlags {
     #[arg(long, hide = true)]
@@ -252,6 +254,20 @@ pub struct IgnoredFlags {
     pub kube_api_burst: Option<String>,
     #[arg(long, hide = true)]
     pub kube_api_content_type: Option<String>,
+    #[arg(long, hide = true)]
+    pub show_hidden_metrics_for_version: Option<String>,
+    #[arg(long, hide = true)]
+    pub healthz_port: Option<String>,
+    #[arg(long, hide = true)]
+    pub metrics_port: Option<String>,
+    #[arg(long, hide = true)]
+    pub proxy_port_range: Option<String>,
+    #[arg(long, hide = true)]
+    pub logging_format: Option<String>,
+    #[arg(long, hide = true)]
+    pub log_flush_frequency: Option<String>,
+    #[arg(long, hide = true)]
+    pub vmodule: Option<String>,
     #[arg(
         long,
         hide = true,
@@ -260,6 +276,22 @@ pub struct IgnoredFlags {
         default_missing_value = "true"
     )]
     pub profiling: Option<String>,
+    #[arg(
+        long,
+        hide = true,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    pub bind_address_hard_fail: Option<String>,
+    #[arg(
+        long,
+        hide = true,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    pub conntrack_tcp_be_liberal: Option<String>,
 }
 
 impl IgnoredFlags {
@@ -294,7 +326,19 @@ impl IgnoredFlags {
             ("--kube-api-qps", &self.kube_api_qps),
             ("--kube-api-burst", &self.kube_api_burst),
             ("--kube-api-content-type", &self.kube_api_content_type),
+            (
+                "--show-hidden-metrics-for-version",
+                &self.show_hidden_metrics_for_version,
+            ),
+            ("--healthz-port", &self.healthz_port),
+            ("--metrics-port", &self.metrics_port),
+            ("--proxy-port-range", &self.proxy_port_range),
+            ("--logging-format", &self.logging_format),
+            ("--log-flush-frequency", &self.log_flush_frequency),
+            ("--vmodule", &self.vmodule),
             ("--profiling", &self.profiling),
+            ("--bind-address-hard-fail", &self.bind_address_hard_fail),
+            ("--conntrack-tcp-be-liberal", &self.conntrack_tcp_be_liberal),
         ]
         .into_iter()
         .filter_map(|(flag, value)| value.as_deref().map(|v| (flag, v)))

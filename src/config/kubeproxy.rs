@@ -141,8 +141,9 @@ pub fn parse(text: &str) -> Result<KubeProxyConfiguration, ConfigError> {
     });
     let kpc: KubeProxyConfiguration = match (decoded, path) {
         (Ok(kpc), _) => kpc,
-        // serde_path_to_error says "." for the document itself.
-        (Err(e), Some(path)) if path != "." => {
+        // serde_path_to_error says "." for the document itself and "?"
+        // where it lost track (e.g. a duplicate key): no useful path.
+        (Err(e), Some(path)) if path != "." && path != "?" => {
             return Err(ConfigError::Decode {
                 path,
                 reason: one_line(&e),

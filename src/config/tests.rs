@@ -460,9 +460,15 @@ fn type_meta_is_required() {
 
 #[test]
 fn broken_yaml_is_a_syntax_error_on_one_line() {
-    let err = from_file("kind: \"unterminated\nipvs: {}\n").unwrap_err();
-    assert!(matches!(err, ConfigError::Syntax(_)), "{err:?}");
-    assert!(!err.to_string().contains('\n'), "{err}");
+    for text in [
+        "kind: \"unterminated\nipvs: {}\n",
+        // Upstream's strict decoding rejects duplicate fields too.
+        "mode: ipvs\nmode: ipvs\n",
+    ] {
+        let err = from_file(text).unwrap_err();
+        assert!(matches!(err, ConfigError::Syntax(_)), "{text}: {err:?}");
+        assert!(!err.to_string().contains('\n'), "{err}");
+    }
 }
 
 #[test]
@@ -668,6 +674,8 @@ fn unimplemented_upstream_flags_are_accepted_with_a_warning() {
         "--oom-score-adj=-999",
         "--v=4",
         "--profiling",
+        "--conntrack-tcp-be-liberal=false",
+        "--healthz-port=10256",
     ]);
     let warnings = resolve(&a, None).unwrap().warnings;
     let fields: Vec<&str> = warnings.iter().map(|w| w.field.as_str()).collect();
@@ -677,7 +685,9 @@ fn unimplemented_upstream_flags_are_accepted_with_a_warning() {
             "-v",
             "--oom-score-adj",
             "--conntrack-max-per-core",
-            "--profiling"
+            "--healthz-port",
+            "--profiling",
+            "--conntrack-tcp-be-liberal",
         ]
     );
 }
