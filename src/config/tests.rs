@@ -837,3 +837,23 @@ fn node_name_prefers_the_override() {
     config.hostname_override = Some("node-a".into());
     assert_eq!(config.node_name("host-1"), "node-a");
 }
+
+#[test]
+fn scheduler_names_round_trip() {
+    let names: Vec<&str> = Scheduler::names().collect();
+    assert_eq!(
+        names,
+        vec![
+            "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "sh", "dh", "sed", "nq"
+        ]
+    );
+    for name in names {
+        let scheduler: Scheduler = name.parse().unwrap();
+        assert_eq!(scheduler.as_str(), name);
+    }
+    assert_eq!("".parse::<Scheduler>(), Ok(Scheduler::RoundRobin));
+    assert_eq!(
+        "mh".parse::<Scheduler>(),
+        Err(UnknownScheduler("mh".to_owned()))
+    );
+}
