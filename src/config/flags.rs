@@ -1,0 +1,446 @@
+//! Command line: kube-proxy's flag names, plus `--state`,
+//! `--service-proxy-name` and the `plan` subcommand.
+//!
+//! Flags that take values are kept close to what was typed (strings,
+//! `Option` when not given) and validated together with the config file
+//! in `validate.rs`, so a bad value gets the same message either way.
+
+use std::{collections::BTreeMap, path::PathBuf};
+
+use clap::{builder::BoolishValueParser, Args, Parser, Subcommand, ValueEnum};
+
+use super::{
+    duration::GoDuration,
+    kubeproxy::{
+        ClientConnection, DetectLocalSection, Iptables, Ipvs,
+        KubeProxyConfiguration, API_VERSION, KIND,
+    },
+};
+
+#[derive(Debug, Clone, PartialEq, Parser)]
+#[command(
+    name = "kube-ipvs-proxy",
+    version,
+    about = "kube-proxy in IPVS mode: same flags, same config file, \
+             same kernel state",
+    args_conflicts_with_subcommands = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+#[derive(Debug, Clone, PartialEq, Subcommand)]
+pub enum Command {
+    /// Print the desired IPVS and ipset state for a state file; changes
+    /// nothing.
+    Plan(PlanArgs),
+}
+
+/// Running the proxy (no subcommand).
+#[derive(Debug, Clone, PartialEq, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Remove everything kube-proxy's IPVS mode created, then exit.
+    #[arg(
+        long,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new(),
+    )]
+    pub cleanup: Option<bool>,
+}
+
+impl RunArgs {
+    pub fn cleanup(&self) -> bool {
+        self.cleanup.unwrap_or(false)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum OutputFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// `plan`: the same configuration flags, a required `--state`.
+#[derive(Debug, Clone, PartialEq, Args)]
+#[command(mut_arg("state", |a| a.required(true)))]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Compute the plan as seen from this node (NodePorts, local
+    /// endpoints); defaults to the only Node in the state file.
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+}
+
+/// Flags that make up the configuration.
+///
+/// Precedence, as in kube-proxy (`cmd/kube-proxy/app/options.go`): without
+/// `--config`, the flags below apply on top of the defaults. With
+/// `--config`, the file is the whole configuration and these flags are
+/// ignored (each given one gets a warning), except:
+/// - `--hostname-override`, which still overrides the file's
+///   `hostnameOverride`;
+/// - the flags that are not part of `KubeProxyConfiguration`: `--config`
+///   itself, `--cleanup`, and our own `--state` and
+///   `--service-proxy-name`.
+#[derive(Debug, Clone, Default, PartialEq, Args)]
+pub struct ConfigArgs {
+    /// Path to a KubeProxyConfiguration file
+    /// (kubeproxy.config.k8s.io/v1alpha1), e.g. kubeadm's ConfigMap.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Read Services, EndpointSlices and Nodes from this YAML/JSON file
+    /// (watched for changes) instead of the API server.
+    #[arg(long, value_name = "FILE")]
+    pub state: Option<PathBuf>,
+
+    /// Only handle Services labelled
+    /// service.kubernetes.io/service-proxy-name=NAME.
+    #[arg(long, value_name = "NAME")]
+    pub service_proxy_name: Option<String>,
+
+    /// Which proxy mode to use; only "ipvs" is supported.
+    #[arg(long, value_name = "MODE")]
+    pub proxy_mode: Option<String>,
+
+    /// The IPVS scheduler (rr, wrr, lc, wlc, lblc, lblcr, sh, dh, sed, nq).
+    #[arg(long, value_name = "NAME")]
+    pub ipvs_scheduler: Option<String>,
+
+    /// Maximum interval between syncs (e.g. 30s, 1m).
+    #[arg(long, value_name = "DURATION", value_parser = GoDuration::parse)]
+    pub ipvs_sync_period: Option<GoDuration>,
+
+    /// Minimum interval between syncs; 0 syncs on every change.
+    #[arg(long, value_name = "DURATION", value_parser = GoDuration::parse)]
+    pub ipvs_min_sync_period: Option<GoDuration>,
+
+    /// Comma-separated CIDRs whose IPVS services cleanup never touches.
+    #[arg(long, value_name = "CIDRS", value_delimiter = ',')]
+    pub ipvs_exclude_cidrs: Option<Vec<String>>,
+
+    /// Set arp_ignore=1 and arp_announce=2.
+    #[arg(
+        long,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new(),
+    )]
+    pub ipvs_strict_arp: Option<bool>,
+
+    /// Idle timeout for IPVS TCP connections; 0 leaves it as is.
+    #[arg(long, value_name = "DURATION", value_parser = GoDuration::parse)]
+    pub ipvs_tcp_timeout: Option<GoDuration>,
+
+    /// IPVS TCP timeout after a FIN; 0 leaves it as is.
+    #[arg(long, value_name = "DURATION", value_parser = GoDuration::parse)]
+    pub ipvs_tcpfin_timeout: Option<GoDuration>,
+
+    /// IPVS UDP timeout; 0 leaves it as is.
+    #[arg(long, value_name = "DURATION", value_parser = GoDuration::parse)]
+    pub ipvs_udp_timeout: Option<GoDuration>,
+
+    /// Pod CIDR of the cluster (one per IP family, comma-separated).
+    #[arg(long, value_name = "CIDRS")]
+    pub cluster_cidr: Option<String>,
+
+    /// How local traffic is detected: ClusterCIDR, NodeCIDR,
+    /// BridgeInterface or InterfaceNamePrefix.
+    #[arg(long, value_name = "MODE")]
+    pub detect_local_mode: Option<String>,
+
+    /// Bridge for --detect-local-mode=BridgeInterface.
+    #[arg(long, value_name = "NAME")]
+    pub pod_bridge_interface: Option<String>,
+
+    /// Interface prefix for --detect-local-mode=InterfaceNamePrefix.
+    #[arg(long, value_name = "PREFIX")]
+    pub pod_interface_name_prefix: Option<String>,
+
+    /// Comma-separated CIDRs (or "primary") of the node IPs that serve
+    /// NodePorts; unset means all local IPs.
+    #[arg(long, value_name = "CIDRS", value_delimiter = ',')]
+    pub nodeport_addresses: Option<Vec<String>>,
+
+    /// SNAT all traffic sent to Service cluster IPs.
+    #[arg(
+        long,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new(),
+    )]
+    pub masquerade_all: Option<bool>,
+
+    /// The fwmark bit for packets that need SNAT, in [0, 31].
+    #[arg(long, value_name = "BIT", allow_negative_numbers = true)]
+    pub iptables_masquerade_bit: Option<i64>,
+
+    /// Name of our Node, instead of the hostname.
+    #[arg(long, value_name = "NAME")]
+    pub hostname_override: Option<String>,
+
+    /// Overrides the node's primary IP.
+    #[arg(long, value_name = "IP")]
+    pub bind_address: Option<String>,
+
+    /// IP:port for the health check server; empty disables it.
+    #[arg(long, value_name = "IP:PORT")]
+    pub healthz_bind_address: Option<String>,
+
+    /// IP:port for the metrics server; empty disables it.
+    #[arg(long, value_name = "IP:PORT")]
+    pub metrics_bind_address: Option<String>,
+
+    /// Path to a kubeconfig file; in-cluster config when unset.
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// How often informers relist from the API server.
+    #[arg(long, value_name = "DURATION", value_parser = GoDuration::parse)]
+    pub config_sync_period: Option<GoDuration>,
+
+    #[command(flatten)]
+    pub ignored: IgnoredFlags,
+}
+
+/// kube-proxy flags we accept so that existing manifests keep working, but
+/// do not implement; each one given gets a warning. Flags that change what
+/// the process does (`--init-only`, `--write-config-to`) are deliberately
+/// absent: ignoring them would run the proxy where upstream would exit.
+#[derive(Debug, Clone, Default, PartialEq, Args)]
+pub struct IgnoredFlags {
+    #[arg(long, hide = true)]
+    pub master: Option<String>,
+    #[arg(long = "v", short = 'v', hide = true)]
+    pub verbosity: Option<String>,
+    #[arg(long, hide = true)]
+    pub feature_gates: Option<String>,
+    #[arg(long, hide = true)]
+    pub iptables_sync_period: Option<String>,
+    #[arg(long, hide = true)]
+    pub iptables_min_sync_period: Option<String>,
+    #[arg(long, hide = true)]
+    pub iptables_localhost_nodeports: Option<String>,
+    #[arg(long, hide = true, allow_negative_numbers = true)]
+    pub oom_score_adj: Option<String>,
+    #[arg(long, hide = true)]
+    pub conntrack_max_per_core: Option<String>,
+    #[arg(long, hide = true)]
+    pub conntrack_min: Option<String>,
+    #[arg(long, hide = true)]
+    pub conntrack_tcp_timeout_established: Option<String>,
+    #[arg(long, hide = true)]
+    pub conntrack_tcp_timeout_close_wait: Option<String>,
+    #[arg(long, hide = true)]
+    pub conntrack_udp_timeout: Option<String>,
+    #[arg(long, hide = true)]
+    pub conntrack_udp_timeout_stream: Option<String>,
+    #[arg(long, hide = true)]
+    pub kube_api_qps: Option<String>,
+    #[arg(long, hide = true)]
+    pub kube_api_burst: Option<String>,
+    #[arg(long, hide = true)]
+    pub kube_api_content_type: Option<String>,
+    #[arg(long, hide = true)]
+    pub show_hidden_metrics_for_version: Option<String>,
+    #[arg(long, hide = true)]
+    pub healthz_port: Option<String>,
+    #[arg(long, hide = true)]
+    pub metrics_port: Option<String>,
+    #[arg(long, hide = true)]
+    pub proxy_port_range: Option<String>,
+    #[arg(long, hide = true)]
+    pub logging_format: Option<String>,
+    #[arg(long, hide = true)]
+    pub log_flush_frequency: Option<String>,
+    #[arg(long, hide = true)]
+    pub vmodule: Option<String>,
+    #[arg(
+        long,
+        hide = true,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    pub profiling: Option<String>,
+    #[arg(
+        long,
+        hide = true,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    pub bind_address_hard_fail: Option<String>,
+    #[arg(
+        long,
+        hide = true,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    pub conntrack_tcp_be_liberal: Option<String>,
+}
+
+impl IgnoredFlags {
+    /// (flag, value) for each ignored flag that was given.
+    pub fn given(&self) -> Vec<(&'static str, &str)> {
+        [
+            ("--master", &self.master),
+            ("-v", &self.verbosity),
+            ("--feature-gates", &self.feature_gates),
+            ("--iptables-sync-period", &self.iptables_sync_period),
+            ("--iptables-min-sync-period", &self.iptables_min_sync_period),
+            (
+                "--iptables-localhost-nodeports",
+                &self.iptables_localhost_nodeports,
+            ),
+            ("--oom-score-adj", &self.oom_score_adj),
+            ("--conntrack-max-per-core", &self.conntrack_max_per_core),
+            ("--conntrack-min", &self.conntrack_min),
+            (
+                "--conntrack-tcp-timeout-established",
+                &self.conntrack_tcp_timeout_established,
+            ),
+            (
+                "--conntrack-tcp-timeout-close-wait",
+                &self.conntrack_tcp_timeout_close_wait,
+            ),
+            ("--conntrack-udp-timeout", &self.conntrack_udp_timeout),
+            (
+                "--conntrack-udp-timeout-stream",
+                &self.conntrack_udp_timeout_stream,
+            ),
+            ("--kube-api-qps", &self.kube_api_qps),
+            ("--kube-api-burst", &self.kube_api_burst),
+            ("--kube-api-content-type", &self.kube_api_content_type),
+            (
+                "--show-hidden-metrics-for-version",
+                &self.show_hidden_metrics_for_version,
+            ),
+            ("--healthz-port", &self.healthz_port),
+            ("--metrics-port", &self.metrics_port),
+            ("--proxy-port-range", &self.proxy_port_range),
+            ("--logging-format", &self.logging_format),
+            ("--log-flush-frequency", &self.log_flush_frequency),
+            ("--vmodule", &self.vmodule),
+            ("--profiling", &self.profiling),
+            ("--bind-address-hard-fail", &self.bind_address_hard_fail),
+            ("--conntrack-tcp-be-liberal", &self.conntrack_tcp_be_liberal),
+        ]
+        .into_iter()
+        .filter_map(|(flag, value)| value.as_deref().map(|v| (flag, v)))
+        .collect()
+    }
+}
+
+impl ConfigArgs {
+    /// The `KubeProxyConfiguration` these flags describe, as if written in
+    /// a file (unset flags stay unset, so defaults apply the same way).
+    pub fn to_kube_proxy_configuration(&self) -> KubeProxyConfiguration {
+        let ipvs = Ipvs {
+            sync_period: self.ipvs_sync_period,
+            min_sync_period: self.ipvs_min_sync_period,
+            scheduler: self.ipvs_scheduler.clone(),
+            exclude_cidrs: self.ipvs_exclude_cidrs.clone(),
+            strict_arp: self.ipvs_strict_arp,
+            tcp_timeout: self.ipvs_tcp_timeout,
+            tcp_fin_timeout: self.ipvs_tcpfin_timeout,
+            udp_timeout: self.ipvs_udp_timeout,
+        };
+        let iptables = Iptables {
+            masquerade_bit: self.iptables_masquerade_bit,
+            masquerade_all: self.masquerade_all,
+            ..Iptables::default()
+        };
+        KubeProxyConfiguration {
+            api_version: Some(API_VERSION.to_owned()),
+            kind: Some(KIND.to_owned()),
+            feature_gates: Some(BTreeMap::new()),
+            client_connection: Some(ClientConnection {
+                kubeconfig: self
+                    .kubeconfig
+                    .as_ref()
+                    .map(|p| p.to_string_lossy().into_owned()),
+                ..ClientConnection::default()
+            }),
+            hostname_override: self.hostname_override.clone(),
+            bind_address: self.bind_address.clone(),
+            healthz_bind_address: self.healthz_bind_address.clone(),
+            metrics_bind_address: self.metrics_bind_address.clone(),
+            mode: self.proxy_mode.clone(),
+            iptables: Some(iptables),
+            ipvs: Some(ipvs),
+            detect_local_mode: self.detect_local_mode.clone(),
+            detect_local: Some(DetectLocalSection {
+                bridge_interface: self.pod_bridge_interface.clone(),
+                interface_name_prefix: self.pod_interface_name_prefix.clone(),
+            }),
+            cluster_cidr: self.cluster_cidr.clone(),
+            node_port_addresses: self.nodeport_addresses.clone(),
+            config_sync_period: self.config_sync_period,
+            ..KubeProxyConfiguration::default()
+        }
+    }
+
+    /// The configuration flags that were given; with `--config` these are
+    /// ignored, as upstream does.
+    pub fn given_config_flags(&self) -> Vec<&'static str> {
+        [
+            ("--proxy-mode", self.proxy_mode.is_some()),
+            ("--ipvs-scheduler", self.ipvs_scheduler.is_some()),
+            ("--ipvs-sync-period", self.ipvs_sync_period.is_some()),
+            (
+                "--ipvs-min-sync-period",
+                self.ipvs_min_sync_period.is_some(),
+            ),
+            ("--ipvs-exclude-cidrs", self.ipvs_exclude_cidrs.is_some()),
+            ("--ipvs-strict-arp", self.ipvs_strict_arp.is_some()),
+            ("--ipvs-tcp-timeout", self.ipvs_tcp_timeout.is_some()),
+            ("--ipvs-tcpfin-timeout", self.ipvs_tcpfin_timeout.is_some()),
+            ("--ipvs-udp-timeout", self.ipvs_udp_timeout.is_some()),
+            ("--cluster-cidr", self.cluster_cidr.is_some()),
+            ("--detect-local-mode", self.detect_local_mode.is_some()),
+            (
+                "--pod-bridge-interface",
+                self.pod_bridge_interface.is_some(),
+            ),
+            (
+                "--pod-interface-name-prefix",
+                self.pod_interface_name_prefix.is_some(),
+            ),
+            ("--nodeport-addresses", self.nodeport_addresses.is_some()),
+            ("--masquerade-all", self.masquerade_all.is_some()),
+            (
+                "--iptables-masquerade-bit",
+                self.iptables_masquerade_bit.is_some(),
+            ),
+            ("--bind-address", self.bind_address.is_some()),
+            (
+                "--healthz-bind-address",
+                self.healthz_bind_address.is_some(),
+            ),
+            (
+                "--metrics-bind-address",
+                self.metrics_bind_address.is_some(),
+            ),
+            ("--kubeconfig", self.kubeconfig.is_some()),
+            ("--config-sync-period", self.config_sync_period.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect()
+    }
+}

@@ -1,0 +1,240 @@
+//! The effective configuration: plain data, already validated and
+//! defaulted, nested per subsystem. Built by [`super::resolve`] from flags
+//! or a `KubeProxyConfiguration` file.
+
+use std::{
+    fmt,
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+    path::PathBuf,
+    str::FromStr,
+    time::Duration,
+};
+
+use ipnet::IpNet;
+
+/// kube-proxy's ports for the health check and metrics servers.
+pub const HEALTHZ_PORT: u16 = 10256;
+pub const METRICS_PORT: u16 = 10249;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub ipvs: IpvsConfig,
+    /// Pod CIDRs (one per family at most); only used when
+    /// `detect_local` is [`DetectLocal::ClusterCidr`].
+    pub cluster_cidrs: Vec<IpNet>,
+    pub detect_local: DetectLocal,
+    /// Where NodePorts are served. Empty means every local address, as
+    /// upstream's IPVS mode does when the list is unset.
+    pub node_port_addresses: Vec<NodePortAddress>,
+    pub masquerade_all: bool,
+    /// Bit of the fwmark that marks packets for SNAT, in `0..=31`.
+    pub masquerade_bit: u8,
+    /// The node name to use instead of the hostname, lowercased.
+    pub hostname_override: Option<String>,
+    /// Overrides the node's primary IP; `None` when unset or unspecified
+    /// (0.0.0.0 / ::), in which case the Node object decides.
+    pub primary_ip_override: Option<IpAddr>,
+    /// `None` disables the server.
+    pub healthz_bind_address: Option<SocketAddr>,
+    /// `None` disables the server.
+    pub metrics_bind_address: Option<SocketAddr>,
+    pub kubeconfig: Option<PathBuf>,
+    /// Read Services, EndpointSlices and Nodes from this file instead of
+    /// the API server.
+    pub state_file: Option<PathBuf>,
+    /// When set, only Services labelled
+    /// `service.kubernetes.io/service-proxy-name=<this>` are handled;
+    /// otherwise only Services without that label.
+    pub service_proxy_name: Option<String>,
+    /// How often the informers relist from the API server.
+    pub config_sync_period: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpvsConfig {
+    pub scheduler: Scheduler,
+    /// Maximum time between syncs (`syncPeriod`).
+    pub sync_period: Duration,
+    /// Minimum time between the end of a sync and the start of the next.
+    pub min_sync_period: Duration,
+    /// Virtual servers in these ranges are never removed by cleanup.
+    pub exclude_cidrs: Vec<IpNet>,
+    pub strict_arp: bool,
+    /// `None` leaves the kernel's current timeout alone.
+    pub tcp_timeout: Option<Duration>,
+    pub tcp_fin_timeout: Option<Duration>,
+    pub udp_timeout: Option<Duration>,
+}
+
+/// The IPVS schedulers kube-proxy accepts; empty in the config means `rr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Scheduler {
+    #[default]
+    RoundRobin,
+    WeightedRoundRobin,
+    LeastConnection,
+    WeightedLeastConnection,
+    LocalityBasedLeastConnection,
+    LocalityBasedLeastConnectionWithReplication,
+    SourceHashing,
+    DestinationHashing,
+    ShortestExpectedDelay,
+    NeverQueue,
+}
+
+const SCHEDULERS: &[(&str, Scheduler)] = &[
+    ("rr", Scheduler::RoundRobin),
+    ("wrr", Scheduler::WeightedRoundRobin),
+    ("lc", Scheduler::LeastConnection),
+    ("wlc", Scheduler::WeightedLeastConnection),
+    ("lblc", Scheduler::LocalityBasedLeastConnection),
+    (
+        "lblcr",
+        Scheduler::LocalityBasedLeastConnectionWithReplication,
+    ),
+    ("sh", Scheduler::SourceHashing),
+    ("dh", Scheduler::DestinationHashing),
+    ("sed", Scheduler::ShortestExpectedDelay),
+    ("nq", Scheduler::NeverQueue),
+];
+
+impl Scheduler {
+    /// The kernel's name for it, as `ipvsadm` shows it.
+    pub fn as_str(self) -> &'static str {
+        SCHEDULERS
+            .iter()
+            .find(|(_, s)| *s == self)
+            .map_or("rr", |(name, _)| name)
+    }
+
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        SCHEDULERS.iter().map(|(name, _)| *name)
+    }
+}
+
+impl fmt::Display for Scheduler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown scheduler {0:?}")]
+pub struct UnknownScheduler(pub String);
+
+impl FromStr for Scheduler {
+    type Err = UnknownScheduler;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.is_empty() {
+            return Ok(Scheduler::default());
+        }
+        SCHEDULERS
+            .iter()
+            .find(|(name, _)| *name == s)
+            .map(|(_, sched)| *sched)
+            .ok_or_else(|| UnknownScheduler(s.to_owned()))
+    }
+}
+
+/// How traffic from local pods is recognised (`detectLocalMode`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum DetectLocal {
+    /// Source address inside `cluster_cidrs` (the default).
+    #[default]
+    ClusterCidr,
+    /// Source address inside the Node's `spec.podCIDRs`.
+    NodeCidr,
+    /// Arriving from this bridge interface.
+    BridgeInterface(String),
+    /// Arriving from an interface whose name starts with this prefix.
+    InterfaceNamePrefix(String),
+}
+
+impl DetectLocal {
+    /// The `detectLocalMode` value it came from.
+    pub fn mode_name(&self) -> &'static str {
+        match self {
+            DetectLocal::ClusterCidr => "ClusterCIDR",
+            DetectLocal::NodeCidr => "NodeCIDR",
+            DetectLocal::BridgeInterface(_) => "BridgeInterface",
+            DetectLocal::InterfaceNamePrefix(_) => "InterfaceNamePrefix",
+        }
+    }
+}
+
+/// One entry of `nodePortAddresses`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodePortAddress {
+    /// The Node object's primary IP of each family.
+    Primary,
+    /// Local addresses inside this range.
+    Cidr(IpNet),
+}
+
+impl Default for IpvsConfig {
+    fn default() -> Self {
+        IpvsConfig {
+            scheduler: Scheduler::RoundRobin,
+            sync_period: Duration::from_secs(30),
+            min_sync_period: Duration::ZERO,
+            exclude_cidrs: Vec::new(),
+            strict_arp: false,
+            tcp_timeout: None,
+            tcp_fin_timeout: None,
+            udp_timeout: None,
+        }
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            ipvs: IpvsConfig::default(),
+            cluster_cidrs: Vec::new(),
+            detect_local: DetectLocal::ClusterCidr,
+            node_port_addresses: Vec::new(),
+            masquerade_all: false,
+            masquerade_bit: 14,
+            hostname_override: None,
+            primary_ip_override: None,
+            healthz_bind_address: Some(default_healthz_address(false)),
+            metrics_bind_address: Some(default_metrics_address(false)),
+            kubeconfig: None,
+            state_file: None,
+            service_proxy_name: None,
+            config_sync_period: Duration::from_secs(15 * 60),
+        }
+    }
+}
+
+/// Upstream serves healthz on all addresses of the bind address' family.
+pub fn default_healthz_address(ipv6: bool) -> SocketAddr {
+    let ip = if ipv6 {
+        IpAddr::V6(Ipv6Addr::UNSPECIFIED)
+    } else {
+        IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+    };
+    SocketAddr::new(ip, HEALTHZ_PORT)
+}
+
+/// Upstream serves metrics on loopback of the bind address' family.
+pub fn default_metrics_address(ipv6: bool) -> SocketAddr {
+    let ip = if ipv6 {
+        IpAddr::V6(Ipv6Addr::LOCALHOST)
+    } else {
+        IpAddr::V4(Ipv4Addr::LOCALHOST)
+    };
+    SocketAddr::new(ip, METRICS_PORT)
+}
+
+impl Config {
+    /// The name of our Node object: the override if any, else the
+    /// hostname, trimmed and lowercased as kube-proxy does.
+    pub fn node_name(&self, hostname: &str) -> String {
+        match &self.hostname_override {
+            Some(name) => name.clone(),
+            None => hostname.trim().to_lowercase(),
+        }
+    }
+}

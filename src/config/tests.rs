@@ -1,0 +1,859 @@
+use std::{
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    path::PathBuf,
+    time::Duration,
+};
+
+use clap::Parser;
+use ipnet::IpNet;
+use pretty_assertions::assert_eq;
+
+use super::*;
+
+const KUBEADM: &str = include_str!("../../examples/kube-proxy-config.yaml");
+
+fn net(s: &str) -> IpNet {
+    s.parse().unwrap()
+}
+
+fn sock(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+/// The kubeadm ConfigMap with one line replaced (or appended when the
+/// key is absent), so each case shows only what it changes.
+fn kubeadm_with(key_line: &str, replacement: &str) -> String {
+    let mut found = false;
+    let mut out: Vec<String> = KUBEADM
+        .lines()
+        .map(|line| {
+            if !found && line.starts_with(key_line) {
+                found = true;
+                replacement.to_owned()
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect();
+    if !found {
+        out.push(replacement.to_owned());
+    }
+    out.join("\n")
+}
+
+fn from_file(text: &str) -> Result<Resolved, ConfigError> {
+    resolve(&ConfigArgs::default(), Some(text))
+}
+
+fn args(flags: &[&str]) -> ConfigArgs {
+    let argv = std::iter::once("kube-ipvs-proxy").chain(flags.iter().copied());
+    match Cli::try_parse_from(argv) {
+        Ok(cli) => cli.run.config,
+        Err(e) => panic!("{flags:?}: {e}"),
+    }
+}
+
+#[test]
+fn kubeadm_configmap_gives_upstream_defaults_in_ipvs_mode() {
+    let resolved = from_file(KUBEADM).unwrap();
+    let expected = Config {
+        ipvs: IpvsConfig {
+            scheduler: Scheduler::RoundRobin,
+            sync_period: Duration::from_secs(30),
+            min_sync_period: Duration::ZERO,
+            exclude_cidrs: vec![],
+            strict_arp: true,
+            tcp_timeout: None,
+            tcp_fin_timeout: None,
+            udp_timeout: None,
+        },
+        cluster_cidrs: vec![net("198.19.0.0/16")],
+        detect_local: DetectLocal::ClusterCidr,
+        node_port_addresses: vec![],
+        masquerade_all: false,
+        masquerade_bit: 14,
+        hostname_override: None,
+        primary_ip_override: None,
+        healthz_bind_address: Some(sock("0.0.0.0:10256")),
+        metrics_bind_address: Some(sock("127.0.0.1:10249")),
+        kubeconfig: Some(PathBuf::from("/var/lib/kube-proxy/kubeconfig.conf")),
+        state_file: None,
+        service_proxy_name: None,
+        config_sync_period: Duration::from_secs(15 * 60),
+    };
+    assert_eq!(resolved.config, expected);
+    // Zero values everywhere else: nothing is being ignored.
+    assert_eq!(resolved.warnings, vec![]);
+}
+
+#[test]
+fn json_is_accepted_too() {
+    let text = r#"{"apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration", "mode": "ipvs",
+        "ipvs": {"scheduler": "wrr", "syncPeriod": "1m0s",
+                 "excludeCIDRs": ["198.18.0.0/24"]}}"#;
+    let config = from_file(text).unwrap().config;
+    assert_eq!(config.ipvs.scheduler, Scheduler::WeightedRoundRobin);
+    assert_eq!(config.ipvs.sync_period, Duration::from_secs(60));
+    assert_eq!(config.ipvs.exclude_cidrs, vec![net("198.18.0.0/24")]);
+}
+
+#[test]
+fn empty_flags_give_the_same_defaults_as_kubeadm() {
+    let from_flags = resolve(&args(&[]), None).unwrap().config;
+    let mut from_kubeadm = from_file(KUBEADM).unwrap().config;
+    // The two things the example sets on purpose.
+    from_kubeadm.cluster_cidrs.clear();
+    from_kubeadm.ipvs.strict_arp = false;
+    from_kubeadm.kubeconfig = None;
+    assert_eq!(from_flags, from_kubeadm);
+    assert_eq!(from_flags, Config::default());
+}
+
+struct Valid {
+    name: &'static str,
+    text: &'static str,
+    check: fn(&Config) -> bool,
+}
+
+const VALID: &[Valid] = &[
+    Valid {
+        name: "scheduler by kernel name",
+        text: "ipvs:\n  scheduler: sed",
+        check: |c| c.ipvs.scheduler == Scheduler::ShortestExpectedDelay,
+    },
+    Valid {
+        name: "go duration with minutes and seconds",
+        text: "ipvs:\n  syncPeriod: 1m0s",
+        check: |c| c.ipvs.sync_period == Duration::from_secs(60),
+    },
+    Valid {
+        name: "min sync period kept",
+        text: "ipvs:\n  minSyncPeriod: 1.5s",
+        check: |c| c.ipvs.min_sync_period == Duration::from_millis(1500),
+    },
+    Valid {
+        name: "ipvs tcp timeout",
+        text: "ipvs:\n  tcpTimeout: 15m0s\n  udpTimeout: 0s",
+        check: |c| {
+            c.ipvs.tcp_timeout == Some(Duration::from_secs(900))
+                && c.ipvs.udp_timeout.is_none()
+        },
+    },
+    Valid {
+        name: "healthz bare IP gets the default port",
+        text: "healthzBindAddress: 198.18.0.1",
+        check: |c| c.healthz_bind_address == Some(sock("198.18.0.1:10256")),
+    },
+    Valid {
+        name: "metrics IPv6 with port",
+        text: "metricsBindAddress: \"[2001:db8::1]:9100\"",
+        check: |c| c.metrics_bind_address == Some(sock("[2001:db8::1]:9100")),
+    },
+    Valid {
+        name: "IPv6 bind address switches the default listen addresses",
+        text: "bindAddress: \"::\"",
+        check: |c| {
+            c.healthz_bind_address == Some(sock("[::]:10256"))
+                && c.metrics_bind_address == Some(sock("[::1]:10249"))
+                && c.primary_ip_override.is_none()
+        },
+    },
+    Valid {
+        name: "bind address overrides the primary IP",
+        text: "bindAddress: 198.18.0.7",
+        check: |c| {
+            c.primary_ip_override
+                == Some(IpAddr::V4(Ipv4Addr::new(198, 18, 0, 7)))
+        },
+    },
+    Valid {
+        name: "dual-stack cluster CIDR",
+        text: "clusterCIDR: 198.19.0.0/16,2001:db8:42::/56",
+        check: |c| {
+            c.cluster_cidrs
+                == vec![net("198.19.0.0/16"), net("2001:db8:42::/56")]
+        },
+    },
+    Valid {
+        name: "node port addresses with primary and CIDRs",
+        text: "nodePortAddresses: [primary, 198.18.0.0/15]",
+        check: |c| {
+            c.node_port_addresses
+                == vec![
+                    NodePortAddress::Primary,
+                    NodePortAddress::Cidr(net("198.18.0.0/15")),
+                ]
+        },
+    },
+    Valid {
+        name: "node port addresses keyword all",
+        text: "nodePortAddresses: [all]",
+        check: |c| {
+            c.node_port_addresses
+                == vec![
+                    NodePortAddress::Cidr(net("0.0.0.0/0")),
+                    NodePortAddress::Cidr(net("::/0")),
+                ]
+        },
+    },
+    Valid {
+        name: "detect local by bridge",
+        text: "detectLocalMode: BridgeInterface\n\
+               detectLocal:\n  bridgeInterface: cbr0",
+        check: |c| {
+            c.detect_local == DetectLocal::BridgeInterface("cbr0".into())
+        },
+    },
+    Valid {
+        name: "detect local by node CIDR",
+        text: "detectLocalMode: NodeCIDR",
+        check: |c| c.detect_local == DetectLocal::NodeCidr,
+    },
+    Valid {
+        name: "masquerade settings come from the iptables section",
+        text: "iptables:\n  masqueradeBit: 0\n  masqueradeAll: true",
+        check: |c| c.masquerade_bit == 0 && c.masquerade_all,
+    },
+    Valid {
+        name: "hostname override is trimmed and lowercased",
+        text: "hostnameOverride: \" Node-A \"",
+        check: |c| c.hostname_override.as_deref() == Some("node-a"),
+    },
+    Valid {
+        name: "config sync period",
+        text: "configSyncPeriod: 1h",
+        check: |c| c.config_sync_period == Duration::from_secs(3600),
+    },
+];
+
+#[test]
+fn valid_values() {
+    for case in VALID {
+        match from_file(&format!("{HEAD}{}\n", case.text)) {
+            Ok(r) => {
+                assert!((case.check)(&r.config), "{}: {:?}", case.name, r)
+            }
+            Err(e) => panic!("{}: {e}", case.name),
+        }
+    }
+}
+
+struct Invalid {
+    name: &'static str,
+    text: &'static str,
+    field: &'static str,
+    reason: &'static str,
+}
+
+const HEAD: &str = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\n\
+                    kind: KubeProxyConfiguration\n";
+
+const INVALID: &[Invalid] = &[
+    Invalid {
+        name: "unknown top-level field (typo)",
+        text: "modee: ipvs",
+        field: "modee",
+        reason: "unknown field",
+    },
+    Invalid {
+        name: "unknown nested field (typo)",
+        text: "ipvs:\n  schedulr: rr",
+        field: "ipvs.schedulr",
+        reason: "unknown field",
+    },
+    Invalid {
+        name: "unknown scheduler",
+        text: "ipvs:\n  scheduler: foo",
+        field: "ipvs.scheduler",
+        reason: "unknown scheduler \"foo\"",
+    },
+    Invalid {
+        name: "another proxy mode",
+        text: "mode: iptables",
+        field: "mode",
+        reason: "only \"ipvs\" is supported, got \"iptables\"",
+    },
+    Invalid {
+        name: "masquerade bit above 31",
+        text: "iptables:\n  masqueradeBit: 32",
+        field: "iptables.masqueradeBit",
+        reason: "must be in [0, 31], got 32",
+    },
+    Invalid {
+        name: "negative masquerade bit",
+        text: "iptables:\n  masqueradeBit: -1",
+        field: "iptables.masqueradeBit",
+        reason: "must be in [0, 31], got -1",
+    },
+    Invalid {
+        name: "duration with unknown unit",
+        text: "ipvs:\n  syncPeriod: 30x",
+        field: "ipvs.syncPeriod",
+        reason: "unknown unit \"x\"",
+    },
+    Invalid {
+        name: "duration without unit",
+        text: "ipvs:\n  syncPeriod: \"30\"",
+        field: "ipvs.syncPeriod",
+        reason: "missing unit",
+    },
+    Invalid {
+        name: "negative sync period",
+        text: "ipvs:\n  syncPeriod: -1s",
+        field: "ipvs.syncPeriod",
+        reason: "must be greater than 0, got -1s",
+    },
+    Invalid {
+        name: "negative min sync period",
+        text: "ipvs:\n  minSyncPeriod: -1s",
+        field: "ipvs.minSyncPeriod",
+        reason: "must be greater than or equal to 0",
+    },
+    Invalid {
+        name: "min sync period above sync period",
+        text: "ipvs:\n  syncPeriod: 30s\n  minSyncPeriod: 1m",
+        field: "ipvs.syncPeriod",
+        reason: "must be greater than or equal to ipvs.minSyncPeriod (1m0s)",
+    },
+    Invalid {
+        name: "negative ipvs timeout",
+        text: "ipvs:\n  tcpFinTimeout: -5s",
+        field: "ipvs.tcpFinTimeout",
+        reason: "must be greater than or equal to 0",
+    },
+    Invalid {
+        name: "bad exclude CIDR names its index",
+        text: "ipvs:\n  excludeCIDRs: [198.18.0.0/16, nope]",
+        field: "ipvs.excludeCIDRs[1]",
+        reason: "invalid CIDR \"nope\"",
+    },
+    Invalid {
+        name: "two cluster CIDRs of one family",
+        text: "clusterCIDR: 198.19.0.0/16,198.18.0.0/16",
+        field: "clusterCIDR",
+        reason: "must be one IPv4 and one IPv6",
+    },
+    Invalid {
+        name: "three cluster CIDRs",
+        text: "clusterCIDR: 198.19.0.0/16,2001:db8::/64,198.18.0.0/16",
+        field: "clusterCIDR",
+        reason: "at most one CIDR per IP family",
+    },
+    Invalid {
+        name: "cluster CIDR not a CIDR",
+        text: "clusterCIDR: 198.19.0.0",
+        field: "clusterCIDR",
+        reason: "invalid CIDR",
+    },
+    Invalid {
+        name: "unknown detect-local mode",
+        text: "detectLocalMode: Magic",
+        field: "detectLocalMode",
+        reason: "unknown mode \"Magic\"",
+    },
+    Invalid {
+        name: "bridge mode without a bridge",
+        text: "detectLocalMode: BridgeInterface",
+        field: "detectLocal.bridgeInterface",
+        reason: "must be set when detectLocalMode is \"BridgeInterface\"",
+    },
+    Invalid {
+        name: "prefix mode without a prefix",
+        text: "detectLocalMode: InterfaceNamePrefix\ndetectLocal: {}",
+        field: "detectLocal.interfaceNamePrefix",
+        reason: "must be set",
+    },
+    Invalid {
+        name: "node port address not a CIDR",
+        text: "nodePortAddresses: [198.18.0.0/15, eth0]",
+        field: "nodePortAddresses[1]",
+        reason: "invalid CIDR \"eth0\"",
+    },
+    Invalid {
+        name: "healthz address with a hostname",
+        text: "healthzBindAddress: localhost:10256",
+        field: "healthzBindAddress",
+        reason: "must be IP:port",
+    },
+    Invalid {
+        name: "metrics port zero",
+        text: "metricsBindAddress: 127.0.0.1:0",
+        field: "metricsBindAddress",
+        reason: "port in 1-65535",
+    },
+    Invalid {
+        name: "bind address not an IP",
+        text: "bindAddress: node-a",
+        field: "bindAddress",
+        reason: "invalid IP address",
+    },
+    Invalid {
+        name: "blank hostname override",
+        text: "hostnameOverride: \"  \"",
+        field: "hostnameOverride",
+        reason: "must not be blank",
+    },
+    Invalid {
+        name: "negative config sync period",
+        text: "configSyncPeriod: -1m",
+        field: "configSyncPeriod",
+        reason: "must be greater than 0",
+    },
+    Invalid {
+        name: "wrong type",
+        text: "iptables:\n  masqueradeAll: [true]",
+        field: "iptables.masqueradeAll",
+        reason: "at line 4, column 18",
+    },
+];
+
+#[test]
+fn invalid_values_name_the_field() {
+    for case in INVALID {
+        let text = format!("{HEAD}{}\n", case.text);
+        let err = match from_file(&text) {
+            Ok(r) => panic!("{}: accepted: {:?}", case.name, r.config),
+            Err(e) => e,
+        };
+        let fields = err.fields();
+        assert!(
+            fields.iter().any(
+                |f| f.field == case.field && f.reason.contains(case.reason)
+            ),
+            "{}: got {err}",
+            case.name
+        );
+        // The exit message is one line that starts with the field.
+        let message = err.to_string();
+        assert!(!message.contains('\n'), "{}: {message}", case.name);
+        assert!(message.starts_with(case.field), "{}: {message}", case.name);
+    }
+}
+
+#[test]
+fn type_meta_is_required() {
+    let cases = [
+        ("kind: KubeProxyConfiguration\n", "apiVersion", "missing"),
+        (
+            "apiVersion: kubeproxy.config.k8s.io/v1alpha1\n\
+             kind: KubeletConfiguration\n",
+            "kind",
+            "must be \"KubeProxyConfiguration\"",
+        ),
+        (
+            "apiVersion: kubeproxy.config.k8s.io/v1beta1\n\
+             kind: KubeProxyConfiguration\n",
+            "apiVersion",
+            "must be \"kubeproxy.config.k8s.io/v1alpha1\"",
+        ),
+    ];
+    for (text, field, reason) in cases {
+        let err = from_file(text).unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::Decode { path, reason: r }
+                if path == field && r.contains(reason)),
+            "{text}: {err}"
+        );
+    }
+}
+
+#[test]
+fn broken_yaml_is_a_syntax_error_on_one_line() {
+    for text in [
+        "kind: \"unterminated\nipvs: {}\n",
+        // Upstream's strict decoding rejects duplicate fields too.
+        "mode: ipvs\nmode: ipvs\n",
+    ] {
+        let err = from_file(text).unwrap_err();
+        assert!(matches!(err, ConfigError::Syntax(_)), "{text}: {err:?}");
+        assert!(!err.to_string().contains('\n'), "{err}");
+    }
+}
+
+#[test]
+fn every_error_is_reported_at_once() {
+    let text = format!("{HEAD}mode: iptables\nipvs:\n  scheduler: foo\n");
+    let fields: Vec<String> = from_file(&text)
+        .unwrap_err()
+        .fields()
+        .into_iter()
+        .map(|f| f.field)
+        .collect();
+    assert_eq!(fields, vec!["mode", "ipvs.scheduler"]);
+}
+
+#[test]
+fn unused_fields_warn_once_each() {
+    let text = format!(
+        "{HEAD}mode: ipvs\n\
+         featureGates:\n  SomeGate: true\n  OtherGate: false\n\
+         conntrack:\n  maxPerCore: 32768\n  min: 0\n  tcpBeLiberal: true\n\
+         logging:\n  verbosity: 4\n\
+         iptables:\n  syncPeriod: 30s\n  masqueradeBit: 14\n\
+         winkernel:\n  networkName: l2bridge\n  enableDSR: false\n\
+         oomScoreAdj: -999\n\
+         udpIdleTimeout: 250ms\n"
+    );
+    let warnings = from_file(&text).unwrap().warnings;
+    let fields: Vec<&str> = warnings.iter().map(|w| w.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        vec![
+            "featureGates.OtherGate",
+            "featureGates.SomeGate",
+            "logging",
+            "iptables.syncPeriod",
+            "winkernel.networkName",
+            "oomScoreAdj",
+            "conntrack.maxPerCore",
+            "conntrack.tcpBeLiberal",
+            "udpIdleTimeout",
+        ]
+    );
+}
+
+#[test]
+fn flags_alone_configure_everything() {
+    let a = args(&[
+        "--proxy-mode=ipvs",
+        "--ipvs-scheduler=wrr",
+        "--ipvs-sync-period=10s",
+        "--ipvs-min-sync-period=1s",
+        "--ipvs-exclude-cidrs=198.18.10.0/24,2001:db8::/64",
+        "--ipvs-strict-arp",
+        "--ipvs-tcp-timeout=2m",
+        "--ipvs-tcpfin-timeout=30s",
+        "--ipvs-udp-timeout=5s",
+        "--cluster-cidr=198.19.0.0/16",
+        "--detect-local-mode=InterfaceNamePrefix",
+        "--pod-interface-name-prefix=veth",
+        "--nodeport-addresses=primary",
+        "--masquerade-all",
+        "--iptables-masquerade-bit=15",
+        "--hostname-override=Node-B",
+        "--bind-address=198.18.0.2",
+        "--healthz-bind-address=127.0.0.1:20256",
+        "--metrics-bind-address=",
+        "--kubeconfig=/etc/kube/proxy.conf",
+        "--config-sync-period=5m",
+        "--state=examples/cluster.yaml",
+        "--service-proxy-name=ours",
+    ]);
+    let resolved = resolve(&a, None).unwrap();
+    let expected = Config {
+        ipvs: IpvsConfig {
+            scheduler: Scheduler::WeightedRoundRobin,
+            sync_period: Duration::from_secs(10),
+            min_sync_period: Duration::from_secs(1),
+            exclude_cidrs: vec![net("198.18.10.0/24"), net("2001:db8::/64")],
+            strict_arp: true,
+            tcp_timeout: Some(Duration::from_secs(120)),
+            tcp_fin_timeout: Some(Duration::from_secs(30)),
+            udp_timeout: Some(Duration::from_secs(5)),
+        },
+        cluster_cidrs: vec![net("198.19.0.0/16")],
+        detect_local: DetectLocal::InterfaceNamePrefix("veth".into()),
+        node_port_addresses: vec![NodePortAddress::Primary],
+        masquerade_all: true,
+        masquerade_bit: 15,
+        hostname_override: Some("node-b".into()),
+        primary_ip_override: Some(IpAddr::V4(Ipv4Addr::new(198, 18, 0, 2))),
+        healthz_bind_address: Some(sock("127.0.0.1:20256")),
+        // An empty flag value disables the server.
+        metrics_bind_address: None,
+        kubeconfig: Some(PathBuf::from("/etc/kube/proxy.conf")),
+        state_file: Some(PathBuf::from("examples/cluster.yaml")),
+        service_proxy_name: Some("ours".into()),
+        config_sync_period: Duration::from_secs(300),
+    };
+    assert_eq!(resolved.config, expected);
+    assert_eq!(resolved.warnings, vec![]);
+}
+
+#[test]
+fn with_a_config_file_most_flags_are_ignored() {
+    let a = args(&[
+        "--config=/var/lib/kube-proxy/config.conf",
+        "--ipvs-scheduler=wrr",
+        "--masquerade-all",
+        "--kubeconfig=/elsewhere",
+        "--hostname-override=Node-C",
+        "--state=/tmp/state.yaml",
+        "--service-proxy-name=ours",
+    ]);
+    let resolved = resolve(&a, Some(KUBEADM)).unwrap();
+    let c = &resolved.config;
+    // From the file:
+    assert_eq!(c.ipvs.scheduler, Scheduler::RoundRobin);
+    assert!(!c.masquerade_all);
+    assert_eq!(
+        c.kubeconfig,
+        Some(PathBuf::from("/var/lib/kube-proxy/kubeconfig.conf"))
+    );
+    // Still from the flags:
+    assert_eq!(c.hostname_override.as_deref(), Some("node-c"));
+    assert_eq!(c.state_file, Some(PathBuf::from("/tmp/state.yaml")));
+    assert_eq!(c.service_proxy_name.as_deref(), Some("ours"));
+    let ignored: Vec<&str> =
+        resolved.warnings.iter().map(|w| w.field.as_str()).collect();
+    assert_eq!(
+        ignored,
+        vec!["--ipvs-scheduler", "--masquerade-all", "--kubeconfig"]
+    );
+}
+
+#[test]
+fn hostname_override_flag_beats_the_file() {
+    let text = kubeadm_with("hostnameOverride:", "hostnameOverride: from-file");
+    let from_file_only = from_file(&text).unwrap().config;
+    assert_eq!(
+        from_file_only.hostname_override.as_deref(),
+        Some("from-file")
+    );
+    let a = args(&["--config=x", "--hostname-override=From-Flag"]);
+    let both = resolve(&a, Some(&text)).unwrap().config;
+    assert_eq!(both.hostname_override.as_deref(), Some("from-flag"));
+    // An empty flag (e.g. an unset $(NODE_NAME)) does not override.
+    let a = args(&["--config=x", "--hostname-override="]);
+    let empty = resolve(&a, Some(&text)).unwrap().config;
+    assert_eq!(empty.hostname_override.as_deref(), Some("from-file"));
+}
+
+#[test]
+fn invalid_flags_name_the_flag() {
+    let cases: &[(&[&str], &str, &str)] = &[
+        (&["--proxy-mode=iptables"], "--proxy-mode", "only \"ipvs\""),
+        (
+            &["--ipvs-scheduler=foo"],
+            "--ipvs-scheduler",
+            "unknown scheduler",
+        ),
+        (
+            &["--iptables-masquerade-bit=40"],
+            "--iptables-masquerade-bit",
+            "must be in [0, 31]",
+        ),
+        (
+            &["--ipvs-sync-period=1s", "--ipvs-min-sync-period=2s"],
+            "--ipvs-sync-period",
+            "--ipvs-min-sync-period",
+        ),
+        (
+            &["--ipvs-exclude-cidrs=198.18.0.0/16,bad"],
+            "--ipvs-exclude-cidrs",
+            "invalid CIDR \"bad\"",
+        ),
+        (
+            &["--detect-local-mode=BridgeInterface"],
+            "--pod-bridge-interface",
+            "when --detect-local-mode is",
+        ),
+        (&["--hostname-override=  "], "--hostname-override", "blank"),
+        (
+            &["--healthz-bind-address=:10256"],
+            "--healthz-bind-address",
+            "IP",
+        ),
+    ];
+    for (flags, field, reason) in cases {
+        let err = resolve(&args(flags), None).unwrap_err();
+        assert!(
+            err.fields()
+                .iter()
+                .any(|f| f.field == *field && f.reason.contains(reason)),
+            "{flags:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn unimplemented_upstream_flags_are_accepted_with_a_warning() {
+    let a = args(&[
+        "--conntrack-max-per-core=0",
+        "--oom-score-adj=-999",
+        "--v=4",
+        "--profiling",
+        "--conntrack-tcp-be-liberal=false",
+        "--healthz-port=10256",
+    ]);
+    let warnings = resolve(&a, None).unwrap().warnings;
+    let fields: Vec<&str> = warnings.iter().map(|w| w.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        vec![
+            "-v",
+            "--oom-score-adj",
+            "--conntrack-max-per-core",
+            "--healthz-port",
+            "--profiling",
+            "--conntrack-tcp-be-liberal",
+        ]
+    );
+}
+
+fn cli(argv: &[&str]) -> Result<Cli, clap::Error> {
+    Cli::try_parse_from(
+        std::iter::once("kube-ipvs-proxy").chain(argv.iter().copied()),
+    )
+}
+
+#[test]
+fn plan_subcommand() {
+    let parsed = cli(&[
+        "plan", "--state", "s.yaml", "--node", "n1", "--output", "json",
+    ])
+    .unwrap();
+    let Some(Command::Plan(plan)) = parsed.command else {
+        panic!("not plan: {parsed:?}");
+    };
+    assert_eq!(plan.config.state, Some(PathBuf::from("s.yaml")));
+    assert_eq!(plan.node.as_deref(), Some("n1"));
+    assert_eq!(plan.output, OutputFormat::Json);
+
+    let defaults = cli(&["plan", "--state=s.yaml"]).unwrap();
+    let Some(Command::Plan(plan)) = defaults.command else {
+        panic!("not plan: {defaults:?}");
+    };
+    assert_eq!(plan.output, OutputFormat::Text);
+    assert_eq!(plan.node, None);
+
+    // Plan takes the configuration flags too.
+    let with_config =
+        cli(&["plan", "--state=s.yaml", "--ipvs-scheduler=sh"]).unwrap();
+    let Some(Command::Plan(plan)) = with_config.command else {
+        panic!("not plan");
+    };
+    assert_eq!(plan.config.ipvs_scheduler.as_deref(), Some("sh"));
+}
+
+#[test]
+fn cli_rejections() {
+    let cases: &[(&[&str], clap::error::ErrorKind)] = &[
+        (&["plan"], clap::error::ErrorKind::MissingRequiredArgument),
+        (
+            &["plan", "--state=s", "--output=yaml"],
+            clap::error::ErrorKind::InvalidValue,
+        ),
+        (
+            &["--ipvs-sync-period=5x"],
+            clap::error::ErrorKind::ValueValidation,
+        ),
+        (&["--no-such-flag"], clap::error::ErrorKind::UnknownArgument),
+        (
+            &["--cleanup=maybe"],
+            clap::error::ErrorKind::ValueValidation,
+        ),
+    ];
+    for (argv, kind) in cases {
+        match cli(argv) {
+            Ok(parsed) => panic!("{argv:?} accepted: {parsed:?}"),
+            Err(e) => assert_eq!(e.kind(), *kind, "{argv:?}: {e}"),
+        }
+    }
+}
+
+#[test]
+fn cli_bools_and_lists() {
+    let parsed = cli(&["--cleanup"]).unwrap();
+    assert!(parsed.run.cleanup());
+    assert!(!cli(&["--cleanup=false"]).unwrap().run.cleanup());
+    assert!(!cli(&[]).unwrap().run.cleanup());
+    let parsed = cli(&[
+        "--ipvs-strict-arp=false",
+        "--ipvs-exclude-cidrs=198.18.0.0/16,2001:db8::/32",
+        "--ipvs-sync-period=1m30s",
+    ])
+    .unwrap();
+    let c = parsed.run.config;
+    assert_eq!(c.ipvs_strict_arp, Some(false));
+    assert_eq!(
+        c.ipvs_exclude_cidrs,
+        Some(vec!["198.18.0.0/16".to_owned(), "2001:db8::/32".to_owned()])
+    );
+    assert_eq!(
+        c.ipvs_sync_period,
+        Some(GoDuration::from_std(Duration::from_secs(90)))
+    );
+}
+
+#[test]
+fn go_durations() {
+    const NS: i64 = 1;
+    const MS: i64 = 1_000_000;
+    const S: i64 = 1_000_000_000;
+    let ok: &[(&str, i64)] = &[
+        ("0", 0),
+        ("0s", 0),
+        ("30s", 30 * S),
+        ("1m0s", 60 * S),
+        ("1h2m3s", 3723 * S),
+        ("1.5h", 5400 * S),
+        ("300ms", 300 * MS),
+        ("2.5ms", 2_500_000 * NS),
+        (".5s", 500 * MS),
+        ("5.s", 5 * S),
+        ("1us", 1_000 * NS),
+        ("1\u{b5}s", 1_000 * NS),
+        ("1\u{3bc}s", 1_000 * NS),
+        ("7ns", 7 * NS),
+        ("-1s", -S),
+        ("+5s", 5 * S),
+        ("1.0000000001s", S),
+    ];
+    for (text, nanos) in ok {
+        assert_eq!(GoDuration::parse(text), Ok(GoDuration(*nanos)), "{text}");
+    }
+    let bad = [
+        "",
+        "s",
+        "5",
+        "5x",
+        "-",
+        "1.2.3s",
+        ".s",
+        "9999999999h",
+        "1s5",
+    ];
+    for text in bad {
+        assert!(GoDuration::parse(text).is_err(), "{text:?} accepted");
+    }
+    let shown: &[(i64, &str)] = &[
+        (0, "0s"),
+        (90 * S, "1m30s"),
+        (3600 * S, "1h0m0s"),
+        (1500 * MS, "1500ms"),
+        (-S, "-1s"),
+    ];
+    for (nanos, text) in shown {
+        assert_eq!(GoDuration(*nanos).to_string(), *text);
+    }
+}
+
+#[test]
+fn node_name_prefers_the_override() {
+    let mut config = Config::default();
+    assert_eq!(config.node_name(" Host-1\n"), "host-1");
+    config.hostname_override = Some("node-a".into());
+    assert_eq!(config.node_name("host-1"), "node-a");
+}
+
+#[test]
+fn scheduler_names_round_trip() {
+    let names: Vec<&str> = Scheduler::names().collect();
+    assert_eq!(
+        names,
+        vec![
+            "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "sh", "dh", "sed", "nq"
+        ]
+    );
+    for name in names {
+        let scheduler: Scheduler = name.parse().unwrap();
+        assert_eq!(scheduler.as_str(), name);
+    }
+    assert_eq!("".parse::<Scheduler>(), Ok(Scheduler::RoundRobin));
+    assert_eq!(
+        "mh".parse::<Scheduler>(),
+        Err(UnknownScheduler("mh".to_owned()))
+    );
+}

@@ -1,0 +1,425 @@
+//! Turns a decoded `KubeProxyConfiguration` (from the file, or assembled
+//! from flags) into a [`Config`]: upstream's defaulting for zero values,
+//! then validation, collecting every error with the field (or flag) name.
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    path::PathBuf,
+    time::Duration,
+};
+
+use ipnet::IpNet;
+
+use super::{
+    duration::GoDuration,
+    kubeproxy::KubeProxyConfiguration,
+    settings::{
+        default_healthz_address, default_metrics_address, Config, DetectLocal,
+        IpvsConfig, NodePortAddress, Scheduler, HEALTHZ_PORT, METRICS_PORT,
+    },
+    ConfigError, ConfigWarning, FieldError,
+};
+
+/// Where the values came from, so errors can name what the user wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    File,
+    Flags,
+}
+
+/// File field path → the flag that sets it when there is no file.
+const FLAG_NAMES: &[(&str, &str)] = &[
+    ("mode", "--proxy-mode"),
+    ("ipvs.scheduler", "--ipvs-scheduler"),
+    ("ipvs.syncPeriod", "--ipvs-sync-period"),
+    ("ipvs.minSyncPeriod", "--ipvs-min-sync-period"),
+    ("ipvs.excludeCIDRs", "--ipvs-exclude-cidrs"),
+    ("ipvs.tcpTimeout", "--ipvs-tcp-timeout"),
+    ("ipvs.tcpFinTimeout", "--ipvs-tcpfin-timeout"),
+    ("ipvs.udpTimeout", "--ipvs-udp-timeout"),
+    ("iptables.masqueradeBit", "--iptables-masquerade-bit"),
+    ("clusterCIDR", "--cluster-cidr"),
+    ("detectLocalMode", "--detect-local-mode"),
+    ("detectLocal.bridgeInterface", "--pod-bridge-interface"),
+    (
+        "detectLocal.interfaceNamePrefix",
+        "--pod-interface-name-prefix",
+    ),
+    ("nodePortAddresses", "--nodeport-addresses"),
+    ("bindAddress", "--bind-address"),
+    ("healthzBindAddress", "--healthz-bind-address"),
+    ("metricsBindAddress", "--metrics-bind-address"),
+    ("hostnameOverride", "--hostname-override"),
+    ("configSyncPeriod", "--config-sync-period"),
+];
+
+impl Origin {
+    pub fn name(self, path: &str) -> String {
+        match self {
+            Origin::File => path.to_owned(),
+            Origin::Flags => {
+                let base = path.split('[').next().unwrap_or(path);
+                FLAG_NAMES
+                    .iter()
+                    .find(|(p, _)| *p == base)
+                    .map_or_else(|| path.to_owned(), |(_, f)| (*f).to_owned())
+            }
+        }
+    }
+}
+
+struct Validator {
+    origin: Origin,
+    errors: Vec<FieldError>,
+    warnings: Vec<ConfigWarning>,
+}
+
+impl Validator {
+    fn err(&mut self, path: &str, reason: impl Into<String>) {
+        self.errors.push(FieldError {
+            field: self.origin.name(path),
+            reason: reason.into(),
+        });
+    }
+
+    fn warn(&mut self, path: &str, message: impl Into<String>) {
+        self.warnings.push(ConfigWarning {
+            field: self.origin.name(path),
+            message: message.into(),
+        });
+    }
+
+    /// A period that must be positive; zero or unset takes the default.
+    fn positive(
+        &mut self,
+        path: &str,
+        value: Option<GoDuration>,
+        default: Duration,
+    ) -> Duration {
+        match value.unwrap_or_default() {
+            d if d.is_zero() => default,
+            d => d.to_std().unwrap_or_else(|| {
+                self.err(path, format!("must be greater than 0, got {d}"));
+                default
+            }),
+        }
+    }
+
+    /// A duration where zero is meaningful and negative is not.
+    fn non_negative(
+        &mut self,
+        path: &str,
+        value: Option<GoDuration>,
+    ) -> Duration {
+        let d = value.unwrap_or_default();
+        d.to_std().unwrap_or_else(|| {
+            self.err(
+                path,
+                format!("must be greater than or equal to 0, got {d}"),
+            );
+            Duration::ZERO
+        })
+    }
+
+    fn cidr(&mut self, path: &str, text: &str) -> Option<IpNet> {
+        match text.trim().parse::<IpNet>() {
+            Ok(net) => Some(net.trunc()),
+            Err(_) => {
+                self.err(path, format!("invalid CIDR {text:?}"));
+                None
+            }
+        }
+    }
+}
+
+/// Decoded values → effective config, or every error found.
+pub fn to_config(
+    kpc: &KubeProxyConfiguration,
+    origin: Origin,
+) -> Result<(Config, Vec<ConfigWarning>), ConfigError> {
+    let mut v = Validator {
+        origin,
+        errors: Vec::new(),
+        warnings: Vec::new(),
+    };
+    let defaults = Config::default();
+
+    match kpc.mode.as_deref().unwrap_or("") {
+        "" | "ipvs" => {}
+        other => {
+            v.err("mode", format!("only \"ipvs\" is supported, got {other:?}"))
+        }
+    }
+
+    let ipvs = ipvs_config(&mut v, kpc);
+
+    let iptables = kpc.iptables.clone().unwrap_or_default();
+    let masquerade_bit = match iptables.masquerade_bit {
+        None => defaults.masquerade_bit,
+        Some(bit) => u8::try_from(bit)
+            .ok()
+            .filter(|b| *b <= 31)
+            .unwrap_or_else(|| {
+                v.err(
+                    "iptables.masqueradeBit",
+                    format!("must be in [0, 31], got {bit}"),
+                );
+                defaults.masquerade_bit
+            }),
+    };
+
+    let cluster_cidrs = cluster_cidrs(&mut v, kpc.cluster_cidr.as_deref());
+    let detect_local = detect_local(&mut v, kpc);
+    let node_port_addresses = node_port_addresses(
+        &mut v,
+        kpc.node_port_addresses.as_deref().unwrap_or_default(),
+    );
+
+    let bind_address = match kpc.bind_address.as_deref().unwrap_or("") {
+        "" => None,
+        text => text.parse::<IpAddr>().ok().or_else(|| {
+            v.err("bindAddress", format!("invalid IP address {text:?}"));
+            None
+        }),
+    };
+    let ipv6 = bind_address.is_some_and(|ip| ip.is_ipv6());
+    let healthz_bind_address = Some(host_port(
+        &mut v,
+        "healthzBindAddress",
+        kpc.healthz_bind_address.as_deref(),
+        HEALTHZ_PORT,
+        default_healthz_address(ipv6),
+    ));
+    let metrics_bind_address = Some(host_port(
+        &mut v,
+        "metricsBindAddress",
+        kpc.metrics_bind_address.as_deref(),
+        METRICS_PORT,
+        default_metrics_address(ipv6),
+    ));
+
+    let hostname_override = match kpc.hostname_override.as_deref() {
+        None | Some("") => None,
+        Some(name) if name.trim().is_empty() => {
+            v.err("hostnameOverride", "must not be blank");
+            None
+        }
+        Some(name) => Some(name.trim().to_lowercase()),
+    };
+
+    let kubeconfig = kpc
+        .client_connection
+        .as_ref()
+        .and_then(|c| c.kubeconfig.as_deref())
+        .filter(|k| !k.is_empty())
+        .map(PathBuf::from);
+
+    let config_sync_period = v.positive(
+        "configSyncPeriod",
+        kpc.config_sync_period,
+        defaults.config_sync_period,
+    );
+
+    if !v.errors.is_empty() {
+        return Err(ConfigError::Invalid(v.errors));
+    }
+    let config = Config {
+        ipvs,
+        cluster_cidrs,
+        detect_local,
+        node_port_addresses,
+        masquerade_all: iptables.masquerade_all.unwrap_or(false),
+        masquerade_bit,
+        hostname_override,
+        primary_ip_override: bind_address.filter(|ip| !ip.is_unspecified()),
+        healthz_bind_address,
+        metrics_bind_address,
+        kubeconfig,
+        state_file: None,
+        service_proxy_name: None,
+        config_sync_period,
+    };
+    Ok((config, v.warnings))
+}
+
+fn ipvs_config(v: &mut Validator, kpc: &KubeProxyConfiguration) -> IpvsConfig {
+    let defaults = IpvsConfig::default();
+    let ipvs = kpc.ipvs.clone().unwrap_or_default();
+    let sync_period =
+        v.positive("ipvs.syncPeriod", ipvs.sync_period, defaults.sync_period);
+    let min_sync_period =
+        v.non_negative("ipvs.minSyncPeriod", ipvs.min_sync_period);
+    if min_sync_period > sync_period {
+        v.err(
+            "ipvs.syncPeriod",
+            format!(
+                "must be greater than or equal to {} ({})",
+                v.origin.name("ipvs.minSyncPeriod"),
+                GoDuration::from_std(min_sync_period),
+            ),
+        );
+    }
+    let scheduler_text = ipvs.scheduler.unwrap_or_default();
+    let scheduler = scheduler_text.parse::<Scheduler>().unwrap_or_else(|e| {
+        let known: Vec<_> = Scheduler::names().collect();
+        v.err(
+            "ipvs.scheduler",
+            format!("{e} (must be one of {})", known.join(", ")),
+        );
+        Scheduler::default()
+    });
+    let exclude_cidrs = ipvs
+        .exclude_cidrs
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .filter_map(|(i, text)| {
+            v.cidr(&format!("ipvs.excludeCIDRs[{i}]"), text)
+        })
+        .collect();
+    let timeout = |v: &mut Validator, path: &str, d: Option<GoDuration>| {
+        Some(v.non_negative(path, d)).filter(|d| !d.is_zero())
+    };
+    IpvsConfig {
+        scheduler,
+        sync_period,
+        min_sync_period,
+        exclude_cidrs,
+        strict_arp: ipvs.strict_arp.unwrap_or(false),
+        tcp_timeout: timeout(v, "ipvs.tcpTimeout", ipvs.tcp_timeout),
+        tcp_fin_timeout: timeout(v, "ipvs.tcpFinTimeout", ipvs.tcp_fin_timeout),
+        udp_timeout: timeout(v, "ipvs.udpTimeout", ipvs.udp_timeout),
+    }
+}
+
+/// A comma-separated list with at most one CIDR per family.
+fn cluster_cidrs(v: &mut Validator, text: Option<&str>) -> Vec<IpNet> {
+    let text = text.unwrap_or("").trim();
+    if text.is_empty() {
+        return Vec::new();
+    }
+    let cidrs: Vec<IpNet> = text
+        .split(',')
+        .filter_map(|part| v.cidr("clusterCIDR", part))
+        .collect();
+    match cidrs.as_slice() {
+        [] | [_] => {}
+        [a, b] if a.addr().is_ipv4() != b.addr().is_ipv4() => {}
+        [_, _] => v.err(
+            "clusterCIDR",
+            format!("{text:?}: two CIDRs must be one IPv4 and one IPv6"),
+        ),
+        _ => v.err(
+            "clusterCIDR",
+            format!("{text:?}: at most one CIDR per IP family"),
+        ),
+    }
+    cidrs
+}
+
+fn detect_local(
+    v: &mut Validator,
+    kpc: &KubeProxyConfiguration,
+) -> DetectLocal {
+    let section = kpc.detect_local.clone().unwrap_or_default();
+    let required = |v: &mut Validator, path: &str, value: Option<String>| {
+        let value = value.unwrap_or_default();
+        if value.is_empty() {
+            let mode = v.origin.name("detectLocalMode");
+            v.err(
+                path,
+                format!("must be set when {mode} is {:?}", mode_of(kpc)),
+            );
+        }
+        value
+    };
+    match mode_of(kpc) {
+        "" | "ClusterCIDR" => DetectLocal::ClusterCidr,
+        "NodeCIDR" => DetectLocal::NodeCidr,
+        "BridgeInterface" => DetectLocal::BridgeInterface(required(
+            v,
+            "detectLocal.bridgeInterface",
+            section.bridge_interface,
+        )),
+        "InterfaceNamePrefix" => DetectLocal::InterfaceNamePrefix(required(
+            v,
+            "detectLocal.interfaceNamePrefix",
+            section.interface_name_prefix,
+        )),
+        other => {
+            v.err(
+                "detectLocalMode",
+                format!(
+                    "unknown mode {other:?} (must be ClusterCIDR, NodeCIDR, \
+                     BridgeInterface or InterfaceNamePrefix)"
+                ),
+            );
+            DetectLocal::ClusterCidr
+        }
+    }
+}
+
+fn mode_of(kpc: &KubeProxyConfiguration) -> &str {
+    kpc.detect_local_mode.as_deref().unwrap_or("")
+}
+
+fn node_port_addresses(
+    v: &mut Validator,
+    entries: &[String],
+) -> Vec<NodePortAddress> {
+    let mut out = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        let path = format!("nodePortAddresses[{i}]");
+        match entry.trim() {
+            "primary" => out.push(NodePortAddress::Primary),
+            "all" => out.extend(
+                ["0.0.0.0/0", "::/0"]
+                    .iter()
+                    .filter_map(|c| c.parse().ok())
+                    .map(NodePortAddress::Cidr),
+            ),
+            "localhost" => v.warn(
+                &path,
+                "NodePorts are never served on loopback in IPVS mode; ignored",
+            ),
+            text => {
+                if let Some(net) = v.cidr(&path, text) {
+                    out.push(NodePortAddress::Cidr(net));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// "IP:port" or a bare IP (which gets the default port), as upstream's
+/// `AppendPortIfNeeded` then `validateHostPort`.
+fn host_port(
+    v: &mut Validator,
+    path: &str,
+    text: Option<&str>,
+    default_port: u16,
+    default: SocketAddr,
+) -> SocketAddr {
+    let text = text.unwrap_or("").trim();
+    if text.is_empty() {
+        return default;
+    }
+    let parsed = text
+        .parse::<SocketAddr>()
+        .ok()
+        .or_else(|| {
+            let ip = text.trim_start_matches('[').trim_end_matches(']');
+            ip.parse::<IpAddr>()
+                .ok()
+                .map(|ip| SocketAddr::new(ip, default_port))
+        })
+        .filter(|addr| addr.port() != 0);
+    parsed.unwrap_or_else(|| {
+        v.err(
+            path,
+            format!("{text:?} must be IP:port with a port in 1-65535"),
+        );
+        default
+    })
+}
