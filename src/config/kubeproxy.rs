@@ -17,8 +17,13 @@ pub const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
 pub const KIND: &str = "KubeProxyConfiguration";
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 pub struct KubeProxyConfiguration {
+    /// Paths of fields no version of the type has (typos, or fields from
+    /// a newer release). kube-proxy decodes v1alpha1 leniently and only
+    /// logs them; a drop-in must accept what it accepts.
+    #[serde(skip)]
+    pub unknown_fields: Vec<String>,
     pub api_version: Option<String>,
     pub kind: Option<String>,
     pub feature_gates: Option<BTreeMap<String, bool>>,
@@ -54,7 +59,7 @@ pub struct KubeProxyConfiguration {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 pub struct ClientConnection {
     pub accept_content_types: Option<String>,
     pub burst: Option<i64>,
@@ -64,7 +69,7 @@ pub struct ClientConnection {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 pub struct Iptables {
     pub masquerade_bit: Option<i64>,
     pub masquerade_all: Option<bool>,
@@ -76,7 +81,7 @@ pub struct Iptables {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 pub struct Ipvs {
     pub sync_period: Option<GoDuration>,
     pub min_sync_period: Option<GoDuration>,
@@ -91,7 +96,7 @@ pub struct Ipvs {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 pub struct Nftables {
     pub masquerade_bit: Option<i64>,
     pub masquerade_all: Option<bool>,
@@ -100,7 +105,7 @@ pub struct Nftables {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 pub struct Winkernel {
     pub network_name: Option<String>,
     pub source_vip: Option<String>,
@@ -111,14 +116,14 @@ pub struct Winkernel {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 pub struct DetectLocalSection {
     pub bridge_interface: Option<String>,
     pub interface_name_prefix: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[serde(rename_all = "camelCase")]
 pub struct Conntrack {
     pub max_per_core: Option<i64>,
     pub min: Option<i64>,
@@ -133,13 +138,22 @@ pub struct Conntrack {
 /// shape is checked here (known fields, types, apiVersion and kind).
 pub fn parse(text: &str) -> Result<KubeProxyConfiguration, ConfigError> {
     let mut path = None;
+    let mut unknown = Vec::new();
     let decoded = serde_saphyr::with_deserializer_from_str(text, |de| {
+        // `?` marks an Option layer, which the user never wrote.
+        let mut note_unknown = |p: serde_ignored::Path<'_>| {
+            let path = p.to_string();
+            let parts: Vec<&str> =
+                path.split('.').filter(|part| *part != "?").collect();
+            unknown.push(parts.join("."));
+        };
+        let de = serde_ignored::Deserializer::new(de, &mut note_unknown);
         serde_path_to_error::deserialize(de).map_err(|e| {
             path = Some(e.path().to_string());
             e.into_inner()
         })
     });
-    let kpc: KubeProxyConfiguration = match (decoded, path) {
+    let mut kpc: KubeProxyConfiguration = match (decoded, path) {
         (Ok(kpc), _) => kpc,
         // serde_path_to_error says "." for the document itself and "?"
         // where it lost track (e.g. a duplicate key): no useful path.
@@ -153,6 +167,7 @@ pub fn parse(text: &str) -> Result<KubeProxyConfiguration, ConfigError> {
     };
     check_type_meta("apiVersion", kpc.api_version.as_deref(), API_VERSION)?;
     check_type_meta("kind", kpc.kind.as_deref(), KIND)?;
+    kpc.unknown_fields = unknown;
     Ok(kpc)
 }
 
@@ -255,6 +270,14 @@ impl KubeProxyConfiguration {
     /// zero value but that we do not implement.
     pub fn unused_fields(&self) -> Vec<ConfigWarning> {
         let mut u = Unused(Vec::new());
+        for path in &self.unknown_fields {
+            u.0.push(ConfigWarning {
+                field: path.clone(),
+                message: "unknown field; ignored, as kube-proxy's lenient \
+                          decoding does (a typo?)"
+                    .to_owned(),
+            });
+        }
         for (gate, enabled) in self.feature_gates.iter().flatten() {
             u.0.push(ConfigWarning {
                 field: format!("featureGates.{gate}"),

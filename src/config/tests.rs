@@ -251,18 +251,6 @@ const HEAD: &str = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\n\
 
 const INVALID: &[Invalid] = &[
     Invalid {
-        name: "unknown top-level field (typo)",
-        text: "modee: ipvs",
-        field: "modee",
-        reason: "unknown field",
-    },
-    Invalid {
-        name: "unknown nested field (typo)",
-        text: "ipvs:\n  schedulr: rr",
-        field: "ipvs.schedulr",
-        reason: "unknown field",
-    },
-    Invalid {
         name: "unknown scheduler",
         text: "ipvs:\n  scheduler: foo",
         field: "ipvs.scheduler",
@@ -856,4 +844,15 @@ fn scheduler_names_round_trip() {
         "mh".parse::<Scheduler>(),
         Err(UnknownScheduler("mh".to_owned()))
     );
+}
+
+#[test]
+fn unknown_fields_are_warnings_as_with_kube_proxys_lenient_decoding() {
+    let text = format!("{HEAD}modee: ipvs\nipvs:\n  schedulr: rr\n");
+    let resolved = from_file(&text).expect("accepted, as upstream does");
+    let fields: Vec<&str> =
+        resolved.warnings.iter().map(|w| w.field.as_str()).collect();
+    assert!(fields.contains(&"modee"), "{fields:?}");
+    assert!(fields.contains(&"ipvs.schedulr"), "{fields:?}");
+    assert_eq!(resolved.config.ipvs.scheduler.as_str(), "rr");
 }
