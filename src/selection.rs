@@ -3,7 +3,7 @@
 //! upstream's `pkg/proxy/topology.go` (`CategorizeEndpoints`), and which
 //! of them IPVS mode programs as real servers.
 
-use std::{collections::HashSet, sync::Arc};
+use std::{collections::HashSet, net::IpAddr, sync::Arc};
 
 use crate::model::{EndpointInfo, ServicePortInfo};
 
@@ -35,7 +35,23 @@ enum Topology {
     PreferSameNode,
 }
 
-/// Sorts `endpoints` into the cluster and local sets.
+/// The endpoints in the address family of `ip` (a cluster IP or other
+/// virtual server address).
+///
+/// Upstream runs one proxier per IP family, so each family's endpoints are
+/// categorized apart: "every ready endpoint has a hint" and "has any
+/// endpoints" are per family. [`EndpointsMap`](crate::model::EndpointsMap)
+/// lists hold both families, so callers filter with this before
+/// [`categorize_endpoints`].
+pub fn same_family(
+    endpoints: &[Arc<EndpointInfo>],
+    ip: IpAddr,
+) -> Vec<Arc<EndpointInfo>> {
+    filter(endpoints, |ep| ep.ip.is_ipv4() == ip.is_ipv4())
+}
+
+/// Sorts `endpoints` (of one address family, see [`same_family`]) into
+/// the cluster and local sets.
 ///
 /// Usable means ready; when no endpoint is ready (counted separately for
 /// the cluster and the local set) serving-terminating endpoints are used
@@ -94,7 +110,7 @@ pub fn categorize_endpoints(
         out.all_reachable = out.cluster.clone();
         return out;
     }
-    let members: HashSet<(std::net::IpAddr, u16)> = out
+    let members: HashSet<(IpAddr, u16)> = out
         .cluster
         .iter()
         .chain(&out.local)

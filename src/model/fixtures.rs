@@ -154,3 +154,101 @@ pub fn ep(
     f(&mut info);
     Arc::new(info)
 }
+
+/// A metrics recorder for tests: counters and gauges by rendered key
+/// (`name{label=value,...}`), read back after the code under test ran
+/// inside [`TestRecorder::run`].
+#[derive(Default)]
+pub struct TestRecorder {
+    values:
+        std::sync::Mutex<BTreeMap<String, Arc<std::sync::atomic::AtomicU64>>>,
+}
+
+impl TestRecorder {
+    pub fn run<T>(&self, f: impl FnOnce() -> T) -> T {
+        metrics::with_local_recorder(self, f)
+    }
+
+    fn handle(&self, key: &metrics::Key) -> Arc<std::sync::atomic::AtomicU64> {
+        let labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        let rendered = if labels.is_empty() {
+            key.name().to_owned()
+        } else {
+            format!("{}{{{}}}", key.name(), labels.join(","))
+        };
+        let mut values = self
+            .values
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Arc::clone(values.entry(rendered).or_default())
+    }
+
+    /// A counter's value; 0 if never touched.
+    pub fn counter(&self, rendered: &str) -> u64 {
+        self.raw(rendered)
+    }
+
+    /// A gauge's value; 0.0 if never touched.
+    pub fn gauge(&self, rendered: &str) -> f64 {
+        f64::from_bits(self.raw(rendered))
+    }
+
+    fn raw(&self, rendered: &str) -> u64 {
+        let values = self
+            .values
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        values
+            .get(rendered)
+            .map(|v| v.load(std::sync::atomic::Ordering::SeqCst))
+            .unwrap_or(0)
+    }
+}
+
+impl metrics::Recorder for TestRecorder {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(
+        &self,
+        key: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Counter {
+        metrics::Counter::from_arc(self.handle(key))
+    }
+    fn register_gauge(
+        &self,
+        key: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Gauge {
+        metrics::Gauge::from_arc(self.handle(key))
+    }
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}

@@ -374,3 +374,22 @@ fn ipvs_real_servers_table() {
         );
     }
 }
+
+#[test]
+fn families_are_categorized_apart() {
+    // Zone hints on every IPv4 endpoint but not on the IPv6 one: the IPv4
+    // virtual server uses them, as upstream's IPv4 proxier would.
+    let endpoints = vec![
+        zoned("198.19.0.1", &[ZONE]),
+        zoned("198.19.0.2", &["zone-b"]),
+        ready("2001:db8::1"),
+    ];
+    let v4 = same_family(&endpoints, "198.18.0.1".parse().unwrap());
+    let v6 = same_family(&endpoints, "2001:db8::ff".parse().unwrap());
+    assert_eq!(ips(&v4), strings(&["198.19.0.1", "198.19.0.2"]));
+    assert_eq!(ips(&v6), strings(&["2001:db8::1"]));
+    let c = categorize_endpoints(&v4, &svc(|_| {}), NODE, ZONE);
+    assert_eq!(ips(&c.cluster), strings(&["198.19.0.1"]));
+    let mixed = categorize_endpoints(&endpoints, &svc(|_| {}), NODE, ZONE);
+    assert_eq!(mixed.cluster.len(), 3, "hints ignored when mixed");
+}

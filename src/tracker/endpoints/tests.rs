@@ -573,3 +573,54 @@ fn checkout_touches_only_changed_ports() {
     assert_eq!(before.len(), 1);
     assert!(Arc::ptr_eq(&before[0], &after[0]));
 }
+
+#[test]
+fn change_metrics_follow_upstream() {
+    let recorder = TestRecorder::default();
+    recorder.run(|| {
+        let mut tracker = EndpointsChangeTracker::new(NODE, SystemTime::now());
+        let mut map = EndpointsMap::new();
+        let one = web("web-1", vec![ready("198.19.0.1")]);
+        assert!(tracker.endpoint_slice_update(&one, false));
+        assert!(!tracker.endpoint_slice_update(&one, false));
+        assert!(tracker.endpoint_slice_update(
+            &web("web-2", vec![ready("198.19.0.2")]),
+            false
+        ));
+        // Ignored slices are not changes at all.
+        let mut fqdn = web("web-3", vec![]);
+        fqdn.address_type = "FQDN".to_owned();
+        assert!(!tracker.endpoint_slice_update(&fqdn, false));
+        assert_eq!(recorder.gauge(names::ENDPOINT_CHANGES_PENDING), 2.0);
+        assert_eq!(recorder.counter(names::ENDPOINT_CHANGES_TOTAL), 3);
+        tracker.checkout(&mut map);
+        assert_eq!(recorder.gauge(names::ENDPOINT_CHANGES_PENDING), 0.0);
+    });
+}
+
+#[test]
+fn invalid_slices_are_counted() {
+    let recorder = TestRecorder::default();
+    recorder.run(|| {
+        let mut tracker = EndpointsChangeTracker::new(NODE, SystemTime::now());
+        let mut orphan = web("orphan", vec![ready("198.19.0.1")]);
+        orphan.metadata.labels = None;
+        assert!(!tracker.endpoint_slice_update(&orphan, false));
+        let bad_ip = web("web-1", vec![ready("198.19.0.1"), ready("nope")]);
+        assert!(tracker.endpoint_slice_update(&bad_ip, false));
+    });
+    assert_eq!(
+        recorder.counter(
+            "kube_ipvs_proxy_invalid_objects_total\
+             {kind=EndpointSlice,reason=missing_service_name}"
+        ),
+        1
+    );
+    assert_eq!(
+        recorder.counter(
+            "kube_ipvs_proxy_invalid_objects_total\
+             {kind=EndpointSlice,reason=invalid_ip}"
+        ),
+        1
+    );
+}

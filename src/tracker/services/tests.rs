@@ -300,3 +300,40 @@ fn checkout_without_changes_is_empty() {
     assert_eq!(tracker.checkout(&mut map), ServiceUpdateResult::default());
     assert!(!tracker.update(None, None));
 }
+
+#[test]
+fn change_metrics_follow_upstream() {
+    let recorder = TestRecorder::default();
+    recorder.run(|| {
+        let mut tracker = ServiceChangeTracker::new();
+        let mut map = ServicePortMap::new();
+        tracker.update(None, Some(&web(|_| {})));
+        tracker.update(None, Some(&dns(|_| {})));
+        assert_eq!(recorder.gauge(names::SERVICE_CHANGES_PENDING), 2.0);
+        // Cancelled out: still counted as a change, no longer pending.
+        tracker.update(Some(&web(|_| {})), None);
+        assert_eq!(recorder.gauge(names::SERVICE_CHANGES_PENDING), 1.0);
+        tracker.checkout(&mut map);
+        assert_eq!(recorder.gauge(names::SERVICE_CHANGES_PENDING), 0.0);
+        assert_eq!(recorder.counter(names::SERVICE_CHANGES_TOTAL), 3);
+    });
+}
+
+#[test]
+fn invalid_service_fields_are_counted_once_per_update() {
+    let recorder = TestRecorder::default();
+    let bad = web(|s| add_port(s, "big", 70_000, "TCP"));
+    recorder.run(|| {
+        let mut tracker = ServiceChangeTracker::new();
+        tracker.update(None, Some(&bad));
+        // The previous object's problems were reported when it came in.
+        tracker.update(Some(&bad), None);
+    });
+    assert_eq!(
+        recorder.counter(
+            "kube_ipvs_proxy_invalid_objects_total\
+             {kind=Service,reason=invalid_port}"
+        ),
+        1
+    );
+}
