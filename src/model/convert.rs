@@ -97,6 +97,8 @@ pub enum InvalidReason {
     UnnamedPort { field: String },
     #[error("label {LABEL_SERVICE_NAME} is missing, slice ignored")]
     MissingServiceName,
+    #[error("metadata.namespace and metadata.name must be set, ignored")]
+    MissingName,
     #[error(
         "annotation {ANNOTATION_LAST_CHANGE_TRIGGER_TIME}: {value:?} is not \
          an RFC 3339 time"
@@ -118,6 +120,7 @@ impl InvalidReason {
             InvalidReason::NoAddress { .. } => "no_address",
             InvalidReason::UnnamedPort { .. } => "unnamed_port",
             InvalidReason::MissingServiceName => "missing_service_name",
+            InvalidReason::MissingName => "missing_name",
             InvalidReason::TriggerTime { .. } => "invalid_trigger_time",
         }
     }
@@ -521,26 +524,32 @@ pub enum SliceIgnored {
     /// `addressType: FQDN` (or anything but IPv4/IPv6): kube-proxy has
     /// never supported it. Not an error.
     UnsupportedAddressType(String),
-    /// No `kubernetes.io/service-name` label: the slice belongs to no
-    /// service.
+    /// No `kubernetes.io/service-name` label (the slice belongs to no
+    /// service), or no namespace or name to key it by.
     NoService,
 }
 
-/// The service a slice belongs to and the slice's name, or `None` when
-/// the service-name label is missing or empty.
-pub fn slice_keys(slice: &EndpointSlice) -> Option<(NamespacedName, String)> {
+/// The service a slice belongs to and the slice's name. Fails, as
+/// upstream's `endpointSliceCacheKeys`, when the service-name label is
+/// missing or empty, or the slice has no namespace or name.
+pub fn slice_keys(
+    slice: &EndpointSlice,
+) -> Result<(NamespacedName, String), InvalidReason> {
     let service = slice
         .metadata
         .labels
-        .as_ref()?
-        .get(LABEL_SERVICE_NAME)
-        .filter(|name| !name.is_empty())?;
-    Some((
-        NamespacedName::new(
-            slice.metadata.namespace.clone().unwrap_or_default(),
-            service.clone(),
-        ),
-        slice.metadata.name.clone().unwrap_or_default(),
+        .as_ref()
+        .and_then(|labels| labels.get(LABEL_SERVICE_NAME))
+        .filter(|name| !name.is_empty())
+        .ok_or(InvalidReason::MissingServiceName)?;
+    let namespace = slice.metadata.namespace.as_deref().unwrap_or_default();
+    let name = slice.metadata.name.as_deref().unwrap_or_default();
+    if namespace.is_empty() || name.is_empty() {
+        return Err(InvalidReason::MissingName);
+    }
+    Ok((
+        NamespacedName::new(namespace, service.clone()),
+        name.to_owned(),
     ))
 }
 
@@ -557,9 +566,12 @@ pub fn endpoint_slice_info(
             slice.address_type.clone(),
         )));
     }
-    let Some((service, name)) = slice_keys(slice) else {
-        problems.push(InvalidReason::MissingServiceName);
-        return problems.finish(Err(SliceIgnored::NoService));
+    let (service, name) = match slice_keys(slice) {
+        Ok(keys) => keys,
+        Err(reason) => {
+            problems.push(reason);
+            return problems.finish(Err(SliceIgnored::NoService));
+        }
     };
 
     let mut ports = Vec::new();

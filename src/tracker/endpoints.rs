@@ -224,14 +224,16 @@ impl EndpointsChangeTracker {
             return false;
         }
         let keyed = if removed {
-            slice_keys(slice).map(|keys| (keys, None)).ok_or_else(|| {
-                tracing::info!(
-                    slice = ?slice.metadata.name,
-                    "ignoring deleted EndpointSlice without service name"
-                );
-            })
+            slice_keys(slice)
+                .map(|keys| (keys, None))
+                .map_err(|reason| {
+                    tracing::info!(
+                        slice = ?slice.metadata.name,
+                        "ignoring deleted EndpointSlice: {reason}"
+                    );
+                })
         } else {
-            // The conversion reports the missing label itself.
+            // The conversion reports missing keys itself.
             endpoint_slice_info(slice, &self.node_name)
                 .report()
                 .map(|info| {

@@ -672,3 +672,20 @@ fn node_info_table() {
         assert_eq!(converted.problems.len(), case.problems, "{}", case.name);
     }
 }
+
+#[test]
+fn endpoint_slice_without_namespace_or_name_is_ignored() {
+    for (namespace, name) in [("", "s"), ("ns", "")] {
+        let slice = slice(namespace, name, "svc", |_| {});
+        let converted = endpoint_slice_info(&slice, "n");
+        assert_eq!(converted.value, Err(SliceIgnored::NoService));
+        assert_eq!(
+            converted
+                .problems
+                .iter()
+                .map(|p| &p.reason)
+                .collect::<Vec<_>>(),
+            [&InvalidReason::MissingName]
+        );
+    }
+}
