@@ -129,10 +129,13 @@ impl EndpointSliceCache {
 /// Merges the slices of one service into per-port endpoint lists, as
 /// upstream's `endpointInfoByServicePort`: an `ip:port` present in several
 /// slices (an endpoint moving between slices, or a terminating pod whose
-/// IP was reused) is kept once, preferring a non-terminating copy; among
-/// copies of equal standing the later slice in name order wins (upstream
-/// leaves this case to map order, i.e. undefined). Lists come out sorted
-/// by address and port.
+/// IP was reused) is kept once, preferring a non-terminating copy. The
+/// rule is upstream's: a later copy replaces an earlier one unless the
+/// later one is terminating. Upstream visits slices in map order, so ties
+/// between two running copies are undefined there; here slices are
+/// visited in name order, making the later-named slice win and the result
+/// independent of event order. Lists come out sorted by address and
+/// port.
 pub fn merge_slices<'a>(
     slices: impl IntoIterator<Item = &'a Arc<EndpointSliceInfo>>,
 ) -> EndpointsMap {
@@ -183,6 +186,10 @@ pub struct EndpointsUpdateResult {
     /// UDP service ports that went from no serving endpoint to some:
     /// conntrack may hold entries that black-hole their traffic.
     pub newly_active_udp_services: HashSet<ServicePortName>,
+    /// Whether a changed service has UDP ports before or after: newer
+    /// upstream releases replace the two lists above by this flag and a
+    /// full conntrack scan (`conntrack.CleanStaleEntries`).
+    pub conntrack_cleanup_required: bool,
     /// Trigger times of the slice changes since the last checkout, for
     /// the network programming latency metric.
     pub last_change_trigger_times: HashMap<NamespacedName, Vec<SystemTime>>,
@@ -302,6 +309,11 @@ impl EndpointsChangeTracker {
                 }
             }
             detect_stale_udp(&change, &mut result);
+            result.conntrack_cleanup_required |= change
+                .previous
+                .keys()
+                .chain(change.current.keys())
+                .any(|key| key.protocol == Protocol::Udp);
             result.updated_services.insert(change.service);
         }
         result

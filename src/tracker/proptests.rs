@@ -371,6 +371,11 @@ fn checkout_and_verify(
         .collect();
     prop_assert_eq!(reported, stale);
     prop_assert_eq!(&result.newly_active_udp_services, &active);
+    let udp_service_changed = ep_before
+        .keys()
+        .chain(ep_after.keys())
+        .any(|k| k.protocol == Protocol::Udp && services.contains(&k.service));
+    prop_assert_eq!(result.conntrack_cleanup_required, udp_service_changed);
     prop_assert_eq!(et.pending(), 0);
     Ok(())
 }
