@@ -1,45 +1,207 @@
-//! Endpoint selection (topology, traffic policies).
-//!
-//! Placeholder with the final signatures; the full upstream rules land
-//! with the trackers branch.
+//! Endpoint selection: which endpoints of a service port receive traffic
+//! from this node, under the traffic policies and topology hints, as
+//! upstream's `pkg/proxy/topology.go` (`CategorizeEndpoints`), and which
+//! of them IPVS mode programs as real servers.
 
-use std::sync::Arc;
+use std::{collections::HashSet, net::IpAddr, sync::Arc};
 
 use crate::model::{EndpointInfo, ServicePortInfo};
 
-#[derive(Debug, Clone, Default)]
+#[cfg(test)]
+mod tests;
+
+/// The endpoints of one service port, sorted as in the
+/// [`EndpointsMap`](crate::model::EndpointsMap) they came from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Categorized {
+    /// Usable endpoints under the Cluster policy, topology applied. Empty
+    /// when the service never uses the Cluster policy.
     pub cluster: Vec<Arc<EndpointInfo>>,
+    /// Usable local endpoints under the Local policy. Empty when the
+    /// service never uses the Local policy.
     pub local: Vec<Arc<EndpointInfo>>,
+    /// The union of the two: every endpoint this node may send to.
     pub all_reachable: Vec<Arc<EndpointInfo>>,
+    /// Whether any endpoint anywhere is usable (possibly none from here).
     pub has_any_endpoints: bool,
 }
 
+/// How topology hints narrow the cluster endpoints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Topology {
+    /// No hints used: every ready endpoint.
+    All,
+    PreferSameZone,
+    PreferSameNode,
+}
+
+/// The endpoints in the address family of `ip` (a cluster IP or other
+/// virtual server address).
+///
+/// Upstream runs one proxier per IP family, so each family's endpoints are
+/// categorized apart: "every ready endpoint has a hint" and "has any
+/// endpoints" are per family. [`EndpointsMap`](crate::model::EndpointsMap)
+/// lists hold both families, so callers filter with this before
+/// [`categorize_endpoints`].
+pub fn same_family(
+    endpoints: &[Arc<EndpointInfo>],
+    ip: IpAddr,
+) -> Vec<Arc<EndpointInfo>> {
+    filter(endpoints, |ep| ep.ip.is_ipv4() == ip.is_ipv4())
+}
+
+/// Sorts `endpoints` (of one address family, see [`same_family`]) into
+/// the cluster and local sets.
+///
+/// Usable means ready; when no endpoint is ready (counted separately for
+/// the cluster and the local set) serving-terminating endpoints are used
+/// instead, so that connections drain instead of failing. Hints narrow
+/// the cluster set only when every ready endpoint carries one and one
+/// matches this node (node hints, checked first) or zone.
 pub fn categorize_endpoints(
     endpoints: &[Arc<EndpointInfo>],
-    _svc: &ServicePortInfo,
-    _node_name: &str,
-    _node_zone: &str,
+    svc: &ServicePortInfo,
+    node_name: &str,
+    node_zone: &str,
 ) -> Categorized {
-    let cluster: Vec<_> =
-        endpoints.iter().filter(|e| e.ready).cloned().collect();
-    let local: Vec<_> =
-        cluster.iter().filter(|e| e.is_local).cloned().collect();
-    Categorized {
-        all_reachable: cluster.clone(),
-        cluster,
-        local,
-        has_any_endpoints: !endpoints.is_empty(),
+    let mut out = Categorized::default();
+    if endpoints.is_empty() {
+        return out;
+    }
+
+    let mut topology = Topology::All;
+    if svc.uses_cluster_endpoints() {
+        topology = topology_from_hints(endpoints, node_name, node_zone);
+        out.cluster = filter(endpoints, |ep| {
+            ep.ready && available_for(ep, topology, node_name, node_zone)
+        });
+        // Topology was already dropped if it left no ready endpoint, so
+        // an empty set here means nothing is ready anywhere.
+        if out.cluster.is_empty() {
+            out.cluster = filter(endpoints, |ep| ep.serving && ep.terminating);
+        }
+        out.has_any_endpoints = !out.cluster.is_empty();
+    }
+
+    if !svc.uses_local_endpoints() {
+        out.all_reachable = out.cluster.clone();
+        return out;
+    }
+
+    let usable = |ep: &EndpointInfo| ep.ready || (ep.serving && ep.terminating);
+    out.has_any_endpoints |= endpoints.iter().any(|ep| usable(ep));
+    let local_ready = endpoints.iter().any(|ep| ep.is_local && ep.ready);
+    let mut local_terminating = false;
+    if local_ready {
+        out.local = filter(endpoints, |ep| ep.is_local && ep.ready);
+    } else {
+        out.local =
+            filter(endpoints, |ep| ep.is_local && ep.serving && ep.terminating);
+        local_terminating = !out.local.is_empty();
+    }
+
+    if !svc.uses_cluster_endpoints() {
+        out.all_reachable = out.local.clone();
+        return out;
+    }
+    if topology == Topology::All && !local_terminating {
+        // Every ready endpoint is in the cluster set, and the local set
+        // holds only ready ones: the cluster set covers it.
+        out.all_reachable = out.cluster.clone();
+        return out;
+    }
+    let members: HashSet<(IpAddr, u16)> = out
+        .cluster
+        .iter()
+        .chain(&out.local)
+        .map(|ep| (ep.ip, ep.port))
+        .collect();
+    out.all_reachable =
+        filter(endpoints, |ep| members.contains(&(ep.ip, ep.port)));
+    out
+}
+
+/// Upstream's `topologyModeFromHints`.
+fn topology_from_hints(
+    endpoints: &[Arc<EndpointInfo>],
+    node_name: &str,
+    zone: &str,
+) -> Topology {
+    let mut has_ready = false;
+    let mut all_node_hints = true;
+    let mut hinted_for_node = false;
+    let mut all_zone_hints = true;
+    let mut hinted_for_zone = false;
+    for ep in endpoints.iter().filter(|ep| ep.ready) {
+        has_ready = true;
+        if ep.node_hints.is_empty() {
+            all_node_hints = false;
+        } else if ep.node_hints.contains(node_name) {
+            hinted_for_node = true;
+        }
+        if ep.zone_hints.is_empty() {
+            all_zone_hints = false;
+        } else if ep.zone_hints.contains(zone) {
+            hinted_for_zone = true;
+        }
+    }
+    if !has_ready {
+        return Topology::All;
+    }
+    if all_node_hints && hinted_for_node {
+        return Topology::PreferSameNode;
+    }
+    if all_zone_hints && hinted_for_zone {
+        return Topology::PreferSameZone;
+    }
+    Topology::All
+}
+
+fn available_for(
+    ep: &EndpointInfo,
+    topology: Topology,
+    node_name: &str,
+    zone: &str,
+) -> bool {
+    match topology {
+        Topology::All => true,
+        Topology::PreferSameNode => ep.node_hints.contains(node_name),
+        Topology::PreferSameZone => ep.zone_hints.contains(zone),
     }
 }
 
+fn filter(
+    endpoints: &[Arc<EndpointInfo>],
+    keep: impl Fn(&EndpointInfo) -> bool,
+) -> Vec<Arc<EndpointInfo>> {
+    endpoints.iter().filter(|ep| keep(ep)).cloned().collect()
+}
+
+/// The real servers IPVS mode programs behind one virtual server.
+/// `only_local` is the virtual server's policy: `internalTrafficPolicy:
+/// Local` for the cluster IP, `externalTrafficPolicy: Local` for external
+/// IPs, load-balancer IPs and node ports.
+///
+/// Upstream `pkg/proxy/ipvs/proxier.go`, `syncEndpoint`: under a Local
+/// policy with no local endpoint it programs the *cluster* endpoints
+/// (kubernetes PR 97081), so that pods on this node can still reach the
+/// service; external clients' replies then come from the pod's address
+/// and are dropped, which is the intended failure for them. This is
+/// unlike iptables/nftables mode, which drops such traffic.
 pub fn ipvs_real_servers(
     c: &Categorized,
     only_local: bool,
 ) -> &[Arc<EndpointInfo>] {
-    if only_local {
+    if only_local && !c.local.is_empty() {
         &c.local
     } else {
         &c.cluster
     }
+}
+
+/// Whether [`ipvs_real_servers`] fell back for lack of local endpoints
+/// while the service has endpoints elsewhere; upstream counts such
+/// services in `kubeproxy_sync_proxy_rules_no_local_endpoints_total`.
+pub fn ipvs_lacks_local_endpoints(c: &Categorized, only_local: bool) -> bool {
+    only_local && c.local.is_empty() && c.has_any_endpoints
 }

@@ -21,7 +21,8 @@ pub struct EndpointInfo {
     pub is_local: bool,
     /// `conditions.ready`, nil counted as true.
     pub ready: bool,
-    /// `conditions.serving`, nil counted as `ready`.
+    /// `conditions.serving`, nil counted as true (upstream's
+    /// `endpointslicecache.go`; the API server fills it in since 1.26).
     pub serving: bool,
     /// `conditions.terminating`, nil counted as false.
     pub terminating: bool,
@@ -39,5 +40,7 @@ impl EndpointInfo {
 }
 
 /// The tracked endpoints per service port, as upstream's `EndpointsMap`.
-/// Each list is sorted and free of duplicate IPs.
+/// Each list is sorted by address then port and free of duplicate
+/// `ip:port` pairs. Lists hold both IP families: consumers pick the
+/// endpoints whose family matches the virtual server's.
 pub type EndpointsMap = HashMap<ServicePortName, Vec<Arc<EndpointInfo>>>;

@@ -2,11 +2,18 @@
 //! flattened per service port, so that trackers can compare them cheaply and
 //! the desired state can be computed without touching `k8s-openapi` types.
 
+pub mod convert;
 mod endpoint;
+#[cfg(test)]
+pub(crate) mod fixtures;
 mod node;
 mod protocol;
 mod service;
 
+pub use convert::{
+    endpoint_slice_info, node_info, service_ports, Converted,
+    EndpointSliceInfo, InvalidObject, InvalidReason, ObjectKind,
+};
 pub use endpoint::{EndpointInfo, EndpointsMap};
 pub use node::NodeInfo;
 pub use protocol::Protocol;

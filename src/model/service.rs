@@ -110,6 +110,15 @@ impl ServicePortInfo {
             || !self.external_ips.is_empty()
     }
 
+    /// Whether the cluster-traffic policy applies to some traffic: the
+    /// internal policy is Cluster, or the service takes external traffic
+    /// at all (even under ETP=Local, in-cluster clients of the external
+    /// addresses are short-circuited to all endpoints). Upstream's
+    /// `UsesClusterEndpoints`.
+    pub fn uses_cluster_endpoints(&self) -> bool {
+        !self.internal_policy_local || self.externally_accessible()
+    }
+
     /// Whether the local-traffic policy of any kind applies, i.e. whether
     /// local endpoints must be computed (upstream's `UsesLocalEndpoints`).
     pub fn uses_local_endpoints(&self) -> bool {

@@ -1,1 +1,359 @@
-//! EndpointsChangeTracker and EndpointSliceCache: see issue 2.
+//! EndpointSliceCache and EndpointsChangeTracker, as upstream's
+//! `endpointslicecache.go` and `endpointschangetracker.go`.
+//!
+//! Slices are kept per service and per slice name, once as applied at the
+//! last checkout and once as pending since then, because an endpoint may
+//! move from one slice to another and must not vanish while only one of
+//! the two updates has arrived. A checkout merges the slices of only the
+//! services that have pending slices, so its cost follows the change.
+
+use std::{
+    collections::{hash_map::Entry, BTreeMap, HashMap, HashSet},
+    net::IpAddr,
+    sync::Arc,
+    time::SystemTime,
+};
+
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+
+use crate::{
+    metrics as names,
+    model::{
+        convert::{last_change_trigger_time, slice_keys},
+        endpoint_slice_info, EndpointInfo, EndpointSliceInfo, EndpointsMap,
+        NamespacedName, Protocol, ServicePortName,
+    },
+};
+
+#[cfg(test)]
+mod tests;
+
+/// The applied and pending slices of one service. Pending `None` means
+/// the slice is to be removed. Ordered by name so that merging is
+/// deterministic.
+#[derive(Debug, Default)]
+struct SliceTracker {
+    applied: BTreeMap<String, Arc<EndpointSliceInfo>>,
+    pending: BTreeMap<String, Option<Arc<EndpointSliceInfo>>>,
+}
+
+/// The endpoints of one service before and after a checkout.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointsChange {
+    pub service: NamespacedName,
+    pub previous: EndpointsMap,
+    pub current: EndpointsMap,
+}
+
+/// Caches the slices of every service; see the module documentation.
+#[derive(Debug, Default)]
+pub struct EndpointSliceCache {
+    services: HashMap<NamespacedName, SliceTracker>,
+    /// Services with pending slices: a checkout visits only these.
+    dirty: HashSet<NamespacedName>,
+}
+
+impl EndpointSliceCache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records a slice as pending (`None`: removed). Returns whether this
+    /// differs from what is pending or, if nothing is, applied.
+    pub fn update_pending(
+        &mut self,
+        service: &NamespacedName,
+        slice_name: &str,
+        info: Option<EndpointSliceInfo>,
+    ) -> bool {
+        let tracker = match self.services.entry(service.clone()) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            // Removing a slice we never saw changes nothing.
+            Entry::Vacant(_) if info.is_none() => return false,
+            Entry::Vacant(entry) => entry.insert(SliceTracker::default()),
+        };
+        let changed = match tracker.pending.get(slice_name) {
+            Some(pending) => pending.as_deref() != info.as_ref(),
+            None => match tracker.applied.get(slice_name) {
+                Some(applied) => Some(applied.as_ref()) != info.as_ref(),
+                None => info.is_some(),
+            },
+        };
+        if changed {
+            tracker
+                .pending
+                .insert(slice_name.to_owned(), info.map(Arc::new));
+            self.dirty.insert(service.clone());
+        }
+        changed
+    }
+
+    /// Number of services with pending slices.
+    pub fn pending(&self) -> usize {
+        self.dirty.len()
+    }
+
+    /// Applies the pending slices and returns, for each service that had
+    /// some, its endpoints before and after.
+    pub fn checkout_changes(&mut self) -> Vec<EndpointsChange> {
+        let mut changes = Vec::with_capacity(self.dirty.len());
+        for service in self.dirty.drain() {
+            let Some(tracker) = self.services.get_mut(&service) else {
+                continue;
+            };
+            let previous = merge_slices(tracker.applied.values());
+            for (name, pending) in std::mem::take(&mut tracker.pending) {
+                match pending {
+                    Some(info) => {
+                        tracker.applied.insert(name, info);
+                    }
+                    None => {
+                        tracker.applied.remove(&name);
+                    }
+                }
+            }
+            let current = merge_slices(tracker.applied.values());
+            if tracker.applied.is_empty() {
+                self.services.remove(&service);
+            }
+            changes.push(EndpointsChange {
+                service,
+                previous,
+                current,
+            });
+        }
+        changes
+    }
+}
+
+/// Merges the slices of one service into per-port endpoint lists, as
+/// upstream's `endpointInfoByServicePort`: an `ip:port` present in several
+/// slices (an endpoint moving between slices, or a terminating pod whose
+/// IP was reused) is kept once, preferring a non-terminating copy. The
+/// rule is upstream's: a later copy replaces an earlier one unless the
+/// later one is terminating. Upstream visits slices in map order, so ties
+/// between two running copies are undefined there; here slices are
+/// visited in name order, making the later-named slice win and the result
+/// independent of event order. Lists come out sorted by address and
+/// port.
+pub fn merge_slices<'a>(
+    slices: impl IntoIterator<Item = &'a Arc<EndpointSliceInfo>>,
+) -> EndpointsMap {
+    let mut by_port: HashMap<
+        ServicePortName,
+        BTreeMap<(IpAddr, u16), EndpointInfo>,
+    > = HashMap::new();
+    for slice in slices {
+        for (key, endpoint) in slice.endpoints_by_port() {
+            let set = by_port.entry(key).or_default();
+            match set.entry((endpoint.ip, endpoint.port)) {
+                std::collections::btree_map::Entry::Vacant(entry) => {
+                    entry.insert(endpoint);
+                }
+                std::collections::btree_map::Entry::Occupied(mut entry) => {
+                    if !endpoint.terminating {
+                        entry.insert(endpoint);
+                    }
+                }
+            }
+        }
+    }
+    by_port
+        .into_iter()
+        .filter(|(_, set)| !set.is_empty())
+        .map(|(key, set)| (key, set.into_values().map(Arc::new).collect()))
+        .collect()
+}
+
+/// A UDP endpoint whose conntrack entries may be stale (upstream's
+/// `ServiceEndpoint`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ServiceEndpoint {
+    pub service_port: ServicePortName,
+    pub endpoint: Arc<EndpointInfo>,
+}
+
+/// What a checkout changed in the [`EndpointsMap`].
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct EndpointsUpdateResult {
+    /// Services whose endpoints changed.
+    pub updated_services: HashSet<NamespacedName>,
+    /// Every port key whose endpoint list was added, removed or modified.
+    pub changed_ports: HashSet<ServicePortName>,
+    /// UDP endpoints that were serving and are gone or changed, whose
+    /// conntrack entries must be flushed.
+    pub deleted_udp_endpoints: Vec<ServiceEndpoint>,
+    /// UDP service ports that went from no serving endpoint to some:
+    /// conntrack may hold entries that black-hole their traffic.
+    pub newly_active_udp_services: HashSet<ServicePortName>,
+    /// Whether a changed service has UDP ports before or after: newer
+    /// upstream releases replace the two lists above by this flag and a
+    /// full conntrack scan (`conntrack.CleanStaleEntries`).
+    pub conntrack_cleanup_required: bool,
+    /// Trigger times of the slice changes since the last checkout, for
+    /// the network programming latency metric.
+    pub last_change_trigger_times: HashMap<NamespacedName, Vec<SystemTime>>,
+}
+
+/// Tracks EndpointSlice changes between syncs.
+#[derive(Debug)]
+pub struct EndpointsChangeTracker {
+    node_name: String,
+    cache: EndpointSliceCache,
+    last_change_trigger_times: HashMap<NamespacedName, Vec<SystemTime>>,
+    /// Trigger times before this are from before we started: reporting
+    /// them would count the proxy's start-up as programming latency.
+    start_time: SystemTime,
+}
+
+impl EndpointsChangeTracker {
+    pub fn new(node_name: impl Into<String>, start_time: SystemTime) -> Self {
+        Self {
+            node_name: node_name.into(),
+            cache: EndpointSliceCache::new(),
+            last_change_trigger_times: HashMap::new(),
+            start_time,
+        }
+    }
+
+    /// Records an added or updated slice, or a deleted one (`removed`).
+    /// Returns true when this update changed what the next sync must do.
+    pub fn endpoint_slice_update(
+        &mut self,
+        slice: &EndpointSlice,
+        removed: bool,
+    ) -> bool {
+        if !matches!(slice.address_type.as_str(), "IPv4" | "IPv6") {
+            tracing::debug!(
+                address_type = slice.address_type,
+                "EndpointSlice address type not supported by kube-proxy"
+            );
+            return false;
+        }
+        let keyed = if removed {
+            slice_keys(slice)
+                .map(|keys| (keys, None))
+                .map_err(|reason| {
+                    tracing::info!(
+                        slice = ?slice.metadata.name,
+                        "ignoring deleted EndpointSlice: {reason}"
+                    );
+                })
+        } else {
+            // The conversion reports missing keys itself.
+            endpoint_slice_info(slice, &self.node_name)
+                .report()
+                .map(|info| {
+                    ((info.service.clone(), info.name.clone()), Some(info))
+                })
+                .map_err(|_| ())
+        };
+        let Ok(((service, slice_name), info)) = keyed else {
+            return false;
+        };
+
+        metrics::counter!(names::ENDPOINT_CHANGES_TOTAL).increment(1);
+        let changed = self.cache.update_pending(&service, &slice_name, info);
+        if changed {
+            metrics::gauge!(names::ENDPOINT_CHANGES_PENDING).increment(1.0);
+            // On delete the annotation holds the time of the slice's last
+            // update, not of the deletion: drop what we have instead.
+            if removed {
+                self.last_change_trigger_times.remove(&service);
+            } else if let Some(time) = last_change_trigger_time(slice)
+                .report()
+                .filter(|time| *time > self.start_time)
+            {
+                self.last_change_trigger_times
+                    .entry(service)
+                    .or_default()
+                    .push(time);
+            }
+        }
+        changed
+    }
+
+    /// Number of services with pending slice changes.
+    pub fn pending(&self) -> usize {
+        self.cache.pending()
+    }
+
+    /// Applies the pending changes to `map` and forgets them. Services
+    /// whose merged endpoints came out unchanged (an update undone before
+    /// the sync) are not reported.
+    pub fn checkout(
+        &mut self,
+        map: &mut EndpointsMap,
+    ) -> EndpointsUpdateResult {
+        metrics::gauge!(names::ENDPOINT_CHANGES_PENDING).set(0.0);
+        let mut result = EndpointsUpdateResult {
+            last_change_trigger_times: std::mem::take(
+                &mut self.last_change_trigger_times,
+            ),
+            ..EndpointsUpdateResult::default()
+        };
+        for change in self.cache.checkout_changes() {
+            if change.previous == change.current {
+                continue;
+            }
+            for (key, endpoints) in &change.previous {
+                if change.current.get(key) != Some(endpoints) {
+                    map.remove(key);
+                    result.changed_ports.insert(key.clone());
+                }
+            }
+            for (key, endpoints) in &change.current {
+                if change.previous.get(key) != Some(endpoints) {
+                    map.insert(key.clone(), endpoints.clone());
+                    result.changed_ports.insert(key.clone());
+                }
+            }
+            detect_stale_udp(&change, &mut result);
+            result.conntrack_cleanup_required |= change
+                .previous
+                .keys()
+                .chain(change.current.keys())
+                .any(|key| key.protocol == Protocol::Udp);
+            result.updated_services.insert(change.service);
+        }
+        result
+    }
+}
+
+/// Upstream's `detectStaleConntrackEntries`, for one service.
+fn detect_stale_udp(
+    change: &EndpointsChange,
+    result: &mut EndpointsUpdateResult,
+) {
+    let no_endpoints = Vec::new();
+    for (key, old_list) in &change.previous {
+        if key.protocol != Protocol::Udp {
+            continue;
+        }
+        let new_list = change.current.get(key).unwrap_or(&no_endpoints);
+        // An endpoint that was not serving got no traffic, so it cannot
+        // have conntrack entries; one that changed in any way (e.g. it
+        // stopped serving) has entries that must go.
+        for old in old_list.iter().filter(|ep| ep.serving) {
+            if !new_list.contains(old) {
+                result.deleted_udp_endpoints.push(ServiceEndpoint {
+                    service_port: key.clone(),
+                    endpoint: Arc::clone(old),
+                });
+            }
+        }
+    }
+    for (key, new_list) in &change.current {
+        if key.protocol != Protocol::Udp {
+            continue;
+        }
+        let serving_now = new_list.iter().any(|ep| ep.serving);
+        let serving_before = change
+            .previous
+            .get(key)
+            .is_some_and(|list| list.iter().any(|ep| ep.serving));
+        if serving_now && !serving_before {
+            result.newly_active_udp_services.insert(key.clone());
+        }
+    }
+}

@@ -5,3 +5,6 @@
 pub mod endpoints;
 pub mod node;
 pub mod services;
+
+#[cfg(test)]
+mod proptests;

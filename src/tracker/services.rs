@@ -1,1 +1,162 @@
-//! ServiceChangeTracker: see issue 2.
+//! ServiceChangeTracker: the service ports that changed since the last
+//! sync, as upstream's `servicechangetracker.go`.
+//!
+//! For each service it keeps the ports as of the last checkout
+//! (`previous`) and as of now (`current`); when an update brings
+//! `current` back to `previous` the entry goes away, so a change that is
+//! undone before the next sync costs nothing.
+
+use std::{
+    collections::{HashMap, HashSet},
+    net::IpAddr,
+    sync::Arc,
+};
+
+use k8s_openapi::api::core::v1::Service;
+
+use crate::{
+    metrics as names,
+    model::{
+        convert::object_name, service_ports, NamespacedName, Protocol,
+        ServicePortInfo, ServicePortMap, ServicePortName,
+    },
+};
+
+#[cfg(test)]
+mod tests;
+
+/// The ports of one service, keyed as in [`ServicePortMap`].
+type ServicePorts = HashMap<ServicePortName, Arc<ServicePortInfo>>;
+
+#[derive(Debug)]
+struct Change {
+    previous: ServicePorts,
+    current: ServicePorts,
+}
+
+/// What a checkout changed in the [`ServicePortMap`].
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ServiceUpdateResult {
+    /// Services with at least one pending change (added, updated or
+    /// deleted), as upstream's `UpdatedServices`.
+    pub updated_services: HashSet<NamespacedName>,
+    /// Every port key whose entry was added, removed or modified.
+    pub changed_ports: HashSet<ServicePortName>,
+    /// Cluster IPs of UDP ports that went away, whose conntrack entries
+    /// must be flushed (upstream's `DeletedUDPClusterIPs`). Includes the
+    /// secondary cluster IP of a UDP port whose service dropped a family.
+    pub deleted_udp_cluster_ips: HashSet<IpAddr>,
+}
+
+#[derive(Debug, Default)]
+pub struct ServiceChangeTracker {
+    items: HashMap<NamespacedName, Change>,
+}
+
+impl ServiceChangeTracker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records a change of one Service: `previous` is the object as the
+    /// source last delivered it (None for an add), `current` the new one
+    /// (None for a delete). Returns true when the tracker holds changes
+    /// that need a sync, whether or not this update caused them.
+    pub fn update(
+        &mut self,
+        previous: Option<&Service>,
+        current: Option<&Service>,
+    ) -> bool {
+        let Some(svc) = current.or(previous) else {
+            return !self.items.is_empty();
+        };
+        metrics::counter!(names::SERVICE_CHANGES_TOTAL).increment(1);
+        let key = object_name(&svc.metadata);
+
+        let change = self.items.entry(key.clone()).or_insert_with(|| Change {
+            // `previous` was already reported when it was current.
+            previous: to_ports(previous, false),
+            current: ServicePorts::new(),
+        });
+        change.current = to_ports(current, true);
+        if change.previous == change.current {
+            self.items.remove(&key);
+        } else {
+            tracing::debug!(
+                service = %key,
+                ports = change.current.len(),
+                "service updated"
+            );
+        }
+        metrics::gauge!(names::SERVICE_CHANGES_PENDING)
+            .set(self.items.len() as f64);
+        !self.items.is_empty()
+    }
+
+    /// Number of services with pending changes.
+    pub fn pending(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Applies the pending changes to `map` and forgets them.
+    pub fn checkout(
+        &mut self,
+        map: &mut ServicePortMap,
+    ) -> ServiceUpdateResult {
+        let mut result = ServiceUpdateResult::default();
+        for (name, change) in self.items.drain() {
+            result.updated_services.insert(name);
+            for (key, info) in &change.current {
+                let old = map.insert(key.clone(), Arc::clone(info));
+                if old.as_ref() != Some(info) {
+                    result.changed_ports.insert(key.clone());
+                }
+                // A UDP port that loses a family's cluster IP leaves
+                // conntrack entries for that IP behind.
+                if let Some(old) = old.filter(|_| key.protocol == Protocol::Udp)
+                {
+                    result.deleted_udp_cluster_ips.extend(
+                        old.cluster_ips
+                            .iter()
+                            .filter(|ip| !info.cluster_ips.contains(ip)),
+                    );
+                }
+            }
+            for key in change.previous.into_keys() {
+                if change.current.contains_key(&key) {
+                    continue;
+                }
+                let Some(old) = map.remove(&key) else {
+                    tracing::warn!(
+                        port = %key,
+                        "removed service port was not tracked"
+                    );
+                    continue;
+                };
+                if key.protocol == Protocol::Udp {
+                    result.deleted_udp_cluster_ips.extend(&old.cluster_ips);
+                }
+                result.changed_ports.insert(key);
+            }
+        }
+        metrics::gauge!(names::SERVICE_CHANGES_PENDING).set(0.0);
+        result
+    }
+}
+
+/// The ports of `svc`, reporting conversion problems if asked to.
+fn to_ports(svc: Option<&Service>, report: bool) -> ServicePorts {
+    let Some(svc) = svc else {
+        return ServicePorts::new();
+    };
+    let converted = service_ports(svc);
+    let ports = if report {
+        converted.report()
+    } else {
+        converted.value
+    };
+    ports
+        .into_iter()
+        .map(|(key, info)| (key, Arc::new(info)))
+        .collect()
+}

@@ -1,0 +1,772 @@
+//! Conversion of API objects into the model.
+//!
+//! Every function here is total: malformed input never fails the whole
+//! object. The smallest broken unit (one port, one address, one source
+//! range) is left out and described by an [`InvalidObject`], which the
+//! caller reports once (log line plus metric) with [`Converted::report`].
+
+use std::{
+    collections::BTreeSet,
+    fmt,
+    net::IpAddr,
+    time::{Duration, SystemTime},
+};
+
+use ipnet::IpNet;
+use k8s_openapi::{
+    api::{
+        core::v1::{Node, Service},
+        discovery::v1::EndpointSlice,
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+
+use super::{
+    EndpointInfo, NamespacedName, NodeInfo, Protocol, ServicePortInfo,
+    ServicePortName,
+};
+use crate::metrics as names;
+
+#[cfg(test)]
+mod tests;
+
+/// Session affinity timeout when `sessionAffinityConfig` leaves it out:
+/// the API server's default (3 hours).
+pub const DEFAULT_AFFINITY_TIMEOUT: u32 = 10_800;
+/// The API server's upper bound for the session affinity timeout (1 day).
+const MAX_AFFINITY_TIMEOUT: i32 = 86_400;
+
+/// Label linking an EndpointSlice to its Service.
+pub const LABEL_SERVICE_NAME: &str = "kubernetes.io/service-name";
+/// Annotation the endpoint controllers set to the time of the change that
+/// triggered the slice update; feeds the network programming latency.
+pub const ANNOTATION_LAST_CHANGE_TRIGGER_TIME: &str =
+    "endpoints.kubernetes.io/last-change-trigger-time";
+/// Node label carrying the node's zone, matched against zone hints.
+pub const LABEL_TOPOLOGY_ZONE: &str = "topology.kubernetes.io/zone";
+/// Taint the cluster autoscaler puts on a node it is about to remove.
+pub const TAINT_TO_BE_DELETED: &str = "ToBeDeletedByClusterAutoscaler";
+
+/// The kind of API object a problem was found in; the `kind` label of
+/// the invalid-objects metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ObjectKind {
+    Service,
+    EndpointSlice,
+    Node,
+}
+
+impl ObjectKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObjectKind::Service => "Service",
+            ObjectKind::EndpointSlice => "EndpointSlice",
+            ObjectKind::Node => "Node",
+        }
+    }
+}
+
+impl fmt::Display for ObjectKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a part of an object was left out. `field` is the JSON path of the
+/// offending value, e.g. `spec.ports[1].port`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidReason {
+    #[error("{field}: {value:?} is not an IP address")]
+    Ip { field: String, value: String },
+    #[error("{field}: {value:?} is not a CIDR")]
+    Cidr { field: String, value: String },
+    #[error("{field}: {value} is not a valid port number")]
+    Port { field: String, value: i32 },
+    #[error("{field}: unknown protocol {value:?}")]
+    Protocol { field: String, value: String },
+    #[error(
+        "{field}: session affinity timeout {value} is outside 1..=86400, \
+         using the default {DEFAULT_AFFINITY_TIMEOUT}"
+    )]
+    AffinityTimeout { field: String, value: i32 },
+    #[error("{field}: no usable cluster IP, service skipped")]
+    NoClusterIp { field: String },
+    #[error("{field}: endpoint has no address, skipped")]
+    NoAddress { field: String },
+    #[error("{field}: port has no name, skipped")]
+    UnnamedPort { field: String },
+    #[error("label {LABEL_SERVICE_NAME} is missing, slice ignored")]
+    MissingServiceName,
+    #[error("metadata.namespace and metadata.name must be set, ignored")]
+    MissingName,
+    #[error(
+        "annotation {ANNOTATION_LAST_CHANGE_TRIGGER_TIME}: {value:?} is not \
+         an RFC 3339 time"
+    )]
+    TriggerTime { value: String },
+}
+
+impl InvalidReason {
+    /// The `reason` label of the invalid-objects metric: bounded, unlike
+    /// the message.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            InvalidReason::Ip { .. } => "invalid_ip",
+            InvalidReason::Cidr { .. } => "invalid_cidr",
+            InvalidReason::Port { .. } => "invalid_port",
+            InvalidReason::Protocol { .. } => "unknown_protocol",
+            InvalidReason::AffinityTimeout { .. } => "invalid_affinity_timeout",
+            InvalidReason::NoClusterIp { .. } => "no_cluster_ip",
+            InvalidReason::NoAddress { .. } => "no_address",
+            InvalidReason::UnnamedPort { .. } => "unnamed_port",
+            InvalidReason::MissingServiceName => "missing_service_name",
+            InvalidReason::MissingName => "missing_name",
+            InvalidReason::TriggerTime { .. } => "invalid_trigger_time",
+        }
+    }
+}
+
+/// One problem found in one object.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind} {object}: {reason}")]
+pub struct InvalidObject {
+    pub kind: ObjectKind,
+    pub object: NamespacedName,
+    pub reason: InvalidReason,
+}
+
+impl InvalidObject {
+    /// Logs the problem and counts it, so that the log line and the
+    /// metric cannot drift apart.
+    pub fn report(&self) {
+        tracing::warn!(
+            kind = self.kind.as_str(),
+            object = %self.object,
+            reason = self.reason.metric_label(),
+            "{self}"
+        );
+        metrics::counter!(
+            names::INVALID_OBJECTS_TOTAL,
+            "kind" => self.kind.as_str(),
+            "reason" => self.reason.metric_label(),
+        )
+        .increment(1);
+    }
+}
+
+/// A conversion result and the problems met on the way.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Converted<T> {
+    pub value: T,
+    pub problems: Vec<InvalidObject>,
+}
+
+impl<T> Converted<T> {
+    /// Reports every problem and returns the value.
+    pub fn report(self) -> T {
+        for problem in &self.problems {
+            problem.report();
+        }
+        self.value
+    }
+}
+
+/// Collects problems for one object.
+struct Problems {
+    kind: ObjectKind,
+    object: NamespacedName,
+    found: Vec<InvalidObject>,
+}
+
+impl Problems {
+    fn new(kind: ObjectKind, meta: &ObjectMeta) -> Self {
+        Self {
+            kind,
+            object: object_name(meta),
+            found: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, reason: InvalidReason) {
+        self.found.push(InvalidObject {
+            kind: self.kind,
+            object: self.object.clone(),
+            reason,
+        });
+    }
+
+    fn finish<T>(self, value: T) -> Converted<T> {
+        Converted {
+            value,
+            problems: self.found,
+        }
+    }
+
+    fn ip(
+        &mut self,
+        field: impl FnOnce() -> String,
+        value: &str,
+    ) -> Option<IpAddr> {
+        match parse_ip(value) {
+            Some(ip) => Some(ip),
+            None => {
+                self.push(InvalidReason::Ip {
+                    field: field(),
+                    value: value.to_owned(),
+                });
+                None
+            }
+        }
+    }
+
+    fn port(
+        &mut self,
+        field: impl FnOnce() -> String,
+        value: i32,
+    ) -> Option<u16> {
+        match u16::try_from(value) {
+            Ok(port) => Some(port),
+            Err(_) => {
+                self.push(InvalidReason::Port {
+                    field: field(),
+                    value,
+                });
+                None
+            }
+        }
+    }
+}
+
+/// `namespace/name` of any object's metadata; absent parts are empty.
+pub fn object_name(meta: &ObjectMeta) -> NamespacedName {
+    NamespacedName::new(
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+/// Parses an IP address as the API spells it. Surrounding whitespace is
+/// not accepted, as in the API server's validation.
+fn parse_ip(value: &str) -> Option<IpAddr> {
+    value.parse().ok()
+}
+
+/// Parses a CIDR, keeping only the network part as Go's `ParseCIDR` does
+/// (so `198.18.1.7/24` means `198.18.1.0/24`).
+fn parse_cidr(value: &str) -> Option<IpNet> {
+    value.parse::<IpNet>().ok().map(|net| net.trunc())
+}
+
+/// The service ports kube-proxy tracks for `svc`, keyed as upstream's
+/// `ServicePortMap`. ExternalName services and services without a
+/// cluster IP (`None` or empty: headless or not yet allocated) yield
+/// nothing, which is not a problem.
+pub fn service_ports(
+    svc: &Service,
+) -> Converted<Vec<(ServicePortName, ServicePortInfo)>> {
+    let mut problems = Problems::new(ObjectKind::Service, &svc.metadata);
+    let Some(spec) = svc.spec.as_ref() else {
+        return problems.finish(Vec::new());
+    };
+    let svc_type = spec.type_.as_deref().unwrap_or("ClusterIP");
+    let primary = spec.cluster_ip.as_deref().unwrap_or("");
+    // Upstream's ShouldSkipService looks at spec.clusterIP only.
+    if svc_type == "ExternalName" || primary.is_empty() || primary == "None" {
+        return problems.finish(Vec::new());
+    }
+
+    let cluster_ips = cluster_ips(spec, primary, &mut problems);
+    if cluster_ips.is_empty() {
+        problems.push(InvalidReason::NoClusterIp {
+            field: "spec.clusterIPs".to_owned(),
+        });
+        return problems.finish(Vec::new());
+    }
+
+    let external_ips: Vec<IpAddr> = spec
+        .external_ips
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(i, ip)| {
+            problems.ip(|| format!("spec.externalIPs[{i}]"), ip)
+        })
+        .collect();
+
+    let load_balancer_vips = load_balancer_vips(svc, &mut problems);
+
+    // The API's validation lets whitespace padding through, so trim
+    // before parsing, as upstream does.
+    let load_balancer_source_ranges: Vec<IpNet> = spec
+        .load_balancer_source_ranges
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(i, range)| {
+            let range = range.trim();
+            let net = parse_cidr(range);
+            if net.is_none() {
+                problems.push(InvalidReason::Cidr {
+                    field: format!("spec.loadBalancerSourceRanges[{i}]"),
+                    value: range.to_owned(),
+                });
+            }
+            net
+        })
+        .collect();
+
+    let is_load_balancer = svc_type == "LoadBalancer";
+    // Upstream's apiservice.ExternallyAccessible / ExternalPolicyLocal:
+    // the policy only exists for services that take external traffic.
+    let externally_accessible = is_load_balancer
+        || svc_type == "NodePort"
+        || (svc_type == "ClusterIP" && !external_ips.is_empty());
+    let external_policy_local = externally_accessible
+        && spec.external_traffic_policy.as_deref() == Some("Local");
+    let internal_policy_local =
+        spec.internal_traffic_policy.as_deref() == Some("Local");
+
+    // NeedsHealthCheck: only ETP=Local load balancers get one.
+    let health_check_node_port = if is_load_balancer && external_policy_local {
+        match spec.health_check_node_port.unwrap_or(0) {
+            0 => {
+                tracing::warn!(
+                    service = %problems.object,
+                    "service has no healthCheckNodePort"
+                );
+                0
+            }
+            port => problems
+                .port(|| "spec.healthCheckNodePort".to_owned(), port)
+                .unwrap_or(0),
+        }
+    } else {
+        0
+    };
+
+    let session_affinity_timeout =
+        session_affinity_timeout(spec, &mut problems);
+
+    let mut ports = Vec::new();
+    for (i, port) in spec.ports.iter().flatten().enumerate() {
+        let Some(protocol) = Protocol::from_api(port.protocol.as_deref())
+        else {
+            problems.push(InvalidReason::Protocol {
+                field: format!("spec.ports[{i}].protocol"),
+                value: port.protocol.clone().unwrap_or_default(),
+            });
+            continue;
+        };
+        let number = match problems
+            .port(|| format!("spec.ports[{i}].port"), port.port)
+        {
+            Some(0) => {
+                problems.push(InvalidReason::Port {
+                    field: format!("spec.ports[{i}].port"),
+                    value: 0,
+                });
+                continue;
+            }
+            Some(number) => number,
+            None => continue,
+        };
+        let Some(node_port) = problems.port(
+            || format!("spec.ports[{i}].nodePort"),
+            port.node_port.unwrap_or(0),
+        ) else {
+            continue;
+        };
+        let name = ServicePortName {
+            service: problems.object.clone(),
+            port: port.name.clone().unwrap_or_default(),
+            protocol,
+        };
+        let info = ServicePortInfo {
+            cluster_ips: cluster_ips.clone(),
+            port: number,
+            protocol,
+            node_port,
+            session_affinity_timeout,
+            external_ips: external_ips.clone(),
+            load_balancer_vips: load_balancer_vips.clone(),
+            load_balancer_source_ranges: load_balancer_source_ranges.clone(),
+            external_policy_local,
+            internal_policy_local,
+            health_check_node_port,
+            is_load_balancer,
+        };
+        ports.push((name, info));
+    }
+    problems.finish(ports)
+}
+
+/// `spec.clusterIPs` (or `spec.clusterIP` when the list is absent), one
+/// address per family, primary first.
+fn cluster_ips(
+    spec: &k8s_openapi::api::core::v1::ServiceSpec,
+    primary: &str,
+    problems: &mut Problems,
+) -> Vec<IpAddr> {
+    let listed: Vec<&str> = match spec.cluster_ips.as_deref() {
+        Some(ips) if !ips.is_empty() => {
+            ips.iter().map(String::as_str).collect()
+        }
+        _ => vec![primary],
+    };
+    let mut ips: Vec<IpAddr> = Vec::with_capacity(listed.len());
+    for (i, value) in listed.into_iter().enumerate() {
+        let Some(ip) = problems.ip(|| format!("spec.clusterIPs[{i}]"), value)
+        else {
+            continue;
+        };
+        // At most one address per family can exist; a second one of the
+        // same family would be an API server bug, and upstream would only
+        // ever look at the first.
+        if !ips.iter().any(|known| known.is_ipv4() == ip.is_ipv4()) {
+            ips.push(ip);
+        }
+    }
+    ips
+}
+
+/// Ingress IPs of VIP-style load balancers. Hostname-only ingresses and
+/// `ipMode: Proxy` (the load balancer proxies to the node, so capturing
+/// the address locally would break it) are left out, as upstream's
+/// `IsVIPMode`.
+fn load_balancer_vips(svc: &Service, problems: &mut Problems) -> Vec<IpAddr> {
+    let ingresses = svc
+        .status
+        .as_ref()
+        .and_then(|status| status.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_deref())
+        .unwrap_or_default();
+    ingresses
+        .iter()
+        .enumerate()
+        .filter_map(|(i, ingress)| {
+            let ip = ingress.ip.as_deref().filter(|ip| !ip.is_empty())?;
+            match ingress.ip_mode.as_deref() {
+                None | Some("VIP") => problems
+                    .ip(|| format!("status.loadBalancer.ingress[{i}].ip"), ip),
+                Some(_) => None,
+            }
+        })
+        .collect()
+}
+
+fn session_affinity_timeout(
+    spec: &k8s_openapi::api::core::v1::ServiceSpec,
+    problems: &mut Problems,
+) -> Option<u32> {
+    if spec.session_affinity.as_deref() != Some("ClientIP") {
+        return None;
+    }
+    let configured = spec
+        .session_affinity_config
+        .as_ref()
+        .and_then(|config| config.client_ip.as_ref())
+        .and_then(|client_ip| client_ip.timeout_seconds);
+    match configured {
+        None => Some(DEFAULT_AFFINITY_TIMEOUT),
+        Some(value @ 1..=MAX_AFFINITY_TIMEOUT) => u32::try_from(value).ok(),
+        Some(value) => {
+            problems.push(InvalidReason::AffinityTimeout {
+                field: "spec.sessionAffinityConfig.clientIP.timeoutSeconds"
+                    .to_owned(),
+                value,
+            });
+            Some(DEFAULT_AFFINITY_TIMEOUT)
+        }
+    }
+}
+
+/// One port of an EndpointSlice, usable as a ServicePortName.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SlicePort {
+    pub name: String,
+    pub protocol: Protocol,
+    pub port: u16,
+}
+
+/// What kube-proxy keeps of one EndpointSlice: its ports, and its
+/// endpoints with `port` left at 0 (each slice port gets a copy).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointSliceInfo {
+    pub service: NamespacedName,
+    pub name: String,
+    pub ports: Vec<SlicePort>,
+    pub endpoints: Vec<EndpointInfo>,
+}
+
+impl EndpointSliceInfo {
+    /// Every (service port, endpoint) pair the slice contributes.
+    pub fn endpoints_by_port(
+        &self,
+    ) -> impl Iterator<Item = (ServicePortName, EndpointInfo)> + '_ {
+        self.ports.iter().flat_map(move |port| {
+            let key = ServicePortName {
+                service: self.service.clone(),
+                port: port.name.clone(),
+                protocol: port.protocol,
+            };
+            self.endpoints.iter().map(move |endpoint| {
+                let mut endpoint = endpoint.clone();
+                endpoint.port = port.port;
+                (key.clone(), endpoint)
+            })
+        })
+    }
+}
+
+/// Why a whole EndpointSlice is not used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SliceIgnored {
+    /// `addressType: FQDN` (or anything but IPv4/IPv6): kube-proxy has
+    /// never supported it. Not an error.
+    UnsupportedAddressType(String),
+    /// No `kubernetes.io/service-name` label (the slice belongs to no
+    /// service), or no namespace or name to key it by.
+    NoService,
+}
+
+/// The service a slice belongs to and the slice's name. Fails, as
+/// upstream's `endpointSliceCacheKeys`, when the service-name label is
+/// missing or empty, or the slice has no namespace or name.
+pub fn slice_keys(
+    slice: &EndpointSlice,
+) -> Result<(NamespacedName, String), InvalidReason> {
+    let service = slice
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(LABEL_SERVICE_NAME))
+        .filter(|name| !name.is_empty())
+        .ok_or(InvalidReason::MissingServiceName)?;
+    let namespace = slice.metadata.namespace.as_deref().unwrap_or_default();
+    let name = slice.metadata.name.as_deref().unwrap_or_default();
+    if namespace.is_empty() || name.is_empty() {
+        return Err(InvalidReason::MissingName);
+    }
+    Ok((
+        NamespacedName::new(namespace, service.clone()),
+        name.to_owned(),
+    ))
+}
+
+/// Converts an EndpointSlice. `node_name` is this proxy's node: endpoints
+/// on it are local.
+pub fn endpoint_slice_info(
+    slice: &EndpointSlice,
+    node_name: &str,
+) -> Converted<Result<EndpointSliceInfo, SliceIgnored>> {
+    let mut problems =
+        Problems::new(ObjectKind::EndpointSlice, &slice.metadata);
+    if !matches!(slice.address_type.as_str(), "IPv4" | "IPv6") {
+        return problems.finish(Err(SliceIgnored::UnsupportedAddressType(
+            slice.address_type.clone(),
+        )));
+    }
+    let (service, name) = match slice_keys(slice) {
+        Ok(keys) => keys,
+        Err(reason) => {
+            problems.push(reason);
+            return problems.finish(Err(SliceIgnored::NoService));
+        }
+    };
+
+    let mut ports = Vec::new();
+    for (i, port) in slice.ports.iter().flatten().enumerate() {
+        let Some(port_name) = port.name.clone() else {
+            problems.push(InvalidReason::UnnamedPort {
+                field: format!("ports[{i}]"),
+            });
+            continue;
+        };
+        let Some(protocol) = Protocol::from_api(port.protocol.as_deref())
+        else {
+            problems.push(InvalidReason::Protocol {
+                field: format!("ports[{i}].protocol"),
+                value: port.protocol.clone().unwrap_or_default(),
+            });
+            continue;
+        };
+        let number = port.port.unwrap_or(0);
+        match problems.port(|| format!("ports[{i}].port"), number) {
+            Some(0) => problems.push(InvalidReason::Port {
+                field: format!("ports[{i}].port"),
+                value: 0,
+            }),
+            Some(number) => ports.push(SlicePort {
+                name: port_name,
+                protocol,
+                port: number,
+            }),
+            None => {}
+        }
+    }
+
+    let mut endpoints = Vec::with_capacity(slice.endpoints.len());
+    for (i, endpoint) in slice.endpoints.iter().enumerate() {
+        // Every consumer uses only the first address.
+        let Some(address) = endpoint.addresses.first() else {
+            problems.push(InvalidReason::NoAddress {
+                field: format!("endpoints[{i}].addresses"),
+            });
+            continue;
+        };
+        let Some(ip) =
+            problems.ip(|| format!("endpoints[{i}].addresses[0]"), address)
+        else {
+            continue;
+        };
+        let conditions = endpoint.conditions.as_ref();
+        let ready = conditions.and_then(|c| c.ready).unwrap_or(true);
+        let serving = conditions.and_then(|c| c.serving).unwrap_or(true);
+        let terminating =
+            conditions.and_then(|c| c.terminating).unwrap_or(false);
+        let hints = endpoint.hints.as_ref();
+        let zone_hints: BTreeSet<String> = hints
+            .and_then(|h| h.for_zones.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|zone| zone.name.clone())
+            .collect();
+        let node_hints: BTreeSet<String> = hints
+            .and_then(|h| h.for_nodes.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|node| node.name.clone())
+            .collect();
+        let is_local = !node_name.is_empty()
+            && endpoint.node_name.as_deref() == Some(node_name);
+        endpoints.push(EndpointInfo {
+            ip,
+            port: 0,
+            is_local,
+            ready,
+            serving,
+            terminating,
+            zone_hints,
+            node_hints,
+        });
+    }
+
+    problems.finish(Ok(EndpointSliceInfo {
+        service,
+        name,
+        ports,
+        endpoints,
+    }))
+}
+
+/// The slice's `last-change-trigger-time`, if set and well-formed.
+pub fn last_change_trigger_time(
+    slice: &EndpointSlice,
+) -> Converted<Option<SystemTime>> {
+    let mut problems =
+        Problems::new(ObjectKind::EndpointSlice, &slice.metadata);
+    let Some(value) = slice
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_LAST_CHANGE_TRIGGER_TIME))
+    else {
+        return problems.finish(None);
+    };
+    let parsed = value
+        .parse::<k8s_openapi::jiff::Timestamp>()
+        .ok()
+        .and_then(timestamp_to_system_time);
+    if parsed.is_none() {
+        problems.push(InvalidReason::TriggerTime {
+            value: value.clone(),
+        });
+    }
+    problems.finish(parsed)
+}
+
+/// Times before 1970 cannot be trigger times of anything we track.
+fn timestamp_to_system_time(
+    ts: k8s_openapi::jiff::Timestamp,
+) -> Option<SystemTime> {
+    let seconds = u64::try_from(ts.as_second()).ok()?;
+    let nanos = u32::try_from(ts.subsec_nanosecond()).ok()?;
+    SystemTime::UNIX_EPOCH.checked_add(Duration::new(seconds, nanos))
+}
+
+/// What the proxy reads from a Node.
+pub fn node_info(node: &Node) -> Converted<NodeInfo> {
+    let mut problems = Problems::new(ObjectKind::Node, &node.metadata);
+    let spec = node.spec.as_ref();
+    let listed: Vec<&str> = match spec.and_then(|s| s.pod_cidrs.as_deref()) {
+        Some(cidrs) if !cidrs.is_empty() => {
+            cidrs.iter().map(String::as_str).collect()
+        }
+        _ => spec
+            .and_then(|s| s.pod_cidr.as_deref())
+            .filter(|cidr| !cidr.is_empty())
+            .into_iter()
+            .collect(),
+    };
+    let pod_cidrs = listed
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, value)| {
+            let net = parse_cidr(value);
+            if net.is_none() {
+                problems.push(InvalidReason::Cidr {
+                    field: format!("spec.podCIDRs[{i}]"),
+                    value: value.to_owned(),
+                });
+            }
+            net
+        })
+        .collect();
+
+    let zone = node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(LABEL_TOPOLOGY_ZONE))
+        .cloned()
+        .unwrap_or_default();
+
+    let status_addresses = node
+        .status
+        .as_ref()
+        .and_then(|status| status.addresses.as_deref())
+        .unwrap_or_default();
+    let mut addresses: Vec<IpAddr> = Vec::new();
+    for wanted in ["InternalIP", "ExternalIP"] {
+        for (i, address) in status_addresses.iter().enumerate() {
+            if address.type_ != wanted {
+                continue;
+            }
+            let Some(ip) = problems.ip(
+                || format!("status.addresses[{i}].address"),
+                &address.address,
+            ) else {
+                continue;
+            };
+            if !addresses.contains(&ip) {
+                addresses.push(ip);
+            }
+        }
+    }
+
+    let being_deleted = node.metadata.deletion_timestamp.is_some();
+    let to_be_deleted = spec
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .any(|taint| taint.key == TAINT_TO_BE_DELETED);
+
+    let info = NodeInfo {
+        name: node.metadata.name.clone().unwrap_or_default(),
+        pod_cidrs,
+        zone,
+        addresses,
+        eligible: !being_deleted && !to_be_deleted,
+    };
+    problems.finish(info)
+}
