@@ -5,10 +5,12 @@
 //! the desired kernel state (`desired`), which backends apply.
 
 pub mod config;
+pub mod daemon;
 pub mod desired;
 pub mod metrics;
 pub mod model;
 pub mod runner;
 pub mod selection;
 pub mod source;
+pub mod sync;
 pub mod tracker;

@@ -2,12 +2,23 @@
 //! run. A configuration that cannot be used exits with status 64
 //! (EX_USAGE) and one line naming the field or flag.
 
-use std::{path::Path, process::ExitCode};
+use std::{
+    path::Path,
+    process::ExitCode,
+    time::{Duration, SystemTime},
+};
 
 use anyhow::Context;
 use clap::Parser;
-use kube_ipvs_proxy::config::{
-    self, Cli, Command, Config, ConfigArgs, PlanArgs, Resolved, RunArgs,
+use futures::{stream::BoxStream, StreamExt};
+use kube_ipvs_proxy::{
+    config::{
+        self, Cli, Command, Config, ConfigArgs, OutputFormat, PlanArgs,
+        Resolved, RunArgs,
+    },
+    daemon::{self, LogBackend},
+    source::{self, SourceEvent},
+    sync::{self, NodeSettings, SyncState},
 };
 use tracing_subscriber::EnvFilter;
 
@@ -95,11 +106,72 @@ fn run(args: &RunArgs) -> ExitCode {
     }
 }
 
-/// Sources, trackers and the sync loop get wired in here.
+/// How often the state file is checked for edits.
+const STATE_FILE_POLL: Duration = Duration::from_millis(500);
+
 async fn run_proxy(config: Config, cleanup: bool) -> anyhow::Result<()> {
-    tracing::info!(?config, cleanup, "effective configuration");
-    tracing::info!("sources and sync loop are not wired yet; exiting");
+    if cleanup {
+        // Nothing is programmed into the kernel yet, so there is nothing
+        // of ours to remove.
+        tracing::info!("--cleanup: nothing to remove");
+        return Ok(());
+    }
+    let node_name = config.node_name(&hostname());
+    tracing::info!(node = %node_name, "starting");
+    let source: BoxStream<'static, SourceEvent> = match &config.state_file {
+        Some(path) => {
+            source::file::watch(path.clone(), STATE_FILE_POLL).boxed()
+        }
+        None => {
+            let client = kube_client(config.kubeconfig.as_deref()).await?;
+            source::kube::watch(
+                client,
+                &node_name,
+                config.service_proxy_name.as_deref(),
+            )?
+            .boxed()
+        }
+    };
+    let state = SyncState::new(
+        node_name,
+        NodeSettings::from_config(&config),
+        None,
+        SystemTime::now(),
+    );
+    daemon::run(
+        source,
+        state,
+        LogBackend,
+        config.ipvs.min_sync_period,
+        config.ipvs.sync_period,
+    )
+    .await?;
     Ok(())
+}
+
+async fn kube_client(
+    kubeconfig: Option<&Path>,
+) -> anyhow::Result<kube::Client> {
+    let config = match kubeconfig {
+        Some(path) => {
+            let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("--kubeconfig {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(
+                kubeconfig,
+                &kube::config::KubeConfigOptions::default(),
+            )
+            .await
+            .with_context(|| format!("--kubeconfig {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("no --kubeconfig, and no in-cluster or default config")?,
+    };
+    Ok(kube::Client::try_from(config)?)
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default()
 }
 
 fn plan(args: &PlanArgs) -> ExitCode {
@@ -107,7 +179,37 @@ fn plan(args: &PlanArgs) -> ExitCode {
         Ok(config) => config,
         Err(e) => return bad_config(&e),
     };
-    tracing::debug!(?config, node = ?args.node, output = ?args.output, "plan");
-    eprintln!("kube-ipvs-proxy plan: not yet wired");
-    ExitCode::FAILURE
+    // `--state` is required for plan, so this is always set.
+    let Some(path) = config.state_file.as_deref() else {
+        return bad_config(&anyhow::anyhow!("plan needs --state FILE"));
+    };
+    let snapshot = match source::file::load(path) {
+        Ok(snapshot) => snapshot,
+        Err(e) => {
+            eprintln!("kube-ipvs-proxy plan: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let Some(node) = sync::plan_node_name(&snapshot, args.node.as_deref())
+    else {
+        eprintln!(
+            "kube-ipvs-proxy plan: {} has {} Node objects; name one with --node",
+            path.display(),
+            snapshot.nodes.len()
+        );
+        return ExitCode::from(EXIT_BAD_CONFIG);
+    };
+    let plan =
+        sync::plan(&snapshot, &node, &NodeSettings::from_config(&config));
+    match args.output {
+        OutputFormat::Text => print!("{plan}"),
+        OutputFormat::Json => match serde_json::to_string_pretty(&plan) {
+            Ok(json) => println!("{json}"),
+            Err(e) => {
+                eprintln!("kube-ipvs-proxy plan: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+    }
+    ExitCode::SUCCESS
 }

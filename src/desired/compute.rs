@@ -13,7 +13,7 @@ use super::{
 };
 use crate::{
     model::{EndpointInfo, Protocol, ServicePortInfo, ServicePortName},
-    selection::{categorize_endpoints, ipvs_real_servers},
+    selection::{categorize_endpoints, ipvs_real_servers, same_family},
 };
 
 /// Computes what one service port needs in the kernel, for every address
@@ -32,11 +32,7 @@ pub fn service_state(
         }
         // Each family is proxied on its own, as upstream runs one proxier
         // per family: selection fallbacks must see only that family.
-        let family: Vec<Arc<EndpointInfo>> = endpoints
-            .iter()
-            .filter(|e| e.ip.is_ipv6() == ipv6)
-            .cloned()
-            .collect();
+        let family = same_family(endpoints, cluster_ip);
         Family {
             name,
             svc,

@@ -11,8 +11,8 @@ impl fmt::Display for Plan {
         writeln!(f, "IPVS virtual servers ({}):", self.virtual_servers.len())?;
         writeln!(
             f,
-            "  {:<5} {:<28} {:<10} {}",
-            "Prot", "LocalAddress:Port", "Scheduler", "Service"
+            "  {:<5} {:<28} {:<10} Service",
+            "Prot", "LocalAddress:Port", "Scheduler"
         )?;
         for vs in &self.virtual_servers {
             let mut local = String::new();

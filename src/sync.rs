@@ -1,0 +1,334 @@
+//! The proxy's state between syncs: object changes go into the trackers,
+//! a sync checks them out and brings the desired state up to date for
+//! exactly the service ports that changed.
+
+use std::{net::IpAddr, time::SystemTime};
+
+use crate::{
+    config::{Config, DetectLocal, NodePortAddress},
+    desired::{DesiredState, NodeContext, Plan, ServiceDelta},
+    model::{EndpointsMap, NodeInfo, ServicePortMap},
+    source::{file::Snapshot, store::ObjectChange},
+    tracker::{
+        endpoints::{EndpointsChangeTracker, EndpointsUpdateResult},
+        node::{NodeTracker, NodeUpdate},
+        services::{ServiceChangeTracker, ServiceUpdateResult},
+    },
+};
+
+#[cfg(test)]
+mod tests;
+
+/// The parts of the configuration that shape the desired state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSettings {
+    pub scheduler: String,
+    pub node_port_addresses: Vec<NodePortAddress>,
+    pub detect_local_node_cidr: bool,
+}
+
+impl NodeSettings {
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            scheduler: config.ipvs.scheduler.as_str().to_string(),
+            node_port_addresses: config.node_port_addresses.clone(),
+            detect_local_node_cidr: config.detect_local
+                == DetectLocal::NodeCidr,
+        }
+    }
+}
+
+impl Default for NodeSettings {
+    fn default() -> Self {
+        Self::from_config(&Config::default())
+    }
+}
+
+/// Derives what the computation needs to know about this node.
+///
+/// `local` is the kernel's view (addresses on every interface but
+/// kube-ipvs0); without a kernel to ask, as for `plan`, the Node object's
+/// addresses stand in for it.
+pub fn node_context(
+    node_name: &str,
+    node: Option<&NodeInfo>,
+    settings: &NodeSettings,
+    local: Option<&[IpAddr]>,
+) -> NodeContext {
+    let node_addresses: &[IpAddr] =
+        node.map(|n| n.addresses.as_slice()).unwrap_or(&[]);
+    let local: Vec<IpAddr> = local.unwrap_or(node_addresses).to_vec();
+
+    let mut primary_ips = Vec::new();
+    for ipv6 in [false, true] {
+        if let Some(ip) = node_addresses.iter().find(|ip| ip.is_ipv6() == ipv6)
+        {
+            primary_ips.push(*ip);
+        }
+    }
+
+    // Default: every local address that can take traffic from outside.
+    let usable = |ip: &&IpAddr| !ip.is_loopback() && !is_link_local_v6(ip);
+    let node_port_addresses: Vec<IpAddr> =
+        if settings.node_port_addresses.is_empty() {
+            local.iter().filter(usable).copied().collect()
+        } else {
+            let mut chosen: Vec<IpAddr> = Vec::new();
+            for want in &settings.node_port_addresses {
+                let found: Vec<IpAddr> = match want {
+                    NodePortAddress::Primary => primary_ips.clone(),
+                    NodePortAddress::Cidr(net) => local
+                        .iter()
+                        .filter(|ip| net.contains(*ip))
+                        .copied()
+                        .collect(),
+                };
+                for ip in found {
+                    if !chosen.contains(&ip) {
+                        chosen.push(ip);
+                    }
+                }
+            }
+            chosen
+        };
+
+    let has_v6 = local.iter().any(IpAddr::is_ipv6);
+    let has_v4 = local.iter().any(IpAddr::is_ipv4);
+    NodeContext {
+        node_name: node_name.to_string(),
+        zone: node.map(|n| n.zone.clone()).unwrap_or_default(),
+        node_port_addresses,
+        primary_ips,
+        local_addresses: local.iter().copied().collect(),
+        scheduler: settings.scheduler.clone(),
+        // A node with no known address is taken to be IPv4-only, the
+        // common case; dual-stack needs the node's addresses.
+        ipv4: has_v4 || !has_v6,
+        ipv6: has_v6,
+    }
+}
+
+fn is_link_local_v6(ip: &IpAddr) -> bool {
+    match ip {
+        IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+        IpAddr::V4(_) => false,
+    }
+}
+
+/// What applying an object change means for the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChangeOutcome {
+    Unchanged,
+    NeedsSync,
+    /// The proxy cannot continue with its current rules (our Node's
+    /// podCIDRs changed under `detectLocalMode: NodeCIDR`): exit so that
+    /// the restart rebuilds them, as upstream does.
+    Restart(String),
+}
+
+/// The result of one sync.
+#[derive(Debug, Default)]
+pub struct SyncOutcome {
+    pub deltas: Vec<ServiceDelta>,
+    pub services: ServiceUpdateResult,
+    pub endpoints: EndpointsUpdateResult,
+}
+
+#[derive(Debug)]
+pub struct SyncState {
+    node_name: String,
+    settings: NodeSettings,
+    local_addresses: Option<Vec<IpAddr>>,
+    services: ServiceChangeTracker,
+    endpoints: EndpointsChangeTracker,
+    node: NodeTracker,
+    service_map: ServicePortMap,
+    endpoints_map: EndpointsMap,
+    desired: DesiredState,
+    node_dirty: bool,
+}
+
+impl SyncState {
+    pub fn new(
+        node_name: impl Into<String>,
+        settings: NodeSettings,
+        local_addresses: Option<Vec<IpAddr>>,
+        start_time: SystemTime,
+    ) -> Self {
+        let node_name = node_name.into();
+        let ctx = node_context(
+            &node_name,
+            None,
+            &settings,
+            local_addresses.as_deref(),
+        );
+        Self {
+            services: ServiceChangeTracker::new(),
+            endpoints: EndpointsChangeTracker::new(&*node_name, start_time),
+            node: NodeTracker::new(
+                &*node_name,
+                settings.detect_local_node_cidr,
+            ),
+            node_name,
+            settings,
+            local_addresses,
+            service_map: ServicePortMap::new(),
+            endpoints_map: EndpointsMap::new(),
+            desired: DesiredState::new(ctx),
+            node_dirty: false,
+        }
+    }
+
+    pub fn apply(&mut self, change: &ObjectChange) -> ChangeOutcome {
+        let needs_sync = match change {
+            ObjectChange::Service { previous, current } => self
+                .services
+                .update(previous.as_deref(), current.as_deref()),
+            ObjectChange::EndpointSlice { previous, current } => {
+                match (previous, current) {
+                    (_, Some(slice)) => {
+                        self.endpoints.endpoint_slice_update(slice, false)
+                    }
+                    (Some(slice), None) => {
+                        self.endpoints.endpoint_slice_update(slice, true)
+                    }
+                    (None, None) => false,
+                }
+            }
+            ObjectChange::Node { current, .. } => {
+                match self.node.update(current.as_deref()) {
+                    NodeUpdate::Unchanged => false,
+                    NodeUpdate::Changed(_) | NodeUpdate::Deleted => {
+                        self.node_dirty = true;
+                        true
+                    }
+                    NodeUpdate::PodCidrsChanged { old, new } => {
+                        return ChangeOutcome::Restart(format!(
+                            "node {} podCIDRs changed from {:?} to {:?} under \
+                             detectLocalMode NodeCIDR; restarting to rebuild \
+                             the local-traffic rules",
+                            self.node_name, old, new
+                        ));
+                    }
+                }
+            }
+        };
+        if needs_sync {
+            ChangeOutcome::NeedsSync
+        } else {
+            ChangeOutcome::Unchanged
+        }
+    }
+
+    /// Replaces the kernel's view of local addresses (read at start-up
+    /// and on full resyncs); everything is recomputed at the next sync if
+    /// it differs.
+    pub fn set_local_addresses(&mut self, local: Vec<IpAddr>) {
+        if self.local_addresses.as_ref() != Some(&local) {
+            self.local_addresses = Some(local);
+            self.node_dirty = true;
+        }
+    }
+
+    /// Checks out the trackers' changes and updates the desired state for
+    /// the changed service ports only.
+    pub fn sync(&mut self) -> SyncOutcome {
+        let services = self.services.checkout(&mut self.service_map);
+        let endpoints = self.endpoints.checkout(&mut self.endpoints_map);
+        let mut deltas = Vec::new();
+        if std::mem::take(&mut self.node_dirty) {
+            let ctx = node_context(
+                &self.node_name,
+                self.node.node(),
+                &self.settings,
+                self.local_addresses.as_deref(),
+            );
+            deltas = self.desired.set_context(
+                ctx,
+                &self.service_map,
+                &self.endpoints_map,
+            );
+        }
+        // After a context change every port was recomputed already; the
+        // update below then finds nothing new for the changed ones.
+        deltas.extend(
+            self.desired.update(
+                &self.service_map,
+                &self.endpoints_map,
+                services
+                    .changed_ports
+                    .iter()
+                    .chain(&endpoints.changed_ports),
+            ),
+        );
+        SyncOutcome {
+            deltas,
+            services,
+            endpoints,
+        }
+    }
+
+    pub fn pending(&self) -> usize {
+        self.services.pending() + self.endpoints.pending()
+    }
+
+    pub fn desired(&self) -> &DesiredState {
+        &self.desired
+    }
+
+    pub fn service_map(&self) -> &ServicePortMap {
+        &self.service_map
+    }
+
+    pub fn endpoints_map(&self) -> &EndpointsMap {
+        &self.endpoints_map
+    }
+}
+
+/// Computes the plan for a parsed state file: the objects go through the
+/// same trackers as a running proxy's, then one sync.
+pub fn plan(
+    snapshot: &Snapshot,
+    node_name: &str,
+    settings: &NodeSettings,
+) -> Plan {
+    let mut state =
+        SyncState::new(node_name, settings.clone(), None, SystemTime::now());
+    let changes = snapshot
+        .nodes
+        .iter()
+        .map(|n| ObjectChange::Node {
+            previous: None,
+            current: Some(n.clone().into()),
+        })
+        .chain(snapshot.services.iter().map(|s| ObjectChange::Service {
+            previous: None,
+            current: Some(s.clone().into()),
+        }))
+        .chain(snapshot.endpoint_slices.iter().map(|s| {
+            ObjectChange::EndpointSlice {
+                previous: None,
+                current: Some(s.clone().into()),
+            }
+        }));
+    for change in changes {
+        // A one-shot plan has no earlier podCIDRs to conflict with.
+        let _ = state.apply(&change);
+    }
+    state.sync();
+    state.desired().snapshot()
+}
+
+/// The node a plan is for: the one asked for, else the file's only Node.
+pub fn plan_node_name(
+    snapshot: &Snapshot,
+    requested: Option<&str>,
+) -> Option<String> {
+    if let Some(name) = requested {
+        return Some(name.to_string());
+    }
+    match snapshot.nodes.as_slice() {
+        [only] => only.metadata.name.clone(),
+        _ => None,
+    }
+}

@@ -1,0 +1,366 @@
+use std::{collections::BTreeMap, net::IpAddr, path::Path, sync::Arc};
+
+use ipnet::IpNet;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use pretty_assertions::assert_eq;
+
+use super::*;
+use crate::source::file;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn example(name: &str) -> Snapshot {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(name);
+    file::load(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn plan_for(name: &str) -> Plan {
+    let snapshot = example(name);
+    let node = plan_node_name(&snapshot, None).expect("one node in file");
+    plan(&snapshot, &node, &NodeSettings::default())
+}
+
+struct Case {
+    file: &'static str,
+    virtual_servers: &'static [&'static str],
+    bound: &'static [&'static str],
+    sets: &'static [(&'static str, &'static [&'static str])],
+}
+
+const CASES: &[Case] = &[
+    Case {
+        file: "plan/clusterip-tcp-udp.yaml",
+        virtual_servers: &[
+            "TCP 198.18.0.53:53 -> 198.19.0.2:53,198.19.1.2:53",
+            "UDP 198.18.0.53:53 -> 198.19.0.2:53,198.19.1.2:53",
+        ],
+        bound: &["198.18.0.53"],
+        sets: &[
+            ("KUBE-CLUSTER-IP", &["198.18.0.53,tcp:53", "198.18.0.53,udp:53"]),
+            ("KUBE-IPVS-IPS", &["198.18.0.53"]),
+            (
+                "KUBE-LOOP-BACK",
+                &["198.19.0.2,tcp:53,198.19.0.2", "198.19.0.2,udp:53,198.19.0.2"],
+            ),
+        ],
+    },
+    Case {
+        file: "plan/named-ports.yaml",
+        virtual_servers: &[
+            "TCP 198.18.0.10:80 -> 198.19.0.2:8080,198.19.0.3:8080,198.19.1.4:9090",
+        ],
+        bound: &["198.18.0.10"],
+        sets: &[
+            ("KUBE-CLUSTER-IP", &["198.18.0.10,tcp:80"]),
+            ("KUBE-IPVS-IPS", &["198.18.0.10"]),
+            (
+                "KUBE-LOOP-BACK",
+                &[
+                    "198.19.0.2,tcp:8080,198.19.0.2",
+                    "198.19.0.3,tcp:8080,198.19.0.3",
+                ],
+            ),
+        ],
+    },
+    Case {
+        file: "plan/nodeport.yaml",
+        virtual_servers: &[
+            "TCP 198.18.0.10:80 -> 198.19.0.2:8080",
+            "UDP 198.18.0.10:8125 -> 198.19.0.2:8125",
+            "TCP 198.18.100.1:30080 -> 198.19.0.2:8080",
+            "UDP 198.18.100.1:30125 -> 198.19.0.2:8125",
+        ],
+        bound: &["198.18.0.10"],
+        sets: &[
+            ("KUBE-CLUSTER-IP", &["198.18.0.10,tcp:80", "198.18.0.10,udp:8125"]),
+            ("KUBE-IPVS-IPS", &["198.18.0.10"]),
+            (
+                "KUBE-LOOP-BACK",
+                &[
+                    "198.19.0.2,tcp:8080,198.19.0.2",
+                    "198.19.0.2,udp:8125,198.19.0.2",
+                ],
+            ),
+            ("KUBE-NODE-PORT-TCP", &["30080"]),
+            ("KUBE-NODE-PORT-UDP", &["30125"]),
+        ],
+    },
+    Case {
+        file: "plan/loadbalancer-local.yaml",
+        virtual_servers: &[
+            "TCP 198.18.0.20:443 -> 198.19.0.5:8443,198.19.1.5:8443",
+            "TCP 198.18.60.1:443 -> 198.19.0.5:8443",
+            "TCP 198.18.100.1:30443 -> 198.19.0.5:8443",
+        ],
+        // 198.18.60.2 has ipMode Proxy: the LB delivers to the node, so
+        // the proxy must not capture it.
+        bound: &["198.18.0.20", "198.18.60.1"],
+        sets: &[
+            ("KUBE-CLUSTER-IP", &["198.18.0.20,tcp:443"]),
+            ("KUBE-HEALTH-CHECK-NODE-PORT", &["32100"]),
+            ("KUBE-IPVS-IPS", &["198.18.0.20", "198.18.60.1"]),
+            ("KUBE-LOAD-BALANCER", &["198.18.60.1,tcp:443"]),
+            ("KUBE-LOAD-BALANCER-FW", &["198.18.60.1,tcp:443"]),
+            ("KUBE-LOAD-BALANCER-LOCAL", &["198.18.60.1,tcp:443"]),
+            (
+                "KUBE-LOAD-BALANCER-SOURCE-CIDR",
+                &[
+                    "198.18.60.1,tcp:443,198.18.100.0/24",
+                    "198.18.60.1,tcp:443,198.18.200.0/24",
+                ],
+            ),
+            // The node's own address is inside a source range.
+            ("KUBE-LOAD-BALANCER-SOURCE-IP", &["198.18.60.1,tcp:443,198.18.60.1"]),
+            ("KUBE-LOOP-BACK", &["198.19.0.5,tcp:8443,198.19.0.5"]),
+            ("KUBE-NODE-PORT-LOCAL-TCP", &["30443"]),
+            ("KUBE-NODE-PORT-TCP", &["30443"]),
+        ],
+    },
+    Case {
+        file: "plan/session-affinity.yaml",
+        virtual_servers: &[
+            "TCP 198.18.0.30:80 persistent 600 -> 198.19.0.6:8080,198.19.1.6:8080",
+        ],
+        bound: &["198.18.0.30"],
+        sets: &[
+            ("KUBE-CLUSTER-IP", &["198.18.0.30,tcp:80"]),
+            ("KUBE-IPVS-IPS", &["198.18.0.30"]),
+            ("KUBE-LOOP-BACK", &["198.19.0.6,tcp:8080,198.19.0.6"]),
+        ],
+    },
+    Case {
+        file: "plan/internal-traffic-local.yaml",
+        virtual_servers: &["TCP 198.18.0.40:4317 -> 198.19.0.7:4317"],
+        bound: &["198.18.0.40"],
+        sets: &[
+            ("KUBE-CLUSTER-IP", &["198.18.0.40,tcp:4317"]),
+            ("KUBE-IPVS-IPS", &["198.18.0.40"]),
+            ("KUBE-LOOP-BACK", &["198.19.0.7,tcp:4317,198.19.0.7"]),
+        ],
+    },
+    Case {
+        file: "plan/topology-hints.yaml",
+        virtual_servers: &["TCP 198.18.0.50:80 -> 198.19.0.8:8080,198.19.2.8:8080"],
+        bound: &["198.18.0.50"],
+        sets: &[
+            ("KUBE-CLUSTER-IP", &["198.18.0.50,tcp:80"]),
+            ("KUBE-IPVS-IPS", &["198.18.0.50"]),
+            ("KUBE-LOOP-BACK", &["198.19.0.8,tcp:8080,198.19.0.8"]),
+        ],
+    },
+    Case {
+        file: "plan/terminating.yaml",
+        virtual_servers: &["TCP 198.18.0.60:80 -> 198.19.0.9:8080,198.19.1.9:8080"],
+        bound: &["198.18.0.60"],
+        sets: &[
+            ("KUBE-CLUSTER-IP", &["198.18.0.60,tcp:80"]),
+            ("KUBE-IPVS-IPS", &["198.18.0.60"]),
+            ("KUBE-LOOP-BACK", &["198.19.0.9,tcp:8080,198.19.0.9"]),
+        ],
+    },
+    Case {
+        file: "plan/dual-stack.yaml",
+        virtual_servers: &[
+            "TCP 198.18.0.70:80 -> 198.19.0.10:8080",
+            "TCP 198.18.100.1:30070 -> 198.19.0.10:8080",
+            "TCP [2001:db8:18::70]:80 -> [2001:db8:19::10]:8080",
+            "TCP [2001:db8:100::1]:30070 -> [2001:db8:19::10]:8080",
+        ],
+        bound: &["198.18.0.70", "2001:db8:18::70"],
+        sets: &[
+            ("KUBE-6-CLUSTER-IP", &["2001:db8:18::70,tcp:80"]),
+            ("KUBE-6-IPVS-IPS", &["2001:db8:18::70"]),
+            ("KUBE-6-LOOP-BACK", &["2001:db8:19::10,tcp:8080,2001:db8:19::10"]),
+            ("KUBE-6-NODE-PORT-TCP", &["30070"]),
+            ("KUBE-CLUSTER-IP", &["198.18.0.70,tcp:80"]),
+            ("KUBE-IPVS-IPS", &["198.18.0.70"]),
+            ("KUBE-LOOP-BACK", &["198.19.0.10,tcp:8080,198.19.0.10"]),
+            ("KUBE-NODE-PORT-TCP", &["30070"]),
+        ],
+    },
+];
+
+#[test]
+fn plans_of_the_example_files() {
+    for case in CASES {
+        let plan = plan_for(case.file);
+        assert_eq!(
+            plan.virtual_server_lines(),
+            case.virtual_servers,
+            "{}",
+            case.file
+        );
+        let bound: Vec<IpAddr> = case.bound.iter().map(|s| ip(s)).collect();
+        assert_eq!(plan.bound_addresses, bound, "{}", case.file);
+        let non_empty: BTreeMap<&str, Vec<&str>> = plan
+            .ipsets
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(k, v)| (k.as_str(), v.iter().map(String::as_str).collect()))
+            .collect();
+        let expected: BTreeMap<&str, Vec<&str>> =
+            case.sets.iter().map(|(k, v)| (*k, v.to_vec())).collect();
+        assert_eq!(non_empty, expected, "{}", case.file);
+    }
+}
+
+#[test]
+fn every_example_file_is_covered_by_a_plan_case() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/plan");
+    let mut files: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| format!("plan/{}", e.unwrap().file_name().to_string_lossy()))
+        .collect();
+    files.sort();
+    let mut covered: Vec<String> =
+        CASES.iter().map(|c| c.file.to_string()).collect();
+    covered.sort();
+    assert_eq!(files, covered);
+}
+
+#[test]
+fn the_embedded_example_plans_every_service() {
+    let plan = plan_for("cluster.yaml");
+    // web: cluster IP + node port; dns: TCP + UDP; shop: cluster IP, LB
+    // ingress and node port.
+    assert_eq!(plan.virtual_servers.len(), 7);
+    assert!(plan
+        .virtual_servers
+        .iter()
+        .all(|vs| !vs.real_servers.is_empty()));
+}
+
+fn settings(addrs: &[NodePortAddress]) -> NodeSettings {
+    NodeSettings {
+        node_port_addresses: addrs.to_vec(),
+        ..NodeSettings::default()
+    }
+}
+
+fn node(addresses: &[&str]) -> NodeInfo {
+    NodeInfo {
+        name: "node-a".into(),
+        addresses: addresses.iter().map(|a| ip(a)).collect(),
+        eligible: true,
+        ..NodeInfo::default()
+    }
+}
+
+#[test]
+fn node_port_addresses_follow_the_configured_rule() {
+    let local = [
+        ip("127.0.0.1"),
+        ip("198.18.100.1"),
+        ip("198.18.101.1"),
+        ip("fe80::1"),
+        ip("2001:db8:100::1"),
+    ];
+    let n = node(&["198.18.100.1", "2001:db8:100::1"]);
+    let cidr = |s: &str| NodePortAddress::Cidr(s.parse::<IpNet>().unwrap());
+    let cases: Vec<(&str, Vec<NodePortAddress>, Vec<&str>)> = vec![
+        (
+            "default: every local address but loopback and link-local",
+            vec![],
+            vec!["198.18.100.1", "198.18.101.1", "2001:db8:100::1"],
+        ),
+        (
+            "primary: the node's first address of each family",
+            vec![NodePortAddress::Primary],
+            vec!["198.18.100.1", "2001:db8:100::1"],
+        ),
+        (
+            "CIDRs pick matching local addresses",
+            vec![cidr("198.18.101.0/24")],
+            vec!["198.18.101.1"],
+        ),
+        (
+            "loopback only when asked for",
+            vec![cidr("127.0.0.0/8"), cidr("198.18.100.0/24")],
+            vec!["127.0.0.1", "198.18.100.1"],
+        ),
+    ];
+    for (what, rule, expected) in cases {
+        let ctx =
+            node_context("node-a", Some(&n), &settings(&rule), Some(&local));
+        let expected: Vec<IpAddr> = expected.iter().map(|s| ip(s)).collect();
+        assert_eq!(ctx.node_port_addresses, expected, "{what}");
+    }
+}
+
+#[test]
+fn node_families_come_from_its_addresses() {
+    let s = NodeSettings::default();
+    let v4 = node_context("n", Some(&node(&["198.18.100.1"])), &s, None);
+    assert!(v4.ipv4 && !v4.ipv6);
+    let v6 = node_context("n", Some(&node(&["2001:db8::1"])), &s, None);
+    assert!(!v6.ipv4 && v6.ipv6);
+    let unknown = node_context("n", None, &s, None);
+    assert!(unknown.ipv4 && !unknown.ipv6);
+}
+
+fn slice_change(
+    previous: Option<&EndpointSlice>,
+    current: Option<&EndpointSlice>,
+) -> ObjectChange {
+    ObjectChange::EndpointSlice {
+        previous: previous.cloned().map(Arc::new),
+        current: current.cloned().map(Arc::new),
+    }
+}
+
+#[test]
+fn a_sync_recomputes_only_what_changed() {
+    let snapshot = example("cluster.yaml");
+    let mut state = SyncState::new(
+        "node-a",
+        NodeSettings::default(),
+        None,
+        SystemTime::now(),
+    );
+    for n in &snapshot.nodes {
+        state.apply(&ObjectChange::Node {
+            previous: None,
+            current: Some(Arc::new(n.clone())),
+        });
+    }
+    for s in &snapshot.services {
+        state.apply(&ObjectChange::Service {
+            previous: None,
+            current: Some(Arc::new(s.clone())),
+        });
+    }
+    for s in &snapshot.endpoint_slices {
+        state.apply(&slice_change(None, Some(s)));
+    }
+    let first = state.sync();
+    assert_eq!(first.deltas.len(), 4, "web, dns x2, shop");
+    assert_eq!(state.pending(), 0);
+
+    // Nothing pending: a sync does nothing.
+    assert!(state.sync().deltas.is_empty());
+
+    // Scale web down to one endpoint.
+    let old = snapshot
+        .endpoint_slices
+        .iter()
+        .find(|s| s.metadata.name.as_deref() == Some("web-x7k2p"))
+        .unwrap();
+    let mut new = old.clone();
+    new.endpoints.truncate(1);
+    assert_eq!(
+        state.apply(&slice_change(Some(old), Some(&new))),
+        ChangeOutcome::NeedsSync
+    );
+    let outcome = state.sync();
+    assert_eq!(outcome.deltas.len(), 1);
+    assert_eq!(outcome.deltas[0].service.to_string(), "default/web:http");
+    let current = outcome.deltas[0].current.as_ref().unwrap();
+    assert!(current
+        .virtual_servers
+        .iter()
+        .all(|vs| vs.real_servers.len() == 1));
+}
