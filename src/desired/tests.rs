@@ -1,9 +1,10 @@
-use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
+use std::{net::IpAddr, sync::Arc};
 
 use pretty_assertions::assert_eq;
 
 use super::*;
 use crate::model::{
+    fixtures::{self, port_info},
     EndpointInfo, EndpointsMap, Protocol, ServicePortInfo, ServicePortMap,
     ServicePortName,
 };
@@ -12,38 +13,16 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
+/// Service ports here default to cluster IP 198.18.0.10.
 fn svc(f: impl FnOnce(&mut ServicePortInfo)) -> ServicePortInfo {
-    let mut s = ServicePortInfo {
-        cluster_ips: vec![ip("198.18.0.10")],
-        port: 80,
-        protocol: Protocol::Tcp,
-        node_port: 0,
-        session_affinity_timeout: None,
-        external_ips: vec![],
-        load_balancer_vips: vec![],
-        load_balancer_source_ranges: vec![],
-        external_policy_local: false,
-        internal_policy_local: false,
-        health_check_node_port: 0,
-        is_load_balancer: false,
-    };
-    f(&mut s);
-    s
+    port_info(|s| {
+        s.cluster_ips = vec![ip("198.18.0.10")];
+        f(s)
+    })
 }
 
 fn ep(addr: &str, f: impl FnOnce(&mut EndpointInfo)) -> Arc<EndpointInfo> {
-    let mut e = EndpointInfo {
-        ip: ip(addr),
-        port: 8080,
-        is_local: false,
-        ready: true,
-        serving: true,
-        terminating: false,
-        zone_hints: BTreeSet::new(),
-        node_hints: BTreeSet::new(),
-    };
-    f(&mut e);
-    Arc::new(e)
+    fixtures::ep(addr, 8080, f)
 }
 
 fn ctx(f: impl FnOnce(&mut NodeContext)) -> NodeContext {

@@ -135,6 +135,28 @@ pub fn node(name: &str, f: impl FnOnce(&mut Node)) -> Node {
     node
 }
 
+/// A TCP port 80 service port with cluster IP 198.18.0.1 and nothing else.
+pub fn port_info(
+    f: impl FnOnce(&mut crate::model::ServicePortInfo),
+) -> crate::model::ServicePortInfo {
+    let mut info = crate::model::ServicePortInfo {
+        cluster_ips: vec![std::net::Ipv4Addr::new(198, 18, 0, 1).into()],
+        port: 80,
+        protocol: crate::model::Protocol::Tcp,
+        node_port: 0,
+        session_affinity_timeout: None,
+        external_ips: vec![],
+        load_balancer_vips: vec![],
+        load_balancer_source_ranges: vec![],
+        external_policy_local: false,
+        internal_policy_local: false,
+        health_check_node_port: 0,
+        is_load_balancer: false,
+    };
+    f(&mut info);
+    info
+}
+
 /// A ready, serving, remote endpoint.
 pub fn ep(
     ip: &str,

@@ -1,28 +1,13 @@
 use pretty_assertions::assert_eq;
 
 use super::*;
-use crate::model::{fixtures::ep, Protocol};
+use crate::model::fixtures::{ep, port_info};
 
 const NODE: &str = "node-a";
 const ZONE: &str = "zone-a";
 
 fn svc(f: impl FnOnce(&mut ServicePortInfo)) -> ServicePortInfo {
-    let mut info = ServicePortInfo {
-        cluster_ips: vec!["198.18.0.1".parse().unwrap()],
-        port: 80,
-        protocol: Protocol::Tcp,
-        node_port: 0,
-        session_affinity_timeout: None,
-        external_ips: vec![],
-        load_balancer_vips: vec![],
-        load_balancer_source_ranges: vec![],
-        external_policy_local: false,
-        internal_policy_local: false,
-        health_check_node_port: 0,
-        is_load_balancer: false,
-    };
-    f(&mut info);
-    info
+    port_info(f)
 }
 
 fn itp_local(s: &mut ServicePortInfo) {
