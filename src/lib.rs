@@ -5,6 +5,7 @@
 //! the desired kernel state (`desired`), which backends apply.
 
 pub mod config;
+pub mod endpointslice;
 pub mod desired;
 pub mod metrics;
 pub mod model;

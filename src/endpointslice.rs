@@ -1,0 +1,1 @@
+//! The EndpointSlice controller's reconciler for the state file: issue 8.
