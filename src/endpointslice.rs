@@ -1,1 +1,0 @@
-//! The EndpointSlice controller's reconciler for the state file: issue 8.
