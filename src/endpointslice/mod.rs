@@ -176,9 +176,9 @@ pub fn reconcile(
 }
 
 /// The Service's slices after applying [`reconcile`]'s writes to `existing`
-/// (slices pending deletion or without a name are dropped), sorted by name, and the problems
-/// met on the way. A Service the controller does not manage keeps
-/// `existing` as it is.
+/// (slices pending deletion or without a name are dropped), sorted by name,
+/// and the problems met on the way. A Service the controller does not manage
+/// keeps `existing` as it is.
 pub fn desired_slices(
     service: &Service,
     pods: &[Pod],
