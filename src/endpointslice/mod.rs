@@ -213,6 +213,22 @@ pub fn desired_slices(
     (slices, writes.errors)
 }
 
+/// Whether `slice` is one of the slices this controller manages for
+/// `service`, as it lists them: same namespace, labelled with the Service's
+/// name and managed by [`CONTROLLER_NAME`]. Use it to pick the `existing`
+/// slices for [`reconcile`] out of all slices.
+pub fn is_controller_slice_of(
+    service: &Service,
+    slice: &EndpointSlice,
+) -> bool {
+    let labels = slice.metadata.labels.as_ref();
+    let label = |k: &str| labels.and_then(|l| l.get(k)).map(String::as_str);
+    slice::namespace_of(&slice.metadata)
+        == slice::namespace_of(&service.metadata)
+        && label(LABEL_SERVICE_NAME) == service.metadata.name.as_deref()
+        && label(LABEL_MANAGED_BY) == Some(CONTROLLER_NAME)
+}
+
 /// Slices pending deletion are left alone so that the controller does not get
 /// stuck on them, as upstream does.
 fn is_live(slice: &EndpointSlice) -> bool {

@@ -25,6 +25,7 @@ use super::*;
 type PodTweak = Box<dyn Fn(&mut Pod)>;
 type SpecTweak = Box<dyn Fn(&mut ServiceSpec)>;
 type PortTweak = Box<dyn Fn(&mut ServicePort)>;
+type SliceTweak = Box<dyn Fn(&mut EndpointSlice)>;
 /// (port name, port number) pairs of a slice.
 type Ports = Vec<(String, i32)>;
 
@@ -1215,4 +1216,119 @@ fn desired_slices_keeps_untouched_slices_and_applies_writes() {
     assert_eq!(after, want);
     let all: BTreeSet<&str> = after.iter().flat_map(addresses).collect();
     assert_eq!(all.len(), 3);
+}
+
+#[test]
+fn controller_slices_are_recognised_by_namespace_and_labels() {
+    let svc = service(|_| {});
+    let ours = desired(&svc, &[pod("a", &["198.19.0.1"], |_| {})]).remove(0);
+    assert!(is_controller_slice_of(&svc, &ours));
+    let cases: Vec<(&str, SliceTweak)> = vec![
+        (
+            "other namespace",
+            Box::new(|s| s.metadata.namespace = Some("other".into())),
+        ),
+        (
+            "other service",
+            Box::new(|s| {
+                if let Some(l) = s.metadata.labels.as_mut() {
+                    l.insert(LABEL_SERVICE_NAME.into(), "db".into());
+                }
+            }),
+        ),
+        (
+            "managed by someone else",
+            Box::new(|s| {
+                if let Some(l) = s.metadata.labels.as_mut() {
+                    l.insert(LABEL_MANAGED_BY.into(), "mirroring".into());
+                }
+            }),
+        ),
+        ("no labels", Box::new(|s| s.metadata.labels = None)),
+    ];
+    for (case, f) in cases {
+        let mut other = ours.clone();
+        f(&mut other);
+        assert!(!is_controller_slice_of(&svc, &other), "{case}");
+    }
+}
+
+// ---- invariants over random histories ----
+
+mod props {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Pods `pod-<i>` for the given indexes; odd indexes use the other
+    /// target port, multiples of 7 are not ready.
+    fn pods_for(indexes: &BTreeSet<u16>) -> Vec<Pod> {
+        indexes
+            .iter()
+            .map(|i| {
+                let ip = format!("198.19.{}.{}", i / 200, i % 200 + 1);
+                pod(&format!("pod-{i}"), &[ip.as_str()], |p| {
+                    if i % 2 == 1 {
+                        pod_spec(p).containers[0].ports =
+                            Some(vec![container_port("http", 9090)]);
+                    }
+                    if i % 7 == 0 {
+                        set_ready(p, false);
+                    }
+                })
+            })
+            .collect()
+    }
+
+    proptest! {
+        #[test]
+        fn every_pod_lands_in_exactly_one_slice_within_the_limit(
+            before in proptest::collection::btree_set(0u16..600, 0..300),
+            after in proptest::collection::btree_set(0u16..600, 0..300),
+            max in 1usize..40,
+        ) {
+            let svc = service(|_| {});
+            let cfg = config(max);
+            let (first, errors) =
+                desired_slices(&svc, &pods_for(&before), &nodes(), &[], &cfg);
+            prop_assert!(errors.is_empty());
+
+            let pods = pods_for(&after);
+            let (slices, _) =
+                desired_slices(&svc, &pods, &nodes(), &first, &cfg);
+            let mut seen: Vec<&str> =
+                slices.iter().flat_map(addresses).collect();
+            seen.sort();
+            let mut want: Vec<String> = pods
+                .iter()
+                .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+                .collect();
+            want.sort();
+            prop_assert_eq!(seen, want);
+            for s in &slices {
+                prop_assert!(s.endpoints.len() <= max);
+                let port = if s.endpoints.is_empty() {
+                    None
+                } else {
+                    port_numbers(s).first().map(|(_, n)| *n)
+                };
+                for ep in &s.endpoints {
+                    let i: u16 = ep
+                        .target_ref
+                        .as_ref()
+                        .and_then(|t| t.name.as_deref())
+                        .and_then(|n| n.strip_prefix("pod-"))
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or_default();
+                    let expected = if i % 2 == 1 { 9090 } else { 8080 };
+                    prop_assert_eq!(port, Some(expected));
+                }
+            }
+            let names: BTreeSet<&str> = slices.iter().map(name_of).collect();
+            prop_assert_eq!(names.len(), slices.len());
+
+            let again = reconcile(&svc, &pods, &nodes(), &slices, &cfg);
+            prop_assert!(again.is_noop(), "{:#?}", again);
+        }
+    }
 }
