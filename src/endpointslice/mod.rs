@@ -23,6 +23,7 @@
 mod address;
 mod endpoint;
 mod error;
+mod hints;
 mod placement;
 mod ports;
 mod slice;

@@ -4,7 +4,7 @@
 //! anyway are filled first, an untouched slice is filled only when all the
 //! remaining endpoints fit in it, and new slices are made last.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::discovery::v1::{EndpointPort, EndpointSlice};
 
@@ -82,11 +82,42 @@ pub(super) fn reconcile_family(
         }
     }
 
+    set_hints(svc, existing, &mut writes);
     writes
         .to_delete
         .sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     recycle_deleted(svc, &mut writes);
     writes
+}
+
+/// Gives every slice being written the hints the Service asks for, and
+/// rewrites untouched slices whose hints are stale.
+fn set_hints(
+    svc: &ServiceRef,
+    existing: &[&EndpointSlice],
+    writes: &mut Writes,
+) {
+    let written: BTreeSet<&str> = writes
+        .to_update
+        .iter()
+        .chain(&writes.to_delete)
+        .filter_map(|s| s.metadata.name.as_deref())
+        .collect();
+    let stale: Vec<EndpointSlice> = existing
+        .iter()
+        .filter(|s| {
+            s.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| !written.contains(n))
+        })
+        .filter(|s| svc.hints.needs_update(s))
+        .map(|s| (*s).clone())
+        .collect();
+    writes.to_update.extend(stale);
+    for slice in writes.to_create.iter_mut().chain(&mut writes.to_update) {
+        svc.hints.apply(slice);
+    }
 }
 
 /// Turns creates into updates of slices that would be deleted, as the

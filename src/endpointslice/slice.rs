@@ -13,6 +13,7 @@ use k8s_openapi::{
 
 use super::{
     address::AddressType,
+    hints::HintPolicy,
     ports::{Fnv1a, PortMapKey},
     CONTROLLER_NAME, LABEL_HEADLESS, LABEL_MANAGED_BY, LABEL_SERVICE_NAME,
 };
@@ -37,6 +38,7 @@ pub(super) struct ServiceRef {
     labels: BTreeMap<String, String>,
     headless: bool,
     pub(super) publish_not_ready: bool,
+    pub(super) hints: HintPolicy,
 }
 
 impl ServiceRef {
@@ -52,6 +54,7 @@ impl ServiceRef {
             publish_not_ready: spec
                 .and_then(|s| s.publish_not_ready_addresses)
                 .unwrap_or(false),
+            hints: HintPolicy::for_service(service),
         }
     }
 

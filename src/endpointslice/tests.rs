@@ -1077,6 +1077,86 @@ fn service_label_change_updates_slices_in_place() {
     assert_eq!(r.to_update[0].endpoints, existing[0].endpoints);
 }
 
+// ---- topology hints ----
+
+fn hint_names(e: &Endpoint) -> (Vec<String>, Vec<String>) {
+    let h = e.hints.clone().unwrap_or_default();
+    (
+        h.for_zones.into_iter().flatten().map(|z| z.name).collect(),
+        h.for_nodes.into_iter().flatten().map(|n| n.name).collect(),
+    )
+}
+
+fn with_distribution(d: &str) -> Service {
+    service(|s| spec(s).traffic_distribution = Some(d.to_owned()))
+}
+
+#[test]
+fn traffic_distribution_hints_ready_endpoints_for_their_zone_and_node() {
+    let zone_a = || (vec!["zone-a".to_owned()], vec![]);
+    let none = (vec![], vec![]);
+    // distribution → hints of the ready endpoint
+    let cases = [
+        ("PreferClose", zone_a()),
+        ("PreferSameZone", zone_a()),
+        (
+            "PreferSameNode",
+            (vec!["zone-a".to_owned()], vec!["node-a".to_owned()]),
+        ),
+        ("SomethingElse", none.clone()),
+    ];
+    for (distribution, want) in cases {
+        let pods = [
+            pod("a", &["198.19.0.1"], |_| {}),
+            pod("b", &["198.19.0.2"], |p| set_ready(p, false)),
+        ];
+        let slices = desired(&with_distribution(distribution), &pods);
+        let eps = &slices[0].endpoints;
+        assert_eq!(hint_names(&eps[0]), want, "{distribution}");
+        assert_eq!(hint_names(&eps[1]), none, "{distribution}: not ready");
+    }
+}
+
+#[test]
+fn topology_annotation_disables_traffic_distribution_hints() {
+    let svc = service(|s| {
+        spec(s).traffic_distribution = Some("PreferClose".to_owned());
+        s.metadata.annotations =
+            labels(&[("service.kubernetes.io/topology-mode", "Auto")]);
+    });
+    let slices = desired(&svc, &[pod("a", &["198.19.0.1"], |_| {})]);
+    assert_eq!(slices[0].endpoints[0].hints, None);
+}
+
+#[test]
+fn untouched_slices_get_hints_when_traffic_distribution_is_set() {
+    let pods = [pod("a", &["198.19.0.1"], |_| {})];
+    let existing = desired(&service(|_| {}), &pods);
+    let svc = with_distribution("PreferClose");
+    let r = run(&svc, &pods, &existing);
+    assert!(r.to_create.is_empty() && r.to_delete.is_empty(), "{r:#?}");
+    assert_eq!(name_of(&r.to_update[0]), name_of(&existing[0]));
+    assert_eq!(
+        hint_names(&r.to_update[0].endpoints[0]),
+        (vec!["zone-a".to_owned()], vec![])
+    );
+    assert!(run(&svc, &pods, &r.to_update).is_noop());
+}
+
+#[test]
+fn hints_are_dropped_only_from_slices_that_are_written() {
+    let pods = [pod("a", &["198.19.0.1"], |_| {})];
+    let hinted = desired(&with_distribution("PreferClose"), &pods);
+    let plain = service(|_| {});
+    // Untouched: left as it is, like upstream.
+    assert!(run(&plain, &pods, &hinted).is_noop());
+    // Written: the hints go.
+    let more = [pods[0].clone(), pod("b", &["198.19.0.2"], |_| {})];
+    let r = run(&plain, &more, &hinted);
+    assert_eq!(r.to_update.len(), 1, "{r:#?}");
+    assert!(r.to_update[0].endpoints.iter().all(|e| e.hints.is_none()));
+}
+
 // ---- placeholder, lifecycle ----
 
 #[test]
@@ -1287,7 +1367,12 @@ mod props {
             after in proptest::collection::btree_set(0u16..600, 0..300),
             max in 1usize..40,
         ) {
-            let svc = service(|_| {});
+            // Half the runs also carry topology hints.
+            let svc = if max % 2 == 0 {
+                with_distribution("PreferSameNode")
+            } else {
+                service(|_| {})
+            };
             let cfg = config(max);
             let (first, errors) =
                 desired_slices(&svc, &pods_for(&before), &nodes(), &[], &cfg);
