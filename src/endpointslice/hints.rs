@@ -1,7 +1,7 @@
 //! Topology hints on endpoints, from the Service's `trafficDistribution`:
 //! with `PreferClose`/`PreferSameZone` each ready endpoint is hinted for its
-//! own zone, with `PreferSameNode` also for its own node; otherwise slices
-//! that are written carry no hints.
+//! own zone, with `PreferSameNode` also for its own node; otherwise no
+//! endpoint carries hints.
 //!
 //! The older `service.kubernetes.io/topology-mode: Auto` annotation makes
 //! upstream allocate hints from the nodes' CPU capacity per zone; that
@@ -20,7 +20,7 @@ const ANNOTATION_TOPOLOGY_AWARE_HINTS: &str =
 /// What the hints of written endpoints should be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum HintPolicy {
-    /// Written slices lose their hints; untouched ones keep them.
+    /// No endpoint carries hints; slices that do are rewritten.
     None,
     /// Ready endpoints are hinted for their zone (and node), and slices
     /// whose hints are missing or stale are rewritten.
@@ -50,7 +50,7 @@ impl HintPolicy {
     /// Whether an otherwise untouched slice must be rewritten for its hints.
     pub(super) fn needs_update(self, slice: &EndpointSlice) -> bool {
         match self {
-            Self::None => false,
+            Self::None => slice.endpoints.iter().any(|e| e.hints.is_some()),
             Self::PreferClose { nodes } => {
                 slice.endpoints.iter().filter(|e| is_ready(e)).any(|e| {
                     names(e.hints.as_ref()) != names(wanted(e, nodes).as_ref())

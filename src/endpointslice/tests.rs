@@ -1144,17 +1144,16 @@ fn untouched_slices_get_hints_when_traffic_distribution_is_set() {
 }
 
 #[test]
-fn hints_are_dropped_only_from_slices_that_are_written() {
+fn hints_are_removed_when_traffic_distribution_is_unset() {
     let pods = [pod("a", &["198.19.0.1"], |_| {})];
     let hinted = desired(&with_distribution("PreferClose"), &pods);
+    assert!(hinted[0].endpoints[0].hints.is_some());
     let plain = service(|_| {});
-    // Untouched: left as it is, like upstream.
-    assert!(run(&plain, &pods, &hinted).is_noop());
-    // Written: the hints go.
-    let more = [pods[0].clone(), pod("b", &["198.19.0.2"], |_| {})];
-    let r = run(&plain, &more, &hinted);
-    assert_eq!(r.to_update.len(), 1, "{r:#?}");
-    assert!(r.to_update[0].endpoints.iter().all(|e| e.hints.is_none()));
+    let r = run(&plain, &pods, &hinted);
+    assert!(r.to_create.is_empty() && r.to_delete.is_empty(), "{r:#?}");
+    assert_eq!(name_of(&r.to_update[0]), name_of(&hinted[0]));
+    assert_eq!(r.to_update[0].endpoints[0].hints, None);
+    assert!(run(&plain, &pods, &r.to_update).is_noop());
 }
 
 // ---- placeholder, lifecycle ----
