@@ -8,11 +8,12 @@
 //! scale.
 //!
 //! The computation follows upstream's reconciler in three layers:
-//! per address type of the Service ([`address`]), per set of resolved ports
+//! per address type of the Service (`address`), per set of resolved ports
 //! (pods whose named target ports resolve differently land in different
-//! slices, [`ports`]), and per slice, where endpoints are packed so that
+//! slices, `ports`), and per slice, where endpoints are packed so that
 //! existing slices are kept and filled before new ones are made
-//! ([`placement`]).
+//! (`placement`). Topology hints follow the Service's
+//! `trafficDistribution` (`hints`).
 //!
 //! Where upstream relies on the API server (defaulting, `generateName`), the
 //! defaults are applied here: missing protocols are TCP, a missing
