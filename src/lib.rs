@@ -7,6 +7,7 @@
 pub mod config;
 pub mod daemon;
 pub mod desired;
+pub mod endpointslice;
 pub mod metrics;
 pub mod model;
 pub mod runner;
