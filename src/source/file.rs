@@ -130,7 +130,9 @@ pub fn load(path: &Path) -> Result<Snapshot, FileError> {
             file: path.to_path_buf(),
             source,
         })?;
-    parse(&text).map_err(|e| e.in_file(path))
+    let mut snapshot = parse(&text).map_err(|e| e.in_file(path))?;
+    super::pods::derive_endpoint_slices(&mut snapshot, &[]);
+    Ok(snapshot)
 }
 
 /// Parses the whole text: the first error fails it all, so that a
@@ -695,6 +697,9 @@ struct WatchState {
     /// Hash of the contents last parsed, good or bad.
     contents: Option<u64>,
     last_read_error: Option<String>,
+    /// The slices derived from Pods for the last good version, fed back so
+    /// that an edit moves only what changed.
+    derived: Vec<k8s_openapi::api::discovery::v1::EndpointSlice>,
     queue: VecDeque<SourceEvent>,
 }
 
@@ -709,6 +714,7 @@ impl WatchState {
             read_once: false,
             contents: None,
             last_read_error: None,
+            derived: Vec::new(),
             queue: VecDeque::new(),
         }
     }
@@ -759,7 +765,12 @@ impl WatchState {
             }),
         };
         match parsed {
-            Ok(snapshot) => {
+            Ok(mut snapshot) => {
+                super::pods::derive_endpoint_slices(
+                    &mut snapshot,
+                    &self.derived,
+                );
+                self.derived = snapshot.endpoint_slices.clone();
                 tracing::info!(
                     file = %self.path.display(),
                     services = snapshot.services.len(),

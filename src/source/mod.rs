@@ -8,6 +8,7 @@
 
 pub mod file;
 pub mod kube;
+pub mod pods;
 pub mod store;
 
 use ::kube::runtime::watcher::Event;
