@@ -8,6 +8,7 @@ pub mod config;
 pub mod daemon;
 pub mod desired;
 pub mod endpointslice;
+pub mod kernel;
 pub mod metrics;
 pub mod model;
 pub mod runner;
