@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the guest harness needs, only when one is
+# missing, so a warm machine never touches apt. CI runs this as root on a
+# fresh machine.
+set -euo pipefail
+
+packages=(
+    qemu-system-x86 busybox-static cpio kmod
+    ipvsadm ipset iptables iproute2 conntrack socat
+)
+
+missing=()
+for p in "${packages[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null |
+        grep -q 'install ok installed'; then
+        missing+=("$p")
+    fi
+done
+((${#missing[@]} == 0)) && exit 0
+
+sudo=()
+if ((EUID != 0)); then
+    sudo=(sudo)
+fi
+echo "vm: installing ${missing[*]}" >&2
+"${sudo[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq \
+    --no-install-recommends "${missing[@]}"
