@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
     qemu-system-x86 busybox-static cpio kmod
-    ipvsadm ipset iptables iproute2 conntrack socat
+    ipvsadm ipset iptables iproute2 conntrack socat jq
 )
 
 missing=()
