@@ -71,7 +71,7 @@ vm_initramfs_inputs_hash() {
 # (once per release and harness version). Sets VM_KREL, VM_KDIR, VM_KERNEL_IMG,
 # VM_INITRD.
 vm_prepare() {
-    local cache
+    local cache lock
     cache=$(vm_cache_dir)
     VM_KREL=$(vm_kernel_release)
     VM_KDIR=$cache/$VM_KREL
@@ -80,6 +80,10 @@ vm_prepare() {
     case $VM_KDIR in
     /tmp/*) vm_die "the cache $VM_KDIR is under /tmp, which the guest hides" ;;
     esac
+    # Parallel runs share the cache: one builds, the others wait for it.
+    mkdir -p "$cache"
+    exec {lock}>"$cache/.lock"
+    flock "$lock"
     if [[ ! -f $VM_KDIR/kernel.ok ]]; then
         vm_fetch_kernel
     fi
@@ -89,6 +93,7 @@ vm_prepare() {
         vm_build_initramfs
         echo "$want" >"$VM_KDIR/initramfs.hash"
     fi
+    exec {lock}>&-
 }
 
 vm_fetch_kernel() {
@@ -179,7 +184,9 @@ vm_build_initramfs() {
     # interfaces they make.
     mkdir -p "$stage/etc/modprobe.d"
     echo 'options dummy numdummies=0' >"$stage/etc/modprobe.d/dummy.conf"
-    cp "$moddir"/modules.* "$stage/lib/modules/$VM_KREL/"
+    # Enough for modprobe by name; the full index comes with the host's
+    # module tree, bind-mounted later.
+    cp "$moddir"/modules.{dep,builtin,softdep} "$stage/lib/modules/$VM_KREL/"
     local f
     for f in $(vm_boot_module_files "$moddir"); do
         mkdir -p "$stage/lib/modules/$VM_KREL/$(dirname "$f")"
