@@ -5,7 +5,7 @@
 set -euo pipefail
 
 packages=(
-    qemu-system-x86 busybox-static cpio kmod
+    qemu-system-x86 busybox-static cpio kmod xz-utils
     ipvsadm ipset iptables iproute2 conntrack socat jq
 )
 
