@@ -7,6 +7,7 @@
 //! a confusing netlink error, and never passes without having run.
 
 use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
 
 /// Set by the guest for the command it runs (tests/vm/run).
 pub const MARKER_ENV: &str = "TESTKIT_VM_GUEST";
@@ -44,6 +45,16 @@ pub fn require() {
     if let Err(e) = check() {
         panic!("{e}");
     }
+}
+
+/// Serialises tests of one binary that change root-namespace state IPVS
+/// keeps globally (the virtual server table, kube-ipvs0): libtest runs a
+/// binary's tests on parallel threads. Hold the guard for the whole test.
+pub fn lock_root_netns() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    // A test that panicked while holding it left nothing a guard protects
+    // in memory; the next test cleans the kernel state it needs.
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 pub(crate) fn classify(marker: bool, has_ipvs: bool) -> Result<(), NotInGuest> {

@@ -36,6 +36,7 @@ impl Drop for Cleanup {
 )]
 fn ipvs_round_robin_over_two_pods() -> Result<()> {
     guest::require();
+    let _root = guest::lock_root_netns();
     let pods = start_pods(&[
         PodSpec::new("pod-a").port(POD_PORT),
         PodSpec::new("pod-b").port(POD_PORT),
