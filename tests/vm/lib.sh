@@ -79,6 +79,8 @@ vm_prepare() {
     VM_INITRD=$VM_KDIR/initramfs.cpio.gz
     case $VM_KDIR in
     /tmp/*) vm_die "the cache $VM_KDIR is under /tmp, which the guest hides" ;;
+    *[[:space:]]*) vm_die "the cache path $VM_KDIR has spaces; the kernel \
+command line cannot carry it (set VM_CACHE)" ;;
     esac
     # Parallel runs share the cache: one builds, the others wait for it.
     mkdir -p "$cache"
