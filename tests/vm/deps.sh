@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the guest harness needs, only when one is
-# missing, so a warm machine never touches apt. CI runs this as root on a
-# fresh machine.
+# Installs the Debian packages the guest harness needs (and any named as
+# arguments), only those missing, so a prepared machine never touches apt
+# and installed packages are not upgraded. CI runs this as root on a fresh
+# machine.
 set -euo pipefail
 
 packages=(
     qemu-system-x86 busybox-static cpio kmod xz-utils
     ipvsadm ipset iptables iproute2 conntrack socat jq
+    "$@"
 )
 
 missing=()
