@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Builds the workspace's kernel tests on the host and runs them in one boot
+# of the real-kernel guest.
+#
+#   tests/vm/run-tests.sh [PACKAGE...] [-- TEST-ARGS...]
+#
+# PACKAGEs default to every workspace crate that has a `kernel-tests`
+# feature. Each is built with `cargo test --no-run --features
+# PACKAGE/kernel-tests`, and every test binary cargo reports is run in the
+# guest from its package's directory, as `cargo test` would, with TEST-ARGS
+# (e.g. a name filter, --nocapture). Any failing binary fails the run, after
+# all have run.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+packages=()
+while (($#)); do
+    case $1 in
+    --)
+        shift
+        break
+        ;;
+    *)
+        packages+=("$1")
+        shift
+        ;;
+    esac
+done
+test_args=("$@")
+if [[ -t 1 ]]; then
+    test_args=(--color always "${test_args[@]}")
+else
+    test_args=(--color never "${test_args[@]}")
+fi
+
+"$VM_SRC/deps.sh"
+cd "$VM_REPO"
+
+metadata=$(cargo metadata --no-deps --format-version 1)
+if ((${#packages[@]} == 0)); then
+    mapfile -t packages < <(jq -r \
+        '.packages[] | select(.features["kernel-tests"]) | .name' <<<"$metadata")
+    ((${#packages[@]})) ||
+        vm_die "no workspace crate has a kernel-tests feature"
+fi
+vm_log "kernel tests of: ${packages[*]}"
+
+# The pod fixtures start testkit's server; other crates' test builds do not
+# build it.
+testpod=$(cargo build -p testkit --bin testpod --message-format=json-render-diagnostics |
+    jq -r 'select(.reason == "compiler-artifact" and .target.name == "testpod")
+           | .executable // empty')
+[[ -x $testpod ]] || vm_die "building testpod gave no executable"
+
+cargo_args=()
+features=()
+for p in "${packages[@]}"; do
+    cargo_args+=(-p "$p")
+    features+=("$p/kernel-tests")
+done
+features_csv=$(
+    IFS=,
+    echo "${features[*]}"
+)
+# One line per test binary: executable, package directory, description.
+binaries=$(cargo test --no-run "${cargo_args[@]}" --features "$features_csv" \
+    --message-format=json-render-diagnostics |
+    jq -r --argjson meta "$metadata" '
+        ($meta.packages | map({(.id): .name}) | add) as $names
+        | select(.reason == "compiler-artifact" and .profile.test
+                 and .executable != null)
+        | [.executable, (.manifest_path | sub("/Cargo.toml$"; "")),
+           "\($names[.package_id]) \(.target.kind[0]) \(.target.name)"]
+        | @tsv')
+[[ -n $binaries ]] || vm_die "cargo built no test binaries for ${packages[*]}"
+
+runs=$(vm_cache_dir)/runs
+mkdir -p "$runs"
+script=$(mktemp "$runs/tests.XXXXXX.sh")
+trap 'rm -f "$script"' EXIT
+{
+    printf 'export TESTKIT_TESTPOD=%q\n' "$testpod"
+    printf 'args=('
+    printf '%q ' "${test_args[@]}"
+    printf ')\n'
+    echo 'failed=()'
+    while IFS=$'\t' read -r exe dir what; do
+        printf 'echo %q\n' "==> $what"
+        printf '(cd %q && CARGO_MANIFEST_DIR=%q %q "${args[@]}") || failed+=(%q)\n' \
+            "$dir" "$dir" "$exe" "$what"
+    done <<<"$binaries"
+    cat <<'EOF'
+if ((${#failed[@]})); then
+    echo "vm-test: FAILED in the guest:"
+    printf '  %s\n' "${failed[@]}"
+    exit 1
+fi
+echo "vm-test: all kernel test binaries passed"
+EOF
+} >"$script"
+
+"$VM_SRC/run" bash "$script"
