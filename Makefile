@@ -1,7 +1,7 @@
 # Entry points. The guest targets are self-contained: each installs what it
 # needs (tests/vm/deps.sh) and caches the kernel under target/vm/.
 
-.PHONY: test vm-test vm-shell vm-kernel
+.PHONY: test fmt-check lint unit bench vm-test vm-shell vm-kernel
 
 # Crates whose kernel tests vm-test runs; empty means every workspace crate
 # with a `kernel-tests` feature. VM_TEST_ARGS go to each test binary (a name
@@ -9,7 +9,24 @@
 VM_TEST_PACKAGES ?=
 VM_TEST_ARGS ?=
 
-test: vm-test
+# Everything CI checks: formatting, lints, the host tests, then the
+# real-kernel suite in the guest.
+test: fmt-check lint unit vm-test
+
+fmt-check:
+	cargo fmt --all -- --check
+
+# Kernel-test code is only compiled with the feature, so lint it too.
+lint:
+	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy --workspace --all-targets --all-features -- -D warnings
+
+unit:
+	cargo test --workspace
+
+# Benchmarks print their ratios against a baseline from the same run.
+bench:
+	cargo bench --bench tracker
 
 # Builds the kernel tests and runs them in the real-kernel guest
 # (tests/vm/README.md).
