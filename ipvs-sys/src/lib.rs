@@ -85,3 +85,6 @@ pub use self::{
     stats::Stats,
     timeout::Timeouts,
 };
+
+#[cfg(test)]
+mod tests;

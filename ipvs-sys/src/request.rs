@@ -82,6 +82,13 @@ impl WriteRequest {
 
     /// Send the request and wait for the kernel's acknowledgement.
     pub async fn execute(self) -> Result<(), Error> {
+        if let Some(reason) = self.invalid {
+            return Err(Error::InvalidRequest {
+                operation: self.operation,
+                object: self.object,
+                reason,
+            });
+        }
         let id = self.handle.family_id().await?;
         let mut genl = self.handle.genl();
         self.send_and_check(&mut genl, id).await
@@ -252,7 +259,7 @@ pub(crate) fn dump(
     message: IpvsMessage,
     operation: Operation,
     object: String,
-) -> impl Stream<Item = Result<IpvsMessage, Error>> + Send {
+) -> Pin<Box<dyn Stream<Item = Result<IpvsMessage, Error>> + Send>> {
     let start_object = object.clone();
     let start = async move {
         let id = handle.family_id().await?;
@@ -266,11 +273,13 @@ pub(crate) fn dump(
             &start_object,
         )
     };
-    stream::once(start)
-        .map_ok(move |replies| {
-            dump_messages(replies, operation, object.clone())
-        })
-        .try_flatten()
+    Box::pin(
+        stream::once(start)
+            .map_ok(move |replies| {
+                dump_messages(replies, operation, object.clone())
+            })
+            .try_flatten(),
+    )
 }
 
 fn dump_messages(

@@ -82,7 +82,7 @@ impl DestListRequest {
     /// follow.
     pub fn execute(
         self,
-    ) -> impl Stream<Item = Result<Destination, Error>> + Send {
+    ) -> impl Stream<Item = Result<Destination, Error>> + Send + Unpin {
         let object = format!("destinations of {}", self.service);
         let family = self.service.family();
         dump(

@@ -131,7 +131,9 @@ pub struct ServiceListRequest {
 
 impl ServiceListRequest {
     /// A service that does not decode is an `Err` item; the rest follow.
-    pub fn execute(self) -> impl Stream<Item = Result<Service, Error>> + Send {
+    pub fn execute(
+        self,
+    ) -> impl Stream<Item = Result<Service, Error>> + Send + Unpin {
         let object = "all services".to_owned();
         dump(
             self.handle,
