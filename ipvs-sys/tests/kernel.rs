@@ -783,3 +783,146 @@ async fn read_counters(guest: &Guest, svc: &Service) -> ([u64; 5], [u64; 5]) {
         stats_columns(dest.counters().expect("destination counters")),
     )
 }
+
+/// Send one request on a raw socket and return the generic netlink part of
+/// every IPVS message the kernel answers with, byte for byte.
+fn raw_replies(
+    family: u16,
+    message: ipvs_sys::IpvsMessage,
+    flags: u16,
+) -> Vec<Vec<u8>> {
+    use netlink_packet_core::{NetlinkMessage, NLMSG_DONE, NLMSG_ERROR};
+    use netlink_packet_generic::GenlMessage;
+    use netlink_sys::{protocols::NETLINK_GENERIC, Socket, SocketAddr};
+
+    let mut socket = Socket::new(NETLINK_GENERIC).expect("raw socket");
+    socket.bind_auto().expect("bind");
+    socket.connect(&SocketAddr::new(0, 0)).expect("connect");
+    let mut genl = GenlMessage::from_payload(message);
+    genl.set_resolved_family_id(family);
+    let mut request = NetlinkMessage::from(genl);
+    request.header.flags = flags;
+    request.header.sequence_number = 1;
+    request.finalize();
+    let mut bytes = vec![0; request.buffer_len()];
+    request.serialize(&mut bytes);
+    socket.send(&bytes, 0).expect("send");
+
+    let mut replies = Vec::new();
+    loop {
+        let (buffer, _) = socket.recv_from_full().expect("receive");
+        let mut rest = buffer.as_slice();
+        while rest.len() >= 16 {
+            let len =
+                u32::from_ne_bytes(rest[0..4].try_into().unwrap()) as usize;
+            let kind = u16::from_ne_bytes(rest[4..6].try_into().unwrap());
+            let message = &rest[..len];
+            match kind {
+                NLMSG_DONE => return replies,
+                NLMSG_ERROR => {
+                    let code =
+                        i32::from_ne_bytes(message[16..20].try_into().unwrap());
+                    assert_eq!(code, 0, "the kernel refused the request");
+                    return replies;
+                }
+                kind if kind == family => replies.push(message[16..].to_vec()),
+                other => panic!("unexpected message type {other}"),
+            }
+            rest = &rest[(len + 3) & !3..];
+        }
+    }
+}
+
+kernel_test!(kernel_replies_reencode_byte_for_byte, async {
+    use netlink_packet_core::ParseableParametrized;
+    use netlink_packet_core::{Emitable, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST};
+    use netlink_packet_generic::{GenlHeader, GenlMessage};
+
+    let guest = Guest::start().await;
+    let tcp = Service::new(ServiceKey::tcp(ip("198.18.0.10"), 80))
+        .with_scheduler("rr")
+        .persistent(600)
+        .with_netmask(24);
+    let udp6 = Service::new(ServiceKey::udp(ip("2001:db8::10"), 53))
+        .with_scheduler("sh")
+        .with_flags(ServiceFlags::SH_PORT);
+    let fwm = Service::new(ServiceKey::fwmark(AddressFamily::Inet6, 9))
+        .with_scheduler("wrr");
+    let mut batch = guest.handle.batch();
+    for svc in [&tcp, &udp6, &fwm] {
+        batch.add_service(svc);
+    }
+    batch.add_dest(
+        &tcp,
+        &Destination::new(ip("198.19.0.5"), 8080).with_weight(3),
+    );
+    batch.add_dest(
+        &tcp,
+        &Destination::new(ip("198.19.0.6"), 8080)
+            .with_fwd_method(ipvs_sys::ForwardMethod::Tunnel)
+            .with_tunnel(ipvs_sys::Tunnel {
+                kind: ipvs_sys::TunnelType::Gue,
+                port: 6080,
+                flags: ipvs_sys::TunnelFlags::CSUM,
+            }),
+    );
+    batch.add_dest(&udp6, &Destination::new(ip("2001:db8::5"), 5353));
+    for result in batch.execute().await.expect("batch") {
+        result.expect("setup operation");
+    }
+    let family = guest.handle.family_id().await.expect("family");
+
+    let requests = [
+        (
+            ipvs_sys::IpvsMessage::dump_services(),
+            NLM_F_REQUEST | NLM_F_DUMP,
+            3,
+        ),
+        (
+            ipvs_sys::IpvsMessage::dump_dests(&tcp.key),
+            NLM_F_REQUEST | NLM_F_DUMP,
+            2,
+        ),
+        (
+            ipvs_sys::IpvsMessage::dump_dests(&udp6.key),
+            NLM_F_REQUEST | NLM_F_DUMP,
+            1,
+        ),
+        (
+            ipvs_sys::IpvsMessage::get_service(&fwm.key),
+            NLM_F_REQUEST | NLM_F_ACK,
+            1,
+        ),
+        (
+            ipvs_sys::IpvsMessage::get_info(),
+            NLM_F_REQUEST | NLM_F_ACK,
+            1,
+        ),
+        (
+            ipvs_sys::IpvsMessage::get_config(),
+            NLM_F_REQUEST | NLM_F_ACK,
+            1,
+        ),
+    ];
+    for (request, flags, expected) in requests {
+        let what = format!("{:?}", request.cmd);
+        let replies = tokio::task::spawn_blocking(move || {
+            raw_replies(family, request, flags)
+        })
+        .await
+        .expect("raw exchange");
+        assert_eq!(replies.len(), expected, "{what}: reply count");
+        for reply in replies {
+            let header = GenlHeader::parse(&reply).expect("genl header");
+            let payload = reply.get(4..).expect("payload");
+            let decoded =
+                ipvs_sys::IpvsMessage::parse_with_param(payload, header)
+                    .unwrap_or_else(|err| panic!("{what}: {err}"));
+            let mut again = GenlMessage::from_payload(decoded);
+            again.header.cmd = header.cmd;
+            let mut bytes = vec![0; again.buffer_len()];
+            again.emit(&mut bytes);
+            assert_eq!(bytes, reply, "{what}: re-encoded bytes differ");
+        }
+    }
+});

@@ -1,6 +1,7 @@
 //! Unit tests: golden bytes per command, round trips, malformed input,
 //! typed conversions and errors.
 
+mod captured;
 mod errors;
 mod golden;
 mod malformed;
