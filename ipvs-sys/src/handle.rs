@@ -5,7 +5,7 @@ use std::{
     sync::{Arc, OnceLock},
 };
 
-use futures::channel::mpsc::UnboundedReceiver;
+use futures::{channel::mpsc::UnboundedReceiver, lock::Mutex};
 use genetlink::{message::RawGenlMessage, GenetlinkError, GenetlinkHandle};
 use netlink_packet_core::NetlinkMessage;
 use netlink_proto::{
@@ -74,6 +74,9 @@ where
 pub struct Handle {
     genl: GenetlinkHandle,
     family_id: Arc<OnceLock<u16>>,
+    /// A netlink socket runs one dump at a time (another gets EBUSY), so
+    /// dumps on this connection take turns.
+    dumps: Arc<Mutex<()>>,
 }
 
 impl fmt::Debug for Handle {
@@ -92,6 +95,7 @@ impl Handle {
         Self {
             genl,
             family_id: Arc::new(OnceLock::new()),
+            dumps: Arc::new(Mutex::new(())),
         }
     }
 
@@ -164,6 +168,10 @@ impl Handle {
                 })?;
         // A concurrent resolution may have won; both read the same id.
         Ok(*self.family_id.get_or_init(|| family.id))
+    }
+
+    pub(crate) fn dump_turn(&self) -> Arc<Mutex<()>> {
+        self.dumps.clone()
     }
 
     pub(crate) fn genl(&self) -> GenetlinkHandle {

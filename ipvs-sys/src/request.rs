@@ -3,7 +3,7 @@
 
 use std::pin::Pin;
 
-use futures::{stream, Stream, StreamExt, TryStreamExt};
+use futures::{lock::OwnedMutexGuard, stream, Stream, StreamExt, TryStreamExt};
 use genetlink::GenetlinkHandle;
 use netlink_packet_core::{
     DecodeError, Emitable, NetlinkMessage, NetlinkPayload, NLM_F_ACK,
@@ -263,36 +263,80 @@ pub(crate) fn dump(
     let start_object = object.clone();
     let start = async move {
         let id = handle.family_id().await?;
+        let turn = handle.dump_turn().lock_owned().await;
         let mut genl = handle.genl();
-        send(
+        let replies = send(
             &mut genl,
             id,
             message,
             NLM_F_REQUEST | NLM_F_DUMP,
             operation,
             &start_object,
-        )
+        )?;
+        Ok::<_, Error>(DumpState {
+            replies: Some(replies),
+            turn: Some(turn),
+        })
     };
     Box::pin(
         stream::once(start)
-            .map_ok(move |replies| {
-                dump_messages(replies, operation, object.clone())
+            .map_ok(move |state| {
+                dump_messages(state, operation, object.clone())
             })
             .try_flatten(),
     )
 }
 
+/// A dump in progress and this connection's dump turn, held until the
+/// kernel has sent the whole dump.
+struct DumpState {
+    replies: Option<Replies>,
+    turn: Option<OwnedMutexGuard<()>>,
+}
+
+impl DumpState {
+    /// The dump is over (done, or failed): the next one may start.
+    fn finish(mut self) {
+        self.replies = None;
+        self.turn = None;
+    }
+}
+
+impl Drop for DumpState {
+    fn drop(&mut self) {
+        // Dropped mid-dump by its consumer: the kernel goes on sending and
+        // would answer the next dump with EBUSY, so read the rest in the
+        // background and only then pass the turn on.
+        let (Some(mut replies), Some(turn)) =
+            (self.replies.take(), self.turn.take())
+        else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                while replies.next().await.is_some() {}
+                drop(turn);
+            });
+        }
+    }
+}
+
 fn dump_messages(
-    replies: Replies,
+    state: DumpState,
     operation: Operation,
     object: String,
 ) -> impl Stream<Item = Result<IpvsMessage, Error>> + Send {
-    stream::unfold(Some(replies), move |state| {
+    stream::unfold(Some(state), move |state| {
         let object = object.clone();
         async move {
-            let mut replies = state?;
+            let mut state = state?;
             loop {
-                let Some(reply) = replies.next().await else {
+                let next = match state.replies.as_mut() {
+                    Some(replies) => replies.next().await,
+                    None => None,
+                };
+                let Some(reply) = next else {
+                    state.finish();
                     let err = Error::UnexpectedReply {
                         operation,
                         object,
@@ -308,15 +352,19 @@ fn dump_messages(
                             object,
                             source,
                         };
-                        return Some((Err(err), Some(replies)));
+                        return Some((Err(err), Some(state)));
                     }
                 };
                 match reply.payload {
                     NetlinkPayload::InnerMessage(genl) => {
-                        return Some((Ok(genl.payload), Some(replies)));
+                        return Some((Ok(genl.payload), Some(state)));
                     }
-                    NetlinkPayload::Done(_) => return None,
+                    NetlinkPayload::Done(_) => {
+                        state.finish();
+                        return None;
+                    }
                     NetlinkPayload::Error(err) if err.code.is_some() => {
+                        state.finish();
                         let err = Error::kernel(operation, &object, err);
                         return Some((Err(err), None));
                     }

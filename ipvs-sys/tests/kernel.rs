@@ -926,3 +926,82 @@ kernel_test!(kernel_replies_reencode_byte_for_byte, async {
         }
     }
 });
+
+/// Multi-threaded, so the connection task runs beside the requests: this
+/// is how concurrent dumps collided (EBUSY) before the handle queued them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(feature = "kernel-tests"),
+    ignore = "needs the real-kernel guest: run `make vm-test`"
+)]
+async fn concurrent_and_abandoned_dumps_take_turns() {
+    tokio::time::timeout(TEST_TIMEOUT, concurrent_dumps())
+        .await
+        .expect("test timed out");
+}
+
+async fn concurrent_dumps() {
+    use futures::StreamExt;
+
+    const SERVICES: u16 = 200;
+    const DESTS: u8 = 10;
+    let guest = Guest::start().await;
+    let services: Vec<Service> = (0..SERVICES)
+        .map(|i| {
+            let [a, b] = i.to_be_bytes();
+            Service::new(ServiceKey::tcp(ip(&format!("198.18.{a}.{b}")), 80))
+                .with_scheduler("rr")
+        })
+        .collect();
+    let mut batch = guest.handle.batch();
+    for svc in &services {
+        batch.add_service(svc);
+        for d in 1..=DESTS {
+            let dest = Destination::new(ip(&format!("198.19.0.{d}")), 8080);
+            batch.add_dest(svc, &dest);
+        }
+    }
+    for result in batch.execute().await.expect("batch") {
+        result.expect("setup operation");
+    }
+
+    // One socket runs one dump at a time; the handle must queue them
+    // rather than let the kernel answer EBUSY.
+    let counts: Vec<_> = futures::stream::iter(&services)
+        .map(|svc| {
+            let handle = guest.handle.clone();
+            async move {
+                handle
+                    .dest(svc)
+                    .list()
+                    .execute()
+                    .try_collect::<Vec<_>>()
+                    .await
+                    .map(|dests| dests.len())
+            }
+        })
+        .buffer_unordered(16)
+        .collect()
+        .await;
+    let failures: Vec<String> = counts
+        .iter()
+        .filter_map(|c| c.as_ref().err().map(ToString::to_string))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} dumps failed: {:?}",
+        failures.len(),
+        failures.first()
+    );
+    assert!(counts
+        .iter()
+        .all(|c| matches!(c, Ok(n) if *n == usize::from(DESTS))));
+
+    // A dump abandoned after one entry must not break the next one.
+    for _ in 0..3 {
+        let mut abandoned = guest.handle.service().list().execute();
+        abandoned.next().await.expect("one entry").expect("decodes");
+        drop(abandoned);
+        assert_eq!(guest.services().await.len(), usize::from(SERVICES));
+    }
+}
