@@ -525,6 +525,18 @@ kernel_test!(errors_are_typed_and_name_the_object, async {
     let err = services.set(&missing).execute().await.unwrap_err();
     assert!(err.is_not_found(), "edit missing service: {err}");
 
+    // The kernel answers a destination dump of a missing service with an
+    // empty dump, not an error.
+    let none = guest
+        .handle
+        .dest(&missing)
+        .list()
+        .execute()
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("empty dump");
+    assert!(none.is_empty(), "{none:?}");
+
     let err = guest
         .handle
         .dest(&missing)

@@ -60,7 +60,10 @@ impl DestHandle {
         )
     }
 
-    /// Dump the service's destinations; ESRCH if the service is missing.
+    /// Dump the service's destinations. The kernel answers for a missing
+    /// service with an empty dump, not an error: use
+    /// [`ServiceHandle::get`](crate::ServiceHandle::get) to tell the two
+    /// apart.
     pub fn list(&self) -> DestListRequest {
         DestListRequest {
             handle: self.handle.clone(),
