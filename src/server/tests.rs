@@ -608,3 +608,114 @@ fn health_check_ports_and_local_endpoints_come_from_the_maps() {
         HashMap::from([(nsn("web"), 3)])
     );
 }
+
+/// The example ETP=Local load balancer, its health check moved to
+/// `port`, fed through a sync state as the daemon does.
+fn load_balancer_state(
+    port: u16,
+) -> (crate::sync::SyncState, k8s_openapi::api::core::v1::Node) {
+    use crate::{
+        source::{file, store::ObjectChange},
+        sync::{NodeSettings, SyncState},
+    };
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/plan/loadbalancer-local.yaml");
+    let mut snapshot = file::load(&path).expect("example parses");
+    for svc in &mut snapshot.services {
+        if let Some(spec) = svc.spec.as_mut() {
+            spec.health_check_node_port = Some(i32::from(port));
+        }
+    }
+    let mut state = SyncState::new(
+        "node-a",
+        NodeSettings::default(),
+        Some(vec!["198.18.100.1".parse().expect("address")]),
+        SystemTime::now(),
+    );
+    let node = snapshot.nodes[0].clone();
+    let changes = snapshot
+        .nodes
+        .iter()
+        .map(|n| ObjectChange::Node {
+            previous: None,
+            current: Some(Arc::new(n.clone())),
+        })
+        .chain(snapshot.services.iter().map(|s| ObjectChange::Service {
+            previous: None,
+            current: Some(Arc::new(s.clone())),
+        }))
+        .chain(snapshot.endpoint_slices.iter().map(|s| {
+            ObjectChange::EndpointSlice {
+                previous: None,
+                current: Some(Arc::new(s.clone())),
+            }
+        }));
+    for change in changes {
+        state.apply(&change);
+    }
+    (state, node)
+}
+
+#[tokio::test]
+async fn reporter_keeps_health_and_health_check_ports_in_step_with_syncs() {
+    use crate::source::store::ObjectChange;
+
+    let clock = ManualClock::at(T0);
+    let health = health_at(&clock);
+    let server = service_health(&health);
+    let reporter =
+        super::SyncReporter::new(Arc::clone(&health), Some(server.clone()));
+    let blocker = std::net::TcpListener::bind(LOOPBACK).expect("free port");
+    let port = blocker.local_addr().expect("bound").port();
+    let (mut state, node) = load_balancer_state(port);
+    let shop = NamespacedName::new("default", "shop");
+
+    reporter.queued();
+    clock.set(T0 + 1, 0);
+    let outcome = state.sync();
+    reporter.synced(&state, &outcome, Duration::from_millis(2));
+    let after_first = health.health();
+    assert!(after_first.healthy);
+    assert_eq!(
+        after_first
+            .status
+            .get(&IpFamily::V4)
+            .map(|s| s.last_updated),
+        Some(UNIX_EPOCH + Duration::from_secs(T0 + 1))
+    );
+    // The port was taken: not open, but remembered for a retry.
+    assert_eq!(server.local_addrs(&shop), None);
+    assert!(server.retry_pending());
+
+    // Nothing changed since, yet the next sync retries the port.
+    drop(blocker);
+    let outcome = state.sync();
+    assert!(outcome.deltas.is_empty());
+    reporter.synced(&state, &outcome, Duration::from_millis(1));
+    let addr = only_addr(&server, &shop);
+    let reply = get(addr, "/").await.expect("probe");
+    // One of the two endpoints is on node-a.
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("x-load-balancing-endpoint-weight"), Some("1"));
+
+    // The autoscaler marks the node for deletion.
+    let mut tainted = node.clone();
+    tainted
+        .spec
+        .get_or_insert_with(Default::default)
+        .taints
+        .get_or_insert_with(Vec::new)
+        .push(k8s_openapi::api::core::v1::Taint {
+            key: "ToBeDeletedByClusterAutoscaler".to_owned(),
+            effect: "NoSchedule".to_owned(),
+            ..Default::default()
+        });
+    state.apply(&ObjectChange::Node {
+        previous: Some(Arc::new(node)),
+        current: Some(Arc::new(tainted)),
+    });
+    assert!(health.node_eligible());
+    let outcome = state.sync();
+    reporter.synced(&state, &outcome, Duration::from_millis(1));
+    assert!(!health.node_eligible());
+}
