@@ -19,7 +19,11 @@ pub mod service_health;
 mod tests;
 pub mod timestamp;
 
-use std::{net::SocketAddr, time::Duration};
+use std::{
+    io,
+    net::{Ipv4Addr, Ipv6Addr, SocketAddr},
+    time::Duration,
+};
 
 use axum::Router;
 use tokio::task::JoinHandle;
@@ -60,14 +64,13 @@ impl Server {
         address: SocketAddr,
         router: Router,
     ) -> Result<Self, ServerError> {
-        let listener =
-            tokio::net::TcpListener::bind(address)
-                .await
-                .map_err(|source| ServerError::Listen {
-                    server: name,
-                    address,
-                    source,
-                })?;
+        let listener = listen(address)
+            .and_then(tokio::net::TcpListener::from_std)
+            .map_err(|source| ServerError::Listen {
+                server: name,
+                address,
+                source,
+            })?;
         Self::serve(name, listener, router, address)
     }
 
@@ -135,7 +138,7 @@ async fn retry_forever(
     router: Router,
 ) {
     loop {
-        match tokio::net::TcpListener::bind(address).await {
+        match listen(address).and_then(tokio::net::TcpListener::from_std) {
             Ok(listener) => {
                 tracing::info!(%address, "{name} server listening");
                 if let Err(source) = axum::serve(listener, router.clone()).await
@@ -162,4 +165,49 @@ async fn retry_forever(
         }
         tokio::time::sleep(RETRY_INTERVAL).await;
     }
+}
+
+/// Binds a non-blocking listener the way Go's `net.Listen("tcp", ...)`
+/// does, which is what kube-proxy's listeners are: the IPv4 wildcard
+/// (`0.0.0.0`, the default healthz address) becomes one dual-stack `[::]`
+/// socket where the host has IPv6, so probes over IPv6 reach it too.
+pub(crate) fn listen(address: SocketAddr) -> io::Result<std::net::TcpListener> {
+    if address.ip() == Ipv4Addr::UNSPECIFIED {
+        let v6 = SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), address.port());
+        match listen_exactly(v6, false) {
+            Err(e) if is_no_ipv6(&e) => {}
+            other => return other,
+        }
+    }
+    listen_exactly(address, true)
+}
+
+fn listen_exactly(
+    address: SocketAddr,
+    only_v6: bool,
+) -> io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+
+    let socket = Socket::new(
+        Domain::for_address(address),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    if address.is_ipv6() {
+        socket.set_only_v6(only_v6)?;
+    }
+    // A restarted proxy must not wait out TIME_WAIT of its old sockets.
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&address.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}
+
+/// EAFNOSUPPORT without the IPv6 stack, EADDRNOTAVAIL when it is
+/// disabled.
+fn is_no_ipv6(error: &io::Error) -> bool {
+    const EAFNOSUPPORT: i32 = 97;
+    error.raw_os_error() == Some(EAFNOSUPPORT)
+        || error.kind() == io::ErrorKind::AddrNotAvailable
 }

@@ -6,7 +6,7 @@
 
 use std::{
     collections::HashMap,
-    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr},
+    net::{IpAddr, Ipv4Addr, SocketAddr},
     sync::{
         atomic::{AtomicBool, AtomicUsize, Ordering},
         Arc, Mutex, MutexGuard, PoisonError,
@@ -20,7 +20,7 @@ use axum::{
     Router,
 };
 
-use super::{health::ProxyHealth, Server, ServerError};
+use super::{health::ProxyHealth, listen, Server, ServerError};
 use crate::{
     metrics::events::{HealthCheckListenFailed, InternalEvent},
     model::{EndpointsMap, NamespacedName, ServicePortMap},
@@ -67,7 +67,7 @@ pub struct ServiceHealthServer {
 impl ServiceHealthServer {
     /// `addresses` are where each health check listens (upstream: the
     /// node port addresses when `nodePortAddresses` is set); empty means
-    /// every address, IPv6 and IPv4 when the host has IPv6.
+    /// every address (dual-stack where the host has IPv6).
     pub fn new(
         addresses: Vec<IpAddr>,
         health: Arc<ProxyHealth>,
@@ -223,39 +223,22 @@ impl ServiceHealthServer {
         &self,
         port: u16,
     ) -> Result<Vec<std::net::TcpListener>, (SocketAddr, std::io::Error)> {
-        if self.inner.addresses.is_empty() {
-            // Like Go's listener on "0.0.0.0": one dual-stack socket where
-            // the host has IPv6, else IPv4 only.
-            let v6 = SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), port);
-            let v4 = SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port);
-            return match bind(v6) {
-                Ok(listener) => Ok(vec![listener]),
-                Err((_, e)) if is_no_ipv6(&e) => bind(v4).map(|l| vec![l]),
-                Err(e) => Err(e),
-            };
-        }
-        self.inner
-            .addresses
+        // Like upstream: "0.0.0.0" unless addresses are given, which
+        // listen() turns into a dual-stack socket where it can.
+        let wildcard = [IpAddr::V4(Ipv4Addr::UNSPECIFIED)];
+        let addresses = if self.inner.addresses.is_empty() {
+            &wildcard[..]
+        } else {
+            &self.inner.addresses[..]
+        };
+        addresses
             .iter()
-            .map(|ip| bind(SocketAddr::new(*ip, port)))
+            .map(|ip| {
+                let address = SocketAddr::new(*ip, port);
+                listen(address).map_err(|e| (address, e))
+            })
             .collect()
     }
-}
-
-fn bind(
-    address: SocketAddr,
-) -> Result<std::net::TcpListener, (SocketAddr, std::io::Error)> {
-    let listener =
-        std::net::TcpListener::bind(address).map_err(|e| (address, e))?;
-    listener.set_nonblocking(true).map_err(|e| (address, e))?;
-    Ok(listener)
-}
-
-fn is_no_ipv6(error: &std::io::Error) -> bool {
-    // EAFNOSUPPORT (97) without the IPv6 stack, EADDRNOTAVAIL when it is
-    // disabled.
-    matches!(error.raw_os_error(), Some(97))
-        || error.kind() == std::io::ErrorKind::AddrNotAvailable
 }
 
 #[derive(Debug, Clone)]

@@ -719,3 +719,25 @@ async fn reporter_keeps_health_and_health_check_ports_in_step_with_syncs() {
     reporter.synced(&state, &outcome, Duration::from_millis(1));
     assert!(!health.node_eligible());
 }
+
+#[tokio::test]
+async fn the_ipv4_wildcard_listens_dual_stack_like_go() {
+    let health = health_at(&ManualClock::at(T0));
+    let server = Server::bind(
+        "healthz",
+        SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0),
+        healthz::router(health),
+    )
+    .await
+    .expect("wildcard port");
+    let port = server.local_addr().port();
+    let v4 = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port);
+    assert_eq!(get(v4, "/livez").await.expect("over IPv4").status, 200);
+    if server.local_addr().is_ipv6() {
+        let v6 = SocketAddr::new(std::net::Ipv6Addr::LOCALHOST.into(), port);
+        assert_eq!(get(v6, "/livez").await.expect("over IPv6").status, 200);
+    } else {
+        // Only a host without IPv6 falls back to an IPv4 socket.
+        assert!(std::net::TcpListener::bind("[::1]:0").is_err());
+    }
+}
