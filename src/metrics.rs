@@ -8,6 +8,7 @@
 
 pub mod events;
 pub mod exporter;
+pub mod no_local;
 #[cfg(test)]
 mod tests;
 

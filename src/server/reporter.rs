@@ -3,9 +3,10 @@
 //! ports of the current services.
 
 use std::{
+    collections::BTreeSet,
     sync::{
         atomic::{AtomicBool, Ordering},
-        Arc,
+        Arc, Mutex, PoisonError,
     },
     time::{Duration, SystemTime},
 };
@@ -18,8 +19,10 @@ use super::{
 use crate::{
     metrics::{
         events::{InternalEvent, NetworkProgrammed, SyncCompleted, SyncQueued},
+        no_local::NoLocalEndpointsTracker,
         IpFamily,
     },
+    model::ServicePortName,
     sync::{SyncOutcome, SyncState},
 };
 
@@ -30,6 +33,7 @@ pub struct SyncReporter {
     health: Arc<ProxyHealth>,
     service_health: Option<ServiceHealthServer>,
     synced_once: Arc<AtomicBool>,
+    no_local: Arc<Mutex<NoLocalEndpointsTracker>>,
 }
 
 impl Default for SyncReporter {
@@ -49,6 +53,7 @@ impl SyncReporter {
             health,
             service_health,
             synced_once: Arc::new(AtomicBool::new(false)),
+            no_local: Arc::default(),
         }
     }
 
@@ -97,7 +102,34 @@ impl SyncReporter {
                 }
             }
         }
+        self.count_no_local_endpoints(state, outcome);
         self.sync_health_checks(state, outcome);
+    }
+
+    /// Only the ports this sync changed are looked at again.
+    fn count_no_local_endpoints(
+        &self,
+        state: &SyncState,
+        outcome: &SyncOutcome,
+    ) {
+        let changed: BTreeSet<&ServicePortName> = outcome
+            .services
+            .changed_ports
+            .iter()
+            .chain(&outcome.endpoints.changed_ports)
+            .chain(outcome.deltas.iter().map(|d| &d.service))
+            .collect();
+        // A panic midway could leave one service's count off until its
+        // ports change again: better than no metric from then on.
+        let mut tracker =
+            self.no_local.lock().unwrap_or_else(PoisonError::into_inner);
+        tracker.update(
+            changed,
+            state.service_map(),
+            state.endpoints_map(),
+            state.desired().context(),
+        );
+        tracker.emit();
     }
 
     /// Health check ports follow the services; walking the service map
