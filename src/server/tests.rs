@@ -741,3 +741,100 @@ async fn the_ipv4_wildcard_listens_dual_stack_like_go() {
         assert!(std::net::TcpListener::bind("[::1]:0").is_err());
     }
 }
+
+#[tokio::test]
+async fn the_daemon_reports_queued_and_applied_syncs() {
+    use futures::StreamExt;
+    use kube::runtime::watcher::Event;
+
+    use crate::{
+        daemon::{self, LogBackend},
+        source::{file, SourceEvent},
+        sync::{NodeSettings, SyncState},
+    };
+
+    let recorder = exporter::recorder().expect("buckets are not empty");
+    let metrics = recorder.handle();
+    // Current-thread runtime: the daemon's tasks record here too.
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/plan/loadbalancer-local.yaml");
+    let snapshot = file::load(&path).expect("example parses");
+    let mut events = Vec::new();
+    events.push(SourceEvent::Node(Event::Init));
+    events.extend(
+        snapshot
+            .nodes
+            .iter()
+            .cloned()
+            .map(|n| SourceEvent::Node(Event::InitApply(n))),
+    );
+    events.push(SourceEvent::Node(Event::InitDone));
+    events.push(SourceEvent::Service(Event::Init));
+    events.extend(
+        snapshot
+            .services
+            .iter()
+            .cloned()
+            .map(|s| SourceEvent::Service(Event::InitApply(s))),
+    );
+    events.push(SourceEvent::Service(Event::InitDone));
+    events.push(SourceEvent::EndpointSlice(Event::Init));
+    events.extend(
+        snapshot
+            .endpoint_slices
+            .iter()
+            .cloned()
+            .map(|s| SourceEvent::EndpointSlice(Event::InitApply(s))),
+    );
+    events.push(SourceEvent::EndpointSlice(Event::InitDone));
+    // The source stays open, as a watch does.
+    let source =
+        futures::stream::iter(events).chain(futures::stream::pending());
+
+    let health = Arc::new(ProxyHealth::new(2 * SYNC_PERIOD));
+    let reporter = super::SyncReporter::new(Arc::clone(&health), None);
+    let state = SyncState::new(
+        "node-a",
+        NodeSettings::default(),
+        None,
+        SystemTime::now(),
+    );
+    let daemon = tokio::spawn(daemon::run(
+        source,
+        state,
+        LogBackend,
+        Duration::ZERO,
+        SYNC_PERIOD,
+        reporter,
+    ));
+    let mut synced = false;
+    for _ in 0..500 {
+        if !health.health().status.is_empty() {
+            synced = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    daemon.abort();
+    assert!(synced, "no sync reported within 5 s");
+    let health_now = health.health();
+    assert!(health_now.healthy);
+    assert_eq!(
+        health_now.status.keys().copied().collect::<Vec<_>>(),
+        [IpFamily::V4]
+    );
+    let text = metrics.render();
+    for prefix in [
+        r#"kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"} "#,
+        r#"kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4"} "#,
+        r#"kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv4"} "#,
+        // The example's load balancer has a local endpoint.
+        r#"kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv4",traffic_policy="external"} 0"#,
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(prefix)),
+            "no {prefix:?} in\n{text}"
+        );
+    }
+}
