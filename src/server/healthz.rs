@@ -7,7 +7,7 @@ use axum::{
     extract::State,
     http::{header, HeaderValue, StatusCode},
     response::{IntoResponse, Response},
-    routing::get,
+    routing::any,
     Router,
 };
 use serde::Serialize;
@@ -18,10 +18,11 @@ use super::{
 };
 use crate::metrics::events::{InternalEvent, Probe, ProbeAnswered};
 
+/// Any method is answered, as Go's handlers ignore it.
 pub fn router(health: Arc<ProxyHealth>) -> Router {
     Router::new()
-        .route("/healthz", get(healthz))
-        .route("/livez", get(livez))
+        .route("/healthz", any(healthz))
+        .route("/livez", any(livez))
         .with_state(health)
 }
 

@@ -7,7 +7,7 @@ use axum::{
     extract::State,
     http::{header, HeaderValue},
     response::{IntoResponse, Response},
-    routing::get,
+    routing::any,
     Router,
 };
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -20,11 +20,12 @@ pub const PROXY_MODE: &str = "ipvs";
 const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
 
+/// Any method is answered, as Go's handlers ignore it.
 pub fn router(handle: PrometheusHandle) -> Router {
     Router::new()
-        .route("/metrics", get(render))
-        .route("/healthz", get(|| async { text("ok") }))
-        .route("/proxyMode", get(|| async { text(PROXY_MODE) }))
+        .route("/metrics", any(render))
+        .route("/healthz", any(|| async { text("ok") }))
+        .route("/proxyMode", any(|| async { text(PROXY_MODE) }))
         .with_state(handle)
 }
 

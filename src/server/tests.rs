@@ -65,19 +65,32 @@ impl Reply {
     }
 }
 
-/// A plain HTTP/1.1 GET over loopback: enough to see exactly what a
+/// A plain HTTP/1.1 request over loopback: enough to see exactly what a
 /// kubelet or a load balancer probe sees. Blocking I/O on a blocking
 /// thread, so the server's tasks keep running on the test's runtime.
 async fn get(addr: SocketAddr, path: &str) -> anyhow::Result<Reply> {
-    let path = path.to_owned();
-    tokio::task::spawn_blocking(move || get_blocking(addr, &path)).await?
+    request(addr, "GET", path).await
 }
 
-fn get_blocking(addr: SocketAddr, path: &str) -> anyhow::Result<Reply> {
+async fn request(
+    addr: SocketAddr,
+    method: &'static str,
+    path: &str,
+) -> anyhow::Result<Reply> {
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || request_blocking(addr, method, &path))
+        .await?
+}
+
+fn request_blocking(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+) -> anyhow::Result<Reply> {
     let mut stream = std::net::TcpStream::connect(addr)?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     let request = format!(
-        "GET {path} HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n"
     );
     stream.write_all(request.as_bytes())?;
     let mut raw = Vec::new();
@@ -411,6 +424,9 @@ async fn metrics_server_answers_metrics_healthz_and_proxy_mode() {
             metrics.body
         );
     }
+    // Go's handlers ignore the method.
+    let posted = request(addr, "POST", "/proxyMode").await.expect("POST");
+    assert_eq!((posted.status, posted.body.as_str()), (200, "ipvs"));
     let missing = get(addr, "/configz/nope").await.expect("404");
     assert_eq!(missing.status, 404);
 }
