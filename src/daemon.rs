@@ -13,6 +13,7 @@ use tracing::{error, info, info_span, warn, Instrument};
 use crate::{
     desired::DesiredState,
     runner::{BoundedFrequencyRunner, SyncTrigger},
+    server::SyncReporter,
     source::{store::Stores, SourceEvent},
     sync::{ChangeOutcome, SyncOutcome, SyncState},
 };
@@ -79,13 +80,16 @@ pub enum DaemonError {
     SourceEnded,
 }
 
-/// Runs until the source ends or a change requires a restart.
+/// Runs until the source ends or a change requires a restart. `reporter`
+/// hears of queued and applied updates (health, sync metrics, health
+/// check node ports).
 pub async fn run<S, B>(
     source: S,
     mut state: SyncState,
     mut backend: B,
     min_sync_period: Duration,
     sync_period: Duration,
+    reporter: SyncReporter,
 ) -> Result<(), DaemonError>
 where
     S: Stream<Item = SourceEvent> + Send + 'static,
@@ -106,6 +110,7 @@ where
         let state = Arc::clone(&state);
         let ready = Arc::clone(&ready);
         let handle = handle.clone();
+        let reporter = reporter.clone();
         async move {
             let mut stores = Stores::new();
             let mut source = std::pin::pin!(source);
@@ -135,6 +140,7 @@ where
                 }
                 if needs_sync && ready.load(std::sync::atomic::Ordering::SeqCst)
                 {
+                    reporter.queued();
                     handle.run();
                 }
             }
@@ -153,11 +159,15 @@ where
         if !ready.load(std::sync::atomic::Ordering::SeqCst) {
             return std::future::ready(());
         }
+        let started = std::time::Instant::now();
         let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
         let outcome = state.sync();
-        if let Err(e) = backend.apply(&outcome, state.desired()) {
-            warn!(error = %e, "sync failed; retrying");
-            handle.retry_after(Duration::from_secs(1));
+        match backend.apply(&outcome, state.desired()) {
+            Ok(()) => reporter.synced(&state, &outcome, started.elapsed()),
+            Err(e) => {
+                warn!(error = %e, "sync failed; retrying");
+                handle.retry_after(Duration::from_secs(1));
+            }
         }
         std::future::ready(())
     });

@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod model;
 pub mod runner;
 pub mod selection;
+pub mod server;
 pub mod source;
 pub mod sync;
 pub mod tracker;
