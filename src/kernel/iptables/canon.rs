@@ -160,14 +160,18 @@ pub(crate) fn canonical_rule(
                 let name = tokens
                     .get(i + 1)
                     .ok_or_else(|| format!("{tok} requires a target"))?;
-                let opts = tokens.get(i + 2..).unwrap_or_default();
+                let mut j = i + 2;
+                while !is_boundary(tokens, j) {
+                    j += 1;
+                }
+                let opts = tokens.get(i + 2..j).unwrap_or_default();
                 let flag = if tok.starts_with("-g") || tok == "--goto" {
                     "-g"
                 } else {
                     "-j"
                 };
                 target = Some(canonical_target(family, flag, name, opts)?);
-                i = tokens.len();
+                i = j;
             }
             other => return Err(format!("unknown option {other:?}")),
         }
