@@ -259,8 +259,15 @@ mod netns {
                 Box::pin(contract::cleanup_removes_only_ours(k, i))
             }),
         ];
-        for (input_name, input) in &inputs {
-            for (scenario_name, scenario) in scenarios {
+        // Every input through the main scenario; the others need one
+        // input only, the one with every rule (the guest is slow).
+        let widest = inputs.last().into_iter();
+        let runs = inputs
+            .iter()
+            .map(|i| (i, scenarios.get(..1).unwrap_or_default()))
+            .chain(widest.map(|i| (i, scenarios.get(1..).unwrap_or_default())));
+        for ((input_name, input), scenarios) in runs {
+            for &(scenario_name, scenario) in scenarios {
                 let name = format!("{scenario_name} / {input_name}");
                 both(variant, &name, |make| async move {
                     let mut k = make();
