@@ -3,6 +3,7 @@
 //!
 //! - [`rules`]: the rules themselves, a pure function of [`RulesInput`].
 //! - [`save`]: reading dumps back (missing jumps, drift, cleanup).
+//! - [`facts::RulesFacts`]: the input kept up to date from service deltas.
 //! - [`apply::RulesApplier`]: one sync's work against any [`Iptables`].
 //! - [`real::RealIptables`] runs the tools; [`model::Model`] is the
 //!   in-memory iptables the unit tests use.
@@ -15,12 +16,14 @@ pub mod apply;
 mod canon;
 #[cfg(any(test, feature = "kernel-tests"))]
 pub mod contract;
+pub mod facts;
 pub mod model;
 pub mod real;
 pub mod rules;
 pub mod save;
 
-pub use apply::{ApplyReport, RulesApplier};
+pub use apply::{cleanup, ApplyReport, RulesApplier};
+pub use facts::RulesFacts;
 pub use rules::{
     FamilyInput, LocalDetector, NoNodeAccess, Payload, RulesInput,
 };
