@@ -62,8 +62,16 @@ fn detect_blocking() -> Variant {
             .filter(|o| o.status.success())
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
     };
-    let (Some(nft), Some(legacy)) = (dump(Variant::Nft), dump(Variant::Legacy))
-    else {
+    choose(
+        dump(Variant::Nft).as_deref(),
+        dump(Variant::Legacy).as_deref(),
+    )
+}
+
+/// The decision of [`Variant::detect`] from the two dumps (`None`: that
+/// variant's tool is missing or failed).
+fn choose(nft: Option<&str>, legacy: Option<&str>) -> Variant {
+    let (Some(nft), Some(legacy)) = (nft, legacy) else {
         return Variant::Installed;
     };
     let hint = |d: &str| {
@@ -72,17 +80,34 @@ fn detect_blocking() -> Variant {
                 || l.starts_with(":KUBE-KUBELET-CANARY")
         })
     };
-    match (hint(&nft), hint(&legacy)) {
+    match (hint(nft), hint(legacy)) {
         (true, false) => return Variant::Nft,
         (false, true) => return Variant::Legacy,
         _ => {}
     }
     let rules = |d: &str| d.lines().filter(|l| l.starts_with("-A ")).count();
-    match rules(&nft).cmp(&rules(&legacy)) {
+    match rules(nft).cmp(&rules(legacy)) {
         std::cmp::Ordering::Greater => Variant::Nft,
         std::cmp::Ordering::Less => Variant::Legacy,
         std::cmp::Ordering::Equal => Variant::Installed,
     }
+}
+
+/// Whether `iptables --version` output names a release with
+/// `MASQUERADE --random-fully` (1.6.2 and later), upstream's
+/// `HasRandomFully`.
+fn version_has_random_fully(version: &str) -> bool {
+    let Some(v) = version.split_whitespace().find_map(|w| w.strip_prefix('v'))
+    else {
+        return false;
+    };
+    let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let triple = (
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+        parts.next().unwrap_or(0),
+    );
+    triple >= (1, 6, 2)
 }
 
 /// The restore tools of one variant.
@@ -98,6 +123,17 @@ impl RealIptables {
 
     pub fn variant(&self) -> Variant {
         self.variant
+    }
+
+    /// Whether this iptables supports `--random-fully` (for
+    /// [`super::RulesInput::random_fully`]); runs `iptables --version`
+    /// once.
+    pub async fn supports_random_fully(&self) -> bool {
+        let program = self.variant.binary(Family::V4, "");
+        match run_async(program, vec!["--version".into()], None).await {
+            Ok(out) if out.ok => version_has_random_fully(&out.stdout),
+            _ => false,
+        }
     }
 }
 
@@ -271,6 +307,46 @@ mod tests {
         ];
         for (stderr, want) in cases {
             assert_eq!(stderr_line(stderr), want, "{stderr}");
+        }
+    }
+
+    #[test]
+    fn picks_the_variant_the_node_uses() {
+        let hinted = "*mangle\n:KUBE-IPTABLES-HINT - [0:0]\nCOMMIT\n";
+        let busy = "*filter\n-A INPUT -j A\n-A INPUT -j B\nCOMMIT\n";
+        let cases = [
+            ("legacy tool missing", Some(busy), None, Variant::Installed),
+            (
+                "kubelet hint in nft",
+                Some(hinted),
+                Some(busy),
+                Variant::Nft,
+            ),
+            (
+                "kubelet hint in legacy",
+                Some(busy),
+                Some(hinted),
+                Variant::Legacy,
+            ),
+            ("more legacy rules", Some(""), Some(busy), Variant::Legacy),
+            ("nothing to go by", Some(""), Some(""), Variant::Installed),
+        ];
+        for (name, nft, legacy, want) in cases {
+            assert_eq!(choose(nft, legacy), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn random_fully_needs_1_6_2() {
+        let cases = [
+            ("iptables v1.8.9 (nf_tables)", true),
+            ("iptables v1.6.2", true),
+            ("iptables v1.6.1", false),
+            ("iptables v1.4.21", false),
+            ("garbage", false),
+        ];
+        for (version, want) in cases {
+            assert_eq!(version_has_random_fully(version), want, "{version}");
         }
     }
 
