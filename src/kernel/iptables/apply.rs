@@ -41,11 +41,14 @@ impl RulesApplier {
 
     /// Brings the kernel to `input`'s rules.
     ///
-    /// With `verify` false and `input` equal to the last applied one, this
-    /// runs nothing. Otherwise it saves each table, and restores it only
-    /// when our chains differ from the rules (someone flushed them, or the
-    /// input changed) or a jump is missing: so a periodic `verify` pass
-    /// over an intact kernel costs one save per table and no restore.
+    /// Without `verify`, this trusts the last successful apply: an
+    /// unchanged input runs nothing, and a changed one restores only the
+    /// tables whose rules changed, one process each, without reading
+    /// them first. With `verify` (start-up, the periodic full reconcile)
+    /// it saves each table and restores it only when our chains differ
+    /// from the rules (someone flushed them) or a jump is missing: a
+    /// verify pass over an intact kernel costs one save per table and no
+    /// restore.
     pub async fn sync<K: Iptables>(
         &mut self,
         k: &mut K,
@@ -53,11 +56,30 @@ impl RulesApplier {
         verify: bool,
     ) -> ApplyReport {
         let mut report = ApplyReport::default();
-        if !verify && self.applied.as_ref() == Some(input) {
-            return report;
-        }
+        let previous = match (&self.applied, verify) {
+            (Some(prev), false) if prev == input => return report,
+            (Some(prev), false) => rules::table_rules(prev),
+            _ => Vec::new(),
+        };
         for table in rules::table_rules(input) {
             let (family, name) = (table.family, table.table);
+            let before = previous
+                .iter()
+                .find(|t| t.family == family && t.table == name);
+            if let Some(before) = before {
+                if *before == table {
+                    continue;
+                }
+                // Applied before with its jumps in place: rewriting our
+                // chains is enough.
+                report.restores += 1;
+                let payload = rules::render_table(&table, &[]);
+                if let Err(e) = k.restore(family, &payload).await {
+                    log_failure(&e, family, name);
+                    report.errors.push((family, name, e));
+                }
+                continue;
+            }
             report.saves += 1;
             let saved = match k.save(family, name).await {
                 Ok(s) => s,
@@ -78,18 +100,22 @@ impl RulesApplier {
             };
             report.restores += 1;
             if let Err(e) = k.restore(family, &payload.text).await {
-                tracing::error!(
-                    error = %e,
-                    family = %family,
-                    table = name,
-                    "iptables-restore failed"
-                );
+                log_failure(&e, family, name);
                 report.errors.push((family, name, e));
             }
         }
         self.applied = report.is_ok().then(|| input.clone());
         report
     }
+}
+
+fn log_failure(e: &KernelError, family: Family, table: &str) {
+    tracing::error!(
+        error = %e,
+        family = %family,
+        table,
+        "iptables-restore failed"
+    );
 }
 
 /// Removes every chain and jump of ours in the given families and nothing
@@ -124,3 +150,6 @@ pub async fn cleanup<K: Iptables>(
     }
     (report, kept)
 }
+
+#[cfg(test)]
+mod tests;

@@ -524,7 +524,7 @@ pub fn payloads(
             Payload {
                 family: t.family,
                 table: t.table,
-                text: render(&t, &jumps),
+                text: render_table(&t, &jumps),
             }
         })
         .collect()
@@ -537,7 +537,9 @@ pub struct FamilyJump {
     pub jump: Jump,
 }
 
-fn render(t: &TableRules, jumps: &[&Jump]) -> String {
+/// The restore payload of one table, inserting `jumps` (which must be
+/// missing: see [`payloads`]).
+pub fn render_table(t: &TableRules, jumps: &[&Jump]) -> String {
     let mut text = format!("*{}\n", t.table);
     for chain in t.chains {
         let _ = writeln!(text, ":{chain} - [0:0]");
