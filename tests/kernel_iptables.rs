@@ -69,6 +69,12 @@ mod netns {
                 variants.push(v);
             }
         }
+        // The guest is slow (about a minute per variant): there, nft only,
+        // which checks the ipvs match the host lacks; the host runs both
+        // in seconds.
+        if testkit::guest::check().is_ok() && variants.contains(&Variant::Nft) {
+            variants = vec![Variant::Nft];
+        }
         if variants.is_empty() {
             variants.push(Variant::Installed);
         }
