@@ -7,6 +7,14 @@
 //! - [`apply::RulesApplier`]: one sync's work against any [`Iptables`].
 //! - [`real::RealIptables`] runs the tools; [`model::Model`] is the
 //!   in-memory iptables the unit tests use.
+//!
+//! A proxier keeps one [`RulesFacts`] (fed every sync's `ServiceDelta`s)
+//! and one [`RulesApplier`] per process. Each sync builds the input with
+//! [`RulesFacts::input`] and calls [`RulesApplier::sync`] with `verify`
+//! false: when no rule changed this runs no tool. At start-up and on the
+//! periodic full reconcile it passes `verify` true, which reads each
+//! table back and repairs flushed chains and missing jumps. `--cleanup`
+//! calls [`apply::cleanup`].
 
 use std::{fmt, future::Future, net::IpAddr};
 

@@ -4,7 +4,7 @@
 //! A restore is atomic per table, as with the real tools: on any error
 //! nothing of the table is applied, and the error names the failing line.
 //! Rules are stored in the form iptables-save prints them
-//! ([`super::canon`]), so the model's dumps compare with the kernel's.
+//! (see the private `canon` module), so the model's dumps compare with the kernel's.
 
 use std::collections::{BTreeMap, BTreeSet};
 
