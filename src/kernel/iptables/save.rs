@@ -245,3 +245,6 @@ pub fn normalise(family: Family, saved: &str) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests;
