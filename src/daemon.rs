@@ -3,7 +3,11 @@
 //! checked-out changes into a backend.
 
 use std::{
-    sync::{Arc, Mutex, PoisonError},
+    future::Future,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex, PoisonError,
+    },
     time::Duration,
 };
 
@@ -12,7 +16,7 @@ use tracing::{error, info, info_span, warn, Instrument};
 
 use crate::{
     desired::DesiredState,
-    runner::{BoundedFrequencyRunner, SyncTrigger},
+    runner::{BoundedFrequencyRunner, SyncReason, SyncTrigger},
     source::{store::Stores, SourceEvent},
     sync::{ChangeOutcome, SyncOutcome, SyncState},
 };
@@ -21,13 +25,38 @@ use crate::{
 /// kube-ipvs0, ipsets and iptables; the log backend only reports.
 pub trait Backend: Send + 'static {
     /// Applies one sync's changes. An error asks for a retry; the
-    /// deltas are not re-sent, so a backend that fails must repair on
-    /// its next full reconcile.
+    /// deltas are not re-sent, but the retry carries the whole desired
+    /// state, so a backend that fails repairs then (or at the next
+    /// periodic full reconcile).
     fn apply(
         &mut self,
-        outcome: &SyncOutcome,
-        desired: &DesiredState,
-    ) -> Result<(), BackendError>;
+        batch: &SyncBatch,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// How often [`Backend::poll`] should run; `None` never.
+    fn poll_interval(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Periodic work between syncs (graceful termination of real
+    /// servers).
+    fn poll(&mut self) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
+}
+
+/// One sync's input to the backend, taken out of the shared state so
+/// that no lock is held while the backend awaits the kernel.
+#[derive(Debug)]
+pub struct SyncBatch {
+    pub trigger: SyncTrigger,
+    pub outcome: SyncOutcome,
+    /// How many service ports the desired state holds.
+    pub service_ports: usize,
+    /// The whole desired state, on the syncs that must compare all of it
+    /// with the kernel: the first, the periodic ones (every syncPeriod)
+    /// and retries after a failure. `None` on incremental syncs.
+    pub desired: Option<DesiredState>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -42,9 +71,9 @@ pub struct LogBackend;
 impl Backend for LogBackend {
     fn apply(
         &mut self,
-        outcome: &SyncOutcome,
-        desired: &DesiredState,
-    ) -> Result<(), BackendError> {
+        batch: &SyncBatch,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send {
+        let outcome = &batch.outcome;
         for delta in &outcome.deltas {
             let vs = |s: &Option<Arc<crate::desired::ServiceState>>| {
                 s.as_ref().map_or(0, |s| s.virtual_servers.len())
@@ -64,10 +93,11 @@ impl Backend for LogBackend {
         }
         info!(
             changed = outcome.deltas.len(),
-            service_ports = desired.len(),
+            service_ports = batch.service_ports,
+            full = batch.desired.is_some(),
             "desired state updated"
         );
-        Ok(())
+        std::future::ready(Ok(()))
     }
 }
 
@@ -83,7 +113,7 @@ pub enum DaemonError {
 pub async fn run<S, B>(
     source: S,
     mut state: SyncState,
-    mut backend: B,
+    backend: B,
     min_sync_period: Duration,
     sync_period: Duration,
 ) -> Result<(), DaemonError>
@@ -143,24 +173,66 @@ where
         .instrument(info_span!("source"))
     };
 
-    let sync_loop = runner.run_loop(move |trigger: SyncTrigger| {
-        let span = info_span!(
-            "sync",
-            seq = trigger.seq,
-            reason = trigger.reason.as_str()
-        );
-        let _enter = span.enter();
-        if !ready.load(std::sync::atomic::Ordering::SeqCst) {
-            return std::future::ready(());
+    // The backend is shared by the sync loop and the poller; a tokio
+    // mutex, because each holds it across the backend's awaits.
+    let backend = Arc::new(tokio::sync::Mutex::new(backend));
+    // The first sync compares everything with the kernel, and so does the
+    // retry after a failure.
+    let full_due = Arc::new(AtomicBool::new(true));
+    let sync_loop = {
+        let backend = Arc::clone(&backend);
+        runner.run_loop(move |trigger: SyncTrigger| {
+            let span = info_span!(
+                "sync",
+                seq = trigger.seq,
+                reason = trigger.reason.as_str()
+            );
+            let state = Arc::clone(&state);
+            let ready = Arc::clone(&ready);
+            let backend = Arc::clone(&backend);
+            let full_due = Arc::clone(&full_due);
+            let handle = handle.clone();
+            async move {
+                if !ready.load(Ordering::SeqCst) {
+                    return;
+                }
+                let full = trigger.reason != SyncReason::Requested
+                    || full_due.swap(false, Ordering::SeqCst);
+                let batch = {
+                    let mut state =
+                        state.lock().unwrap_or_else(PoisonError::into_inner);
+                    let outcome = state.sync();
+                    SyncBatch {
+                        trigger,
+                        outcome,
+                        service_ports: state.desired().len(),
+                        desired: full.then(|| state.desired().clone()),
+                    }
+                };
+                let result = backend.lock().await.apply(&batch).await;
+                if let Err(e) = result {
+                    warn!(error = %e, "sync failed; retrying");
+                    full_due.store(true, Ordering::SeqCst);
+                    handle.retry_after(Duration::from_secs(1));
+                }
+            }
+            .instrument(span)
+        })
+    };
+
+    let poller = async move {
+        let interval = backend.lock().await.poll_interval();
+        let Some(interval) = interval else {
+            return std::future::pending().await;
+        };
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            backend.lock().await.poll().await;
         }
-        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
-        let outcome = state.sync();
-        if let Err(e) = backend.apply(&outcome, state.desired()) {
-            warn!(error = %e, "sync failed; retrying");
-            handle.retry_after(Duration::from_secs(1));
-        }
-        std::future::ready(())
-    });
+    }
+    .instrument(info_span!("poll"));
 
     tokio::select! {
         err = feeder => {
@@ -168,5 +240,6 @@ where
             Err(err)
         }
         () = sync_loop => Ok(()),
+        () = poller => Ok(()),
     }
 }
