@@ -273,10 +273,9 @@ impl Ledger {
             for state in old.iter().chain(delta.current.iter()) {
                 for vs in &state.virtual_servers {
                     let key = vs.key();
-                    if !vs_before.contains_key(&key) {
-                        vs_before
-                            .insert(key, self.virtual_server(&key).cloned());
-                    }
+                    vs_before
+                        .entry(key)
+                        .or_insert_with(|| self.virtual_server(&key).cloned());
                 }
                 for addr in &state.bound_addresses {
                     addr_before

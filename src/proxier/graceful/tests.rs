@@ -170,7 +170,7 @@ fn service_deleted_or_recreated_ends_draining() {
         let mut q = GracefulQueue::new(15 * MINUTE);
         route(&mut q, vec![IpvsOp::DeleteDest(tcp(), dk(5))], t0, None);
         let ops = route(&mut q, vec![op.clone()], t0, None);
-        assert_eq!(ops, [op.clone()]);
+        assert_eq!(ops, std::slice::from_ref(&op));
         assert!(q.is_empty(), "{op:?}");
     }
 }
