@@ -4,10 +4,7 @@
 
 use std::{
     future::Future,
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc, Mutex, PoisonError,
-    },
+    sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
 
@@ -20,6 +17,9 @@ use crate::{
     source::{store::Stores, SourceEvent},
     sync::{ChangeOutcome, SyncOutcome, SyncState},
 };
+
+#[cfg(test)]
+mod backend_tests;
 
 /// Where the desired state goes. The kernel backend programs IPVS,
 /// kube-ipvs0, ipsets and iptables; the log backend only reports.
@@ -101,6 +101,27 @@ impl Backend for LogBackend {
     }
 }
 
+/// When the backend gets the whole desired state.
+#[derive(Debug, Default)]
+struct FullReconcile {
+    last: Option<tokio::time::Instant>,
+    forced: bool,
+}
+
+impl FullReconcile {
+    /// Whether this sync is a full one; if so, it counts as done.
+    fn take(&mut self, reason: SyncReason, period: Duration) -> bool {
+        let now = tokio::time::Instant::now();
+        let full = std::mem::take(&mut self.forced)
+            || reason != SyncReason::Requested
+            || self.last.is_none_or(|last| now >= last + period);
+        if full {
+            self.last = Some(now);
+        }
+        full
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
     #[error("{0}")]
@@ -176,9 +197,11 @@ where
     // The backend is shared by the sync loop and the poller; a tokio
     // mutex, because each holds it across the backend's awaits.
     let backend = Arc::new(tokio::sync::Mutex::new(backend));
-    // The first sync compares everything with the kernel, and so does the
-    // retry after a failure.
-    let full_due = Arc::new(AtomicBool::new(true));
+    // The first sync compares everything with the kernel, and so do the
+    // retry after a failure and any sync once a syncPeriod has passed
+    // since the last full one: the runner's periodic sync alone would
+    // never come while changes keep arriving.
+    let full_due = Arc::new(Mutex::new(FullReconcile::default()));
     let sync_loop = {
         let backend = Arc::clone(&backend);
         runner.run_loop(move |trigger: SyncTrigger| {
@@ -193,11 +216,13 @@ where
             let full_due = Arc::clone(&full_due);
             let handle = handle.clone();
             async move {
-                if !ready.load(Ordering::SeqCst) {
+                if !ready.load(std::sync::atomic::Ordering::SeqCst) {
                     return;
                 }
-                let full = trigger.reason != SyncReason::Requested
-                    || full_due.swap(false, Ordering::SeqCst);
+                let full = full_due
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take(trigger.reason, sync_period);
                 let batch = {
                     let mut state =
                         state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -212,7 +237,10 @@ where
                 let result = backend.lock().await.apply(&batch).await;
                 if let Err(e) = result {
                     warn!(error = %e, "sync failed; retrying");
-                    full_due.store(true, Ordering::SeqCst);
+                    full_due
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .forced = true;
                     handle.retry_after(Duration::from_secs(1));
                 }
             }
