@@ -756,3 +756,156 @@ fn backend_apply_reconciles_fully_when_given_the_desired_state() {
 fn iptables_hook_is_empty_until_wired() {
     assert!(proxier().iptables_payloads().is_empty());
 }
+
+mod incremental_matches_full {
+    //! Whatever the sequence of changes, incremental syncs never make the
+    //! kernel refuse an operation (the doubles refuse what the kernel
+    //! refuses), and leave nothing for a full reconcile to repair.
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Set {
+            service: usize,
+            cluster_ip: usize,
+            port: u16,
+            endpoints: Vec<bool>,
+            node_port: bool,
+            external_ip: Option<usize>,
+            affinity: bool,
+            udp: bool,
+        },
+        Remove(usize),
+        /// Every draining real server loses its connections and the
+        /// graceful poll runs.
+        Drain,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            6 => (
+                0..4usize,
+                0..3usize,
+                prop_oneof![Just(80u16), Just(443u16)],
+                proptest::collection::vec(any::<bool>(), 4),
+                any::<bool>(),
+                proptest::option::of(0..2usize),
+                any::<bool>(),
+                prop::bool::weighted(0.2),
+            )
+                .prop_map(
+                    |(
+                        service,
+                        cluster_ip,
+                        port,
+                        endpoints,
+                        node_port,
+                        external_ip,
+                        affinity,
+                        udp,
+                    )| Step::Set {
+                        service,
+                        cluster_ip,
+                        port,
+                        endpoints,
+                        node_port,
+                        external_ip,
+                        affinity,
+                        udp,
+                    }
+                ),
+            2 => (0..4usize).prop_map(Step::Remove),
+            1 => Just(Step::Drain),
+        ]
+    }
+
+    fn apply_step(
+        p: &mut TestProxier,
+        cluster: &mut Cluster,
+        desired: &mut DesiredState,
+        step: &Step,
+    ) -> Result<(), TestCaseError> {
+        let name = |i: usize| format!("svc-{i}");
+        let changed = match step {
+            Step::Set {
+                service,
+                cluster_ip,
+                port,
+                endpoints,
+                node_port,
+                external_ip,
+                affinity,
+                udp,
+            } => {
+                let eps: Vec<String> = endpoints
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, on)| **on)
+                    .map(|(i, _)| format!("198.19.0.{}", i + 1))
+                    .collect();
+                let eps: Vec<&str> = eps.iter().map(String::as_str).collect();
+                cluster.set(&name(*service), &eps, |s| {
+                    s.cluster_ips =
+                        vec![IpAddr::from([198, 18, 0, *cluster_ip as u8 + 1])];
+                    s.port = *port;
+                    if *node_port {
+                        s.node_port = 30000 + *service as u16;
+                    }
+                    s.external_ips = external_ip
+                        .iter()
+                        .map(|i| IpAddr::from([198, 18, 1, *i as u8 + 1]))
+                        .collect();
+                    s.session_affinity_timeout = affinity.then_some(10800);
+                    if *udp {
+                        s.protocol = Protocol::Udp;
+                    }
+                });
+                name(*service)
+            }
+            Step::Remove(service) => {
+                cluster.remove(&name(*service));
+                name(*service)
+            }
+            Step::Drain => {
+                for entry in p.handles().0.table.services.values_mut() {
+                    for state in entry.dests.values_mut() {
+                        state.active_conns = 0;
+                        state.inactive_conns = 0;
+                    }
+                }
+                let report = block_on(p.poll_graceful(Instant::now()));
+                prop_assert!(report.is_ok(), "{report:?}");
+                prop_assert!(p.graceful().is_empty());
+                return Ok(());
+            }
+        };
+        let deltas = cluster.change(desired, &[changed.as_str()]);
+        let report = block_on(p.sync(&deltas));
+        prop_assert!(report.is_ok(), "{step:?}: {report:?}");
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        #[test]
+        fn incremental_syncs_leave_nothing_to_repair(
+            steps in proptest::collection::vec(step(), 1..25)
+        ) {
+            let mut p = proxier();
+            block_on(p.start());
+            let mut cluster = Cluster::default();
+            let mut desired = DesiredState::new(ctx());
+            block_on(p.full_reconcile(&desired));
+            for step in &steps {
+                apply_step(&mut p, &mut cluster, &mut desired, step)?;
+            }
+            let report = block_on(p.full_reconcile(&desired));
+            prop_assert!(report.is_ok(), "{report:?}");
+            prop_assert_eq!(report.op_count(), 0, "{:?}", report);
+        }
+    }
+}
