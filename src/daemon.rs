@@ -4,6 +4,7 @@
 
 use std::{
     future::Future,
+    net::IpAddr,
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
@@ -32,6 +33,15 @@ pub trait Backend: Send + 'static {
         &mut self,
         batch: &SyncBatch,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// The node's addresses on every interface but the proxy's own,
+    /// read before each full sync so that NodePorts and the external IPs
+    /// not to bind follow the node; `None` keeps what the state has.
+    fn local_addresses(
+        &mut self,
+    ) -> impl Future<Output = Option<Vec<IpAddr>>> + Send {
+        std::future::ready(None)
+    }
 
     /// How often [`Backend::poll`] should run; `None` never.
     fn poll_interval(&self) -> Option<Duration> {
@@ -223,9 +233,17 @@ where
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .take(trigger.reason, sync_period);
+                let mut backend = backend.lock().await;
+                let local = match full {
+                    true => backend.local_addresses().await,
+                    false => None,
+                };
                 let batch = {
                     let mut state =
                         state.lock().unwrap_or_else(PoisonError::into_inner);
+                    if let Some(local) = local {
+                        state.set_local_addresses(local);
+                    }
                     let outcome = state.sync();
                     SyncBatch {
                         trigger,
@@ -234,7 +252,7 @@ where
                         desired: full.then(|| state.desired().clone()),
                     }
                 };
-                let result = backend.lock().await.apply(&batch).await;
+                let result = backend.apply(&batch).await;
                 if let Err(e) = result {
                     warn!(error = %e, "sync failed; retrying");
                     full_due

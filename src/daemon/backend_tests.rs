@@ -29,6 +29,8 @@ struct Recording {
     polls: Arc<Mutex<u32>>,
     /// How many of the first applies fail.
     fail_first: Arc<Mutex<u32>>,
+    /// The node-port addresses of each full sync's desired state.
+    node_ports: Arc<Mutex<Vec<Vec<std::net::IpAddr>>>>,
 }
 
 impl Backend for Recording {
@@ -36,6 +38,10 @@ impl Backend for Recording {
         // Awaiting here is the point: no lock on the sync state may be
         // held across it.
         tokio::task::yield_now().await;
+        if let Some(desired) = &batch.desired {
+            let addrs = desired.context().node_port_addresses.clone();
+            self.node_ports.lock().unwrap().push(addrs);
+        }
         self.seen.lock().unwrap().push(Seen {
             reason: batch.trigger.reason,
             full: batch.desired.is_some(),
@@ -47,6 +53,16 @@ impl Backend for Recording {
             return Err(BackendError("injected".into()));
         }
         Ok(())
+    }
+
+    async fn local_addresses(&mut self) -> Option<Vec<std::net::IpAddr>> {
+        // The node gains an address after the first sync.
+        let n = self.node_ports.lock().unwrap().len();
+        let mut local = vec!["198.18.100.1".parse().unwrap()];
+        if n > 0 {
+            local.push("198.18.100.2".parse().unwrap());
+        }
+        Some(local)
     }
 
     fn poll_interval(&self) -> Option<Duration> {
@@ -128,6 +144,15 @@ async fn first_and_periodic_syncs_carry_the_whole_desired_state() {
                 full: true,
                 deltas: 0
             },
+        ]
+    );
+    // Full syncs read the node's addresses first.
+    let ip = |s: &str| -> std::net::IpAddr { s.parse().unwrap() };
+    assert_eq!(
+        *backend.node_ports.lock().unwrap(),
+        [
+            vec![ip("198.18.100.1")],
+            vec![ip("198.18.100.1"), ip("198.18.100.2")],
         ]
     );
     // Every 2 s for 65 s, the first tick at once.

@@ -506,9 +506,9 @@ fn ipset_label(op: &IpsetOp) -> &'static str {
     }
 }
 
-fn result_label(result: &OpResult) -> &'static str {
+fn result_label<T>(result: &Result<T, KernelError>) -> &'static str {
     match result {
-        Ok(()) => "ok",
+        Ok(_) => "ok",
         Err(e) => e.kind.metric_label(),
     }
 }
@@ -540,7 +540,11 @@ fn count(report: &ApplyReport) {
     }
 }
 
-fn count_one(facility: &'static str, op: &'static str, result: &OpResult) {
+fn count_one<T>(
+    facility: &'static str,
+    op: &'static str,
+    result: &Result<T, KernelError>,
+) {
     metrics::counter!(
         KERNEL_OPERATIONS_TOTAL,
         "facility" => facility,
@@ -584,6 +588,22 @@ where
             )));
         }
         Ok(())
+    }
+
+    async fn local_addresses(&mut self) -> Option<Vec<IpAddr>> {
+        let link = self.config.link.clone();
+        let read = self.addresses.local_addresses(&link).await;
+        count_one("addresses", "list_local", &read);
+        match read {
+            Ok(local) => Some(local),
+            Err(e) => {
+                warn!(
+                    error = %e,
+                    "cannot read the node's addresses; keeping the last known"
+                );
+                None
+            }
+        }
     }
 
     fn poll_interval(&self) -> Option<std::time::Duration> {
