@@ -536,7 +536,12 @@ pub fn reconcile(
     if let Some(link) = &observed.link_addresses {
         let want: BTreeSet<IpAddr> = ledger.bound_addresses().collect();
         let add = want.difference(link).map(|a| AddressOp::Add(*a));
-        let delete = link.difference(&want).map(|a| AddressOp::Delete(*a));
+        // The kernel adds an IPv6 link-local address to a link that is
+        // set up by hand; it is not ours to remove.
+        let delete = link
+            .difference(&want)
+            .filter(|a| !is_link_local_v6(a))
+            .map(|a| AddressOp::Delete(*a));
         out.ops.addresses = add.chain(delete).collect();
     }
     if let Some(have) = &observed.sets {
@@ -664,6 +669,10 @@ pub fn node_port_keys<'a>(
             .filter(|vs| vs.kind == VirtualServerKind::NodePort)
             .map(VirtualServer::key)
     })
+}
+
+fn is_link_local_v6(addr: &IpAddr) -> bool {
+    matches!(addr, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80)
 }
 
 /// `TCP 198.18.0.10:80`, as `ipvsadm` names a virtual server.

@@ -367,6 +367,33 @@ fn plan_turns_deltas_into_exactly_the_change() {
             },
         },
         Case {
+            name: "dual-stack: each family gets its address and its sets",
+            before: vec![],
+            after: vec![svc_with(
+                "web",
+                "http",
+                &[],
+                |s| s.cluster_ips = vec![ip("198.18.0.10"), ip("2001:db8::10")],
+                |c| c.ipv6 = true,
+            )],
+            expected: KernelOps {
+                ipvs: vec![
+                    IpvsOp::AddService(spec("198.18.0.10", 80)),
+                    IpvsOp::AddService(spec("2001:db8::10", 80)),
+                ],
+                addresses: vec![
+                    AddressOp::Add(ip("198.18.0.10")),
+                    AddressOp::Add(ip("2001:db8::10")),
+                ],
+                ipsets: vec![
+                    add_entry("KUBE-IPVS-IPS", ipvs_ip("198.18.0.10")),
+                    add_entry("KUBE-6-IPVS-IPS", ipvs_ip("2001:db8::10")),
+                    add_entry("KUBE-CLUSTER-IP", cip("198.18.0.10", 80)),
+                    add_entry("KUBE-6-CLUSTER-IP", cip("2001:db8::10", 80)),
+                ],
+            },
+        },
+        Case {
             name: "ports sharing a health-check node port keep its entry",
             before: vec![
                 svc("lb", "http", &[], |s| s.health_check_node_port = 31000),
@@ -669,6 +696,14 @@ fn reconcile_repairs_drift_and_touches_only_what_is_ours() {
                 },
                 ..Reconciled::default()
             },
+        },
+        ReconcileCase {
+            name: "an IPv6 link-local address on the link is not ours",
+            drift: Box::new(|o| {
+                let link = o.link_addresses.as_mut().unwrap();
+                link.insert(ip("fe80::1"));
+            }),
+            expected: Reconciled::default(),
         },
         ReconcileCase {
             name: "stale NodePort of an earlier run is removed",
