@@ -98,10 +98,20 @@ pub struct Ledger {
 
 /// The programmed form of a virtual server.
 pub fn service_spec(vs: &VirtualServer) -> ServiceSpec {
+    spec_of(vs.key(), &vs.scheduler, vs.persistent.then_some(vs.timeout))
+}
+
+/// The one place a [`ServiceSpec`] is built, so that a field the IPVS
+/// facility adds (the `mh` scheduler's flag) is filled in here only.
+pub fn spec_of(
+    key: ServiceKey,
+    scheduler: &str,
+    persistence: Option<u32>,
+) -> ServiceSpec {
     ServiceSpec {
-        key: vs.key(),
-        scheduler: vs.scheduler.clone(),
-        persistence: vs.persistent.then_some(vs.timeout),
+        key,
+        scheduler: scheduler.to_string(),
+        persistence,
     }
 }
 

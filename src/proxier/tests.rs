@@ -378,11 +378,7 @@ fn entry(
     (
         key(addr, port),
         ServiceEntry {
-            spec: crate::kernel::ipvs::ServiceSpec {
-                key: key(addr, port),
-                scheduler: "rr".into(),
-                persistence: None,
-            },
+            spec: plan::spec_of(key(addr, port), "rr", None),
             dests: dests.iter().map(|(a, s)| (dk(a), *s)).collect(),
         },
     )

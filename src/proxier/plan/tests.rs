@@ -76,11 +76,7 @@ fn key_p(addr: &str, port: u16, protocol: Protocol) -> ServiceKey {
 }
 
 fn spec(addr: &str, port: u16) -> ServiceSpec {
-    ServiceSpec {
-        key: key(addr, port),
-        scheduler: "rr".into(),
-        persistence: None,
-    }
+    spec_of(key(addr, port), "rr", None)
 }
 
 fn dk(addr: &str) -> DestKey {
@@ -263,10 +259,11 @@ fn plan_turns_deltas_into_exactly_the_change() {
                 s.session_affinity_timeout = Some(10800);
             })],
             expected: KernelOps {
-                ipvs: vec![IpvsOp::UpdateService(ServiceSpec {
-                    persistence: Some(10800),
-                    ..spec("198.18.0.10", 80)
-                })],
+                ipvs: vec![IpvsOp::UpdateService(spec_of(
+                    key("198.18.0.10", 80),
+                    "rr",
+                    Some(10800),
+                ))],
                 ..KernelOps::default()
             },
         },
@@ -281,10 +278,11 @@ fn plan_turns_deltas_into_exactly_the_change() {
                 |c| c.scheduler = "mh".into(),
             )],
             expected: KernelOps {
-                ipvs: vec![IpvsOp::UpdateService(ServiceSpec {
-                    scheduler: "mh".into(),
-                    ..spec("198.18.0.10", 80)
-                })],
+                ipvs: vec![IpvsOp::UpdateService(spec_of(
+                    key("198.18.0.10", 80),
+                    "mh",
+                    None,
+                ))],
                 ..KernelOps::default()
             },
         },
