@@ -11,6 +11,7 @@ pub mod endpointslice;
 pub mod kernel;
 pub mod metrics;
 pub mod model;
+pub mod proxier;
 pub mod runner;
 pub mod selection;
 pub mod server;
