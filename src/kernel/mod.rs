@@ -15,5 +15,6 @@ mod error;
 pub mod ipsets;
 pub mod iptables;
 pub mod ipvs;
+pub mod sysctl;
 
 pub use error::{libc_errno, ErrorKind, KernelError};
