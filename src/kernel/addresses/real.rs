@@ -2,7 +2,6 @@
 
 use std::{
     collections::BTreeSet,
-    future::Future,
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
 };
 
@@ -171,132 +170,111 @@ async fn apply_one(
 }
 
 impl Addresses for NetlinkAddresses {
-    fn ensure_dummy(
-        &mut self,
-        link: &str,
-    ) -> impl Future<Output = Result<(), KernelError>> + Send {
-        async move {
-            if self.link_index(link).await?.is_some() {
-                return Ok(());
-            }
-            // Built without `up()`: the link stays down.
-            let created = self
-                .handle
-                .link()
-                .add(LinkDummy::new(link).build())
-                .execute()
-                .await;
-            match created {
-                Ok(()) => Ok(()),
-                // Created meanwhile by someone else: it exists, as asked.
-                Err(e) if netlink_errno(&e) == Some(libc_errno::EEXIST) => {
-                    Ok(())
-                }
-                Err(e) => {
-                    Err(to_kernel_error(format!("link {link}"), e, "create"))
-                }
-            }
+    async fn ensure_dummy(&mut self, link: &str) -> Result<(), KernelError> {
+        if self.link_index(link).await?.is_some() {
+            return Ok(());
+        }
+        // Built without `up()`: the link stays down.
+        let created = self
+            .handle
+            .link()
+            .add(LinkDummy::new(link).build())
+            .execute()
+            .await;
+        match created {
+            Ok(()) => Ok(()),
+            // Created meanwhile by someone else: it exists, as asked.
+            Err(e) if netlink_errno(&e) == Some(libc_errno::EEXIST) => Ok(()),
+            Err(e) => Err(to_kernel_error(format!("link {link}"), e, "create")),
         }
     }
 
-    fn delete_link(
-        &mut self,
-        link: &str,
-    ) -> impl Future<Output = Result<(), KernelError>> + Send {
-        async move {
-            let object = format!("link {link}");
-            let Some(index) = self.link_index(link).await? else {
-                return Err(errno_error(object, ENODEV, "no such link"));
-            };
-            self.handle
-                .link()
-                .del(index)
-                .execute()
-                .await
-                .map_err(|e| to_kernel_error(object, e, "delete"))
-        }
+    async fn delete_link(&mut self, link: &str) -> Result<(), KernelError> {
+        let object = format!("link {link}");
+        let Some(index) = self.link_index(link).await? else {
+            return Err(errno_error(object, ENODEV, "no such link"));
+        };
+        self.handle
+            .link()
+            .del(index)
+            .execute()
+            .await
+            .map_err(|e| to_kernel_error(object, e, "delete"))
     }
 
-    fn list(
+    async fn list(
         &mut self,
         link: &str,
-    ) -> impl Future<Output = Result<BTreeSet<IpAddr>, KernelError>> + Send
-    {
-        async move {
-            let Some(index) = self.link_index(link).await? else {
-                return Ok(BTreeSet::new());
-            };
-            let what = format!("addresses of {link}");
-            Ok(self
-                .addresses(Some(index), &what)
-                .await?
-                .into_iter()
-                // Belt and braces: a kernel without strict checking
-                // ignores the index and dumps everything.
-                .filter(|(i, _)| *i == index)
-                .map(|(_, ip)| ip)
-                .collect())
-        }
+    ) -> Result<BTreeSet<IpAddr>, KernelError> {
+        let Some(index) = self.link_index(link).await? else {
+            return Ok(BTreeSet::new());
+        };
+        let what = format!("addresses of {link}");
+        Ok(self
+            .addresses(Some(index), &what)
+            .await?
+            .into_iter()
+            // Belt and braces: a kernel without strict checking
+            // ignores the index and dumps everything.
+            .filter(|(i, _)| *i == index)
+            .map(|(_, ip)| ip)
+            .collect())
     }
 
-    fn local_addresses(
+    async fn local_addresses(
         &mut self,
         except_link: &str,
-    ) -> impl Future<Output = Result<Vec<IpAddr>, KernelError>> + Send {
-        async move {
-            let except = self.link_index(except_link).await?;
-            let mut all: Vec<IpAddr> = self
-                .addresses(None, "local addresses")
-                .await?
-                .into_iter()
-                .filter(|(i, _)| Some(*i) != except)
-                .map(|(_, ip)| ip)
-                .collect();
-            all.sort();
-            all.dedup();
-            Ok(all)
-        }
+    ) -> Result<Vec<IpAddr>, KernelError> {
+        let except = self.link_index(except_link).await?;
+        let mut all: Vec<IpAddr> = self
+            .addresses(None, "local addresses")
+            .await?
+            .into_iter()
+            .filter(|(i, _)| Some(*i) != except)
+            .map(|(_, ip)| ip)
+            .collect();
+        all.sort();
+        all.dedup();
+        Ok(all)
     }
 
-    fn apply(
+    async fn apply(
         &mut self,
         link: &str,
         ops: &[AddressOp],
-    ) -> impl Future<Output = Vec<Result<(), KernelError>>> + Send {
-        async move {
-            if ops.is_empty() {
-                return Vec::new();
-            }
-            // One lookup per batch, not per operation.
-            let index = match self.link_index(link).await {
-                Ok(Some(index)) => index,
-                Ok(None) => {
-                    return ops
-                        .iter()
-                        .map(|op| {
-                            Err(errno_error(
-                                BoundAddress {
-                                    address: op.address(),
-                                    link,
-                                },
-                                ENODEV,
-                                "no such link",
-                            ))
-                        })
-                        .collect()
-                }
-                Err(e) => return ops.iter().map(|_| Err(e.clone())).collect(),
-            };
-            // Built up front: a closure inside the stream would make this
-            // future's Send-ness higher-ranked, which rustc cannot prove.
-            let requests: Vec<_> = ops
-                .iter()
-                .map(|op| apply_one(self.handle.clone(), index, link, *op))
-                .collect();
-            futures::stream::iter(requests)
-                .buffered(IN_FLIGHT)
-                .collect()
-                .await
+    ) -> Vec<Result<(), KernelError>> {
+        if ops.is_empty() {
+            return Vec::new();
         }
+        // One lookup per batch, not per operation.
+        let index = match self.link_index(link).await {
+            Ok(Some(index)) => index,
+            Ok(None) => {
+                return ops
+                    .iter()
+                    .map(|op| {
+                        Err(errno_error(
+                            BoundAddress {
+                                address: op.address(),
+                                link,
+                            },
+                            ENODEV,
+                            "no such link",
+                        ))
+                    })
+                    .collect()
+            }
+            Err(e) => return ops.iter().map(|_| Err(e.clone())).collect(),
+        };
+        // Built up front: a closure inside the stream would make this
+        // future's Send-ness higher-ranked, which rustc cannot prove.
+        let requests: Vec<_> = ops
+            .iter()
+            .map(|op| apply_one(self.handle.clone(), index, link, *op))
+            .collect();
+        futures::stream::iter(requests)
+            .buffered(IN_FLIGHT)
+            .collect()
+            .await
     }
 }

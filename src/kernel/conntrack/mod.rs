@@ -19,6 +19,13 @@
 //! off the steady-state path. With `net/ipv4/vs/conntrack=1` IPVS writes
 //! the real server into the entry's reply tuple, which is what makes the
 //! reply source the endpoint.
+//!
+//! Seen in the guest (Linux 6.1): with `expire_nodest_conn=1`, IPVS since
+//! 5.9 expires a deleted real server's connections by itself shortly
+//! after, dropping their conntrack entries too, so the cleanup often finds
+//! the flow already gone (counted as `already_gone`, not as an error). It
+//! still matters on older kernels, for flows IPVS does not own, and when
+//! the sysctl is off.
 
 use std::{
     collections::{HashMap, HashSet},
@@ -166,7 +173,11 @@ impl UdpServing {
 /// What one cleanup did.
 #[derive(Debug, Default)]
 pub struct CleanupReport {
+    /// UDP flows the dump returned.
+    pub dumped: usize,
     pub deleted: usize,
+    /// Stale flows that were gone by the time of the delete.
+    pub already_gone: usize,
     /// Failed deletes, flows already gone (NotFound) excluded: another
     /// cleanup or the timeout got there first, which is the goal.
     pub errors: Vec<KernelError>,
@@ -179,11 +190,16 @@ pub async fn clean_stale_udp_flows<C: Conntrack>(
 ) -> Result<CleanupReport, KernelError> {
     let flows = conntrack.dump_udp().await?;
     let stale = serving.stale_flows(&flows);
-    let mut report = CleanupReport::default();
+    let mut report = CleanupReport {
+        dumped: flows.len(),
+        ..CleanupReport::default()
+    };
     for result in conntrack.delete(&stale).await {
         match result {
             Ok(()) => report.deleted += 1,
-            Err(e) if e.kind == super::ErrorKind::NotFound => {}
+            Err(e) if e.kind == super::ErrorKind::NotFound => {
+                report.already_gone += 1
+            }
             Err(e) => report.errors.push(e),
         }
     }

@@ -1,7 +1,6 @@
 //! [`Conntrack`] over ctnetlink (NETLINK_NETFILTER).
 
 use std::{
-    future::Future,
     net::{IpAddr, SocketAddr},
     time::Duration,
 };
@@ -211,31 +210,20 @@ async fn delete_one(
 }
 
 impl Conntrack for NetlinkConntrack {
-    fn dump_udp(
-        &mut self,
-    ) -> impl Future<Output = Result<Vec<Flow>, KernelError>> + Send {
-        async move {
-            tokio::time::timeout(DUMP_TIMEOUT, self.dump())
-                .await
-                .unwrap_or_else(|_| {
-                    Err(transport("conntrack dump", "timed out"))
-                })
-        }
+    async fn dump_udp(&mut self) -> Result<Vec<Flow>, KernelError> {
+        tokio::time::timeout(DUMP_TIMEOUT, self.dump())
+            .await
+            .unwrap_or_else(|_| Err(transport("conntrack dump", "timed out")))
     }
 
-    fn delete(
-        &mut self,
-        flows: &[Flow],
-    ) -> impl Future<Output = Vec<Result<(), KernelError>>> + Send {
-        async move {
-            let requests: Vec<_> = flows
-                .iter()
-                .map(|f| delete_one(self.handle.clone(), *f))
-                .collect();
-            futures::stream::iter(requests)
-                .buffered(IN_FLIGHT)
-                .collect()
-                .await
-        }
+    async fn delete(&mut self, flows: &[Flow]) -> Vec<Result<(), KernelError>> {
+        let requests: Vec<_> = flows
+            .iter()
+            .map(|f| delete_one(self.handle.clone(), *f))
+            .collect();
+        futures::stream::iter(requests)
+            .buffered(IN_FLIGHT)
+            .collect()
+            .await
     }
 }
