@@ -53,3 +53,66 @@ async fn dummy_stays_down_and_its_addresses_are_local() -> anyhow::Result<()> {
     k.delete_link(link).await?;
     Ok(())
 }
+
+/// More requests than the pipeline keeps in flight, in one batch: every
+/// acknowledgement arrives (none lost to a full socket buffer), each
+/// address is bound once, and the time is printed next to `ip -batch`
+/// binding as many on another link in the same kernel.
+#[tokio::test]
+#[cfg_attr(
+    not(feature = "kernel-tests"),
+    ignore = "needs the real-kernel guest: run `make vm-test`"
+)]
+async fn binds_a_thousand_addresses_in_one_batch() -> anyhow::Result<()> {
+    guest::require();
+    const N: u16 = 1000;
+    let (ours, theirs) = ("kipt-many0", "kipt-many1");
+    let ips: Vec<std::net::IpAddr> = (0..N)
+        .map(|i| {
+            let [hi, lo] = i.to_be_bytes();
+            std::net::Ipv4Addr::new(198, 18, 16 + hi, lo).into()
+        })
+        .collect();
+    let mut k = NetlinkAddresses::new()?;
+    for link in [ours, theirs] {
+        let _ = k.delete_link(link).await;
+        k.ensure_dummy(link).await?;
+    }
+
+    let ops: Vec<_> = ips.iter().copied().map(AddressOp::Add).collect();
+    let started = std::time::Instant::now();
+    let results = k.apply(ours, &ops).await;
+    let ours_took = started.elapsed();
+    let failed: Vec<_> =
+        results.iter().filter_map(|r| r.as_ref().err()).collect();
+    assert!(
+        failed.is_empty(),
+        "{} failed, first {:?}",
+        failed.len(),
+        failed.first()
+    );
+    assert_eq!(k.list(ours).await?, ips.iter().copied().collect());
+
+    let script: String = ips
+        .iter()
+        .map(|ip| format!("address add {ip}/32 dev {theirs}\n"))
+        .collect();
+    let started = std::time::Instant::now();
+    testkit::run_with_input(Command::new("ip").args(["-batch", "-"]), &script)?;
+    let theirs_took = started.elapsed();
+    eprintln!(
+        "{N} address adds: apply {ours_took:?}, ip -batch {theirs_took:?} \
+         (ratio {:.2})",
+        ours_took.as_secs_f64() / theirs_took.as_secs_f64()
+    );
+
+    // A second batch of the same adds: all Exists, none lost either.
+    let again = k.apply(ours, &ops).await;
+    assert!(again.iter().all(|r| r.as_ref().is_err_and(|e| {
+        e.kind == kube_ipvs_proxy::kernel::ErrorKind::Exists
+    })));
+    for link in [ours, theirs] {
+        k.delete_link(link).await?;
+    }
+    Ok(())
+}

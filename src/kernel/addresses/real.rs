@@ -34,15 +34,16 @@ impl NetlinkAddresses {
     /// link's addresses is filtered by the kernel rather than walking
     /// every address of the node.
     pub fn new() -> Result<Self, KernelError> {
+        let transport = |e: String| {
+            KernelError::new(ErrorKind::Transport, "rtnetlink socket", e)
+        };
+        // Outside a runtime the socket and `spawn` would panic; say so.
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|e| transport(e.to_string()))?;
         let (connection, handle, _) =
-            rtnetlink::new_connection_with_strict_check().map_err(|e| {
-                KernelError::new(
-                    ErrorKind::Transport,
-                    "rtnetlink socket",
-                    e.to_string(),
-                )
-            })?;
-        tokio::spawn(connection);
+            rtnetlink::new_connection_with_strict_check()
+                .map_err(|e| transport(e.to_string()))?;
+        runtime.spawn(connection);
         Ok(Self { handle })
     }
 

@@ -90,3 +90,13 @@ fn errnos_map_to_kinds() {
         assert_eq!(super::errno_kind(errno), kind, "errno {errno}");
     }
 }
+
+#[test]
+fn opening_outside_a_runtime_is_an_error_not_a_panic() {
+    let e = super::NetlinkAddresses::new().err().map(|e| e.kind);
+    assert_eq!(e, Some(ErrorKind::Transport));
+    let e = crate::kernel::conntrack::NetlinkConntrack::new()
+        .err()
+        .map(|e| e.kind);
+    assert_eq!(e, Some(ErrorKind::Transport));
+}

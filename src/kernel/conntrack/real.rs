@@ -46,10 +46,13 @@ impl NetlinkConntrack {
     /// Opens the socket; its connection runs as a task on the current
     /// tokio runtime.
     pub fn new() -> Result<Self, KernelError> {
+        // Outside a runtime the socket and `spawn` would panic; say so.
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|e| transport("ctnetlink socket", e.to_string()))?;
         let (connection, handle, _) =
             netlink_proto::new_connection(NETLINK_NETFILTER)
                 .map_err(|e| transport("ctnetlink socket", e.to_string()))?;
-        tokio::spawn(connection);
+        runtime.spawn(connection);
         Ok(Self { handle })
     }
 
