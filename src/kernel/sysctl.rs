@@ -6,8 +6,9 @@
 //! gone or quiescent, IP forwarding, strict ARP on request, and
 //! `conn_reuse_mode=0` only on kernels from 4.1 (where it appeared) to
 //! before 5.9 (where the kernel fixed the slow reuse that made it
-//! necessary). Current upstream no longer touches
-//! `net/bridge/bridge-nf-call-iptables` in IPVS mode, so neither do we.
+//! necessary). Upstream never sets `net/bridge/bridge-nf-call-iptables`:
+//! releases that look at it only log when it is readable and not 1, which
+//! [`bridge_nf_call_iptables_off`] lets the caller do.
 
 use std::{
     collections::BTreeMap,
@@ -75,6 +76,7 @@ impl fmt::Display for KernelVersion {
     }
 }
 
+pub const BRIDGE_NF_CALL_IPTABLES: &str = "net/bridge/bridge-nf-call-iptables";
 pub const OSRELEASE: &str = "kernel/osrelease";
 pub const VS_CONNTRACK: &str = "net/ipv4/vs/conntrack";
 pub const VS_CONN_REUSE_MODE: &str = "net/ipv4/vs/conn_reuse_mode";
@@ -113,6 +115,15 @@ pub fn wanted(config: &SysctlConfig, kernel: KernelVersion) -> Vec<Setting> {
         out.push(set(ARP_ANNOUNCE, "2"));
     }
     out
+}
+
+/// Whether br_netfilter is loaded but bridged traffic skips iptables,
+/// which breaks services for pods on a Linux bridge: worth a log line.
+/// False when the sysctl is missing (no br_netfilter) or unreadable.
+pub fn bridge_nf_call_iptables_off(sysctls: &mut impl Sysctls) -> bool {
+    sysctls
+        .read(BRIDGE_NF_CALL_IPTABLES)
+        .is_ok_and(|value| value != "1")
 }
 
 /// A sysctl that was written.

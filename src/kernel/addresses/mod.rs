@@ -81,8 +81,11 @@ pub trait Addresses {
         link: &str,
     ) -> impl Future<Output = Result<BTreeSet<IpAddr>, KernelError>> + Send;
 
-    /// Every address on every other link: the node's own addresses, for
-    /// NodePorts and for not binding an external IP the node already has.
+    /// Every address on every other link, sorted, without duplicates:
+    /// the node's own addresses, for NodePorts and for not binding an
+    /// external IP the node already has. Like upstream's
+    /// GetAllLocalAddressesExcept it keeps loopback and link-local
+    /// addresses; the nodePortAddresses rules filter them.
     fn local_addresses(
         &mut self,
         except_link: &str,

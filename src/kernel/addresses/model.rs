@@ -123,13 +123,14 @@ impl Addresses for AddressesModel {
         &mut self,
         except_link: &str,
     ) -> impl Future<Output = Result<Vec<IpAddr>, KernelError>> + Send {
-        let all = self
+        // Sorted and deduplicated, as the real implementation returns them.
+        let all: BTreeSet<IpAddr> = self
             .links
             .iter()
             .filter(|(name, _)| name.as_str() != except_link)
             .flat_map(|(_, l)| l.addresses.iter().copied())
             .collect();
-        ready(Ok(all))
+        ready(Ok(all.into_iter().collect()))
     }
 
     fn apply(

@@ -164,3 +164,17 @@ fn proc_sysctls_on_a_scratch_root() {
     }
     fs::remove_dir_all(&root).unwrap();
 }
+
+#[test]
+fn bridge_nf_call_iptables_is_only_looked_at() {
+    let cases = [(None, false), (Some("1"), false), (Some("0"), true)];
+    for (value, off) in cases {
+        let mut k =
+            SysctlsModel::new(value.map(|v| (BRIDGE_NF_CALL_IPTABLES, v)));
+        assert_eq!(bridge_nf_call_iptables_off(&mut k), off, "{value:?}");
+        // Never in the list of what is set.
+        let all = wanted(&SysctlConfig { strict_arp: true }, v(5, 4));
+        assert!(all.iter().all(|s| s.path != BRIDGE_NF_CALL_IPTABLES));
+        assert!(k.writes.is_empty());
+    }
+}
