@@ -11,9 +11,11 @@
 //! such a list, and the real implementations pipeline it.
 
 pub mod addresses;
+pub mod conntrack;
 mod error;
 pub mod ipsets;
 pub mod iptables;
 pub mod ipvs;
+pub mod sysctl;
 
 pub use error::{libc_errno, ErrorKind, KernelError};

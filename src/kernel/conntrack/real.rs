@@ -1,0 +1,232 @@
+//! [`Conntrack`] over ctnetlink (NETLINK_NETFILTER).
+
+use std::{
+    net::{IpAddr, SocketAddr},
+    time::Duration,
+};
+
+use futures::StreamExt;
+use netlink_packet_core::{
+    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP,
+    NLM_F_REQUEST,
+};
+use netlink_packet_netfilter::{
+    conntrack::{
+        ConntrackAttribute, ConntrackMessage, IPTuple, ProtoTuple, Protocol,
+        Tuple,
+    },
+    NetfilterHeader, NetfilterMessage, NetfilterMessageInner,
+    NetfilterProtoFamily,
+};
+use netlink_proto::{sys::SocketAddr as NlAddr, ConnectionHandle};
+
+use super::{Conntrack, Flow, FlowTuple};
+use crate::kernel::{addresses::errno_error, ErrorKind, KernelError};
+
+const NETLINK_NETFILTER: isize = 12;
+/// As for addresses: enough to hide round trips, few enough that the
+/// kernel's acknowledgements fit in the socket's receive buffer.
+const IN_FLIGHT: usize = 256;
+/// A dump that has not finished by then will not: the socket is stuck.
+const DUMP_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Clone)]
+pub struct NetlinkConntrack {
+    handle: ConnectionHandle<NetfilterMessage>,
+}
+
+fn transport(
+    object: impl std::fmt::Display,
+    why: impl Into<String>,
+) -> KernelError {
+    KernelError::new(ErrorKind::Transport, object, why)
+}
+
+impl NetlinkConntrack {
+    /// Opens the socket; its connection runs as a task on the current
+    /// tokio runtime.
+    pub fn new() -> Result<Self, KernelError> {
+        // Outside a runtime the socket and `spawn` would panic; say so.
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|e| transport("ctnetlink socket", e.to_string()))?;
+        let (connection, handle, _) =
+            netlink_proto::new_connection(NETLINK_NETFILTER)
+                .map_err(|e| transport("ctnetlink socket", e.to_string()))?;
+        runtime.spawn(connection);
+        Ok(Self { handle })
+    }
+
+    async fn dump(&self) -> Result<Vec<Flow>, KernelError> {
+        // AF_UNSPEC dumps both families.
+        let request = message(
+            NLM_F_REQUEST | NLM_F_DUMP,
+            NetfilterProtoFamily::Unspec,
+            ConntrackMessage::Get(vec![]),
+        );
+        let mut replies = self
+            .handle
+            .request(request, NlAddr::new(0, 0))
+            .map_err(|e| transport("conntrack dump", e.to_string()))?;
+        let mut flows = Vec::new();
+        while let Some(reply) = replies.next().await {
+            match reply.payload {
+                NetlinkPayload::InnerMessage(NetfilterMessage {
+                    inner:
+                        NetfilterMessageInner::Conntrack(ConntrackMessage::New(
+                            attributes,
+                        )),
+                    ..
+                }) => flows.extend(udp_flow(&attributes)),
+                NetlinkPayload::Error(e) if e.raw_code() != 0 => {
+                    return Err(errno_error(
+                        "conntrack dump",
+                        e.raw_code().saturating_abs(),
+                        "dump failed",
+                    ))
+                }
+                // Done, acknowledgements, other messages: nothing to keep.
+                _ => {}
+            }
+        }
+        Ok(flows)
+    }
+}
+
+fn message(
+    flags: u16,
+    family: NetfilterProtoFamily,
+    inner: ConntrackMessage,
+) -> NetlinkMessage<NetfilterMessage> {
+    let mut header = NetlinkHeader::default();
+    header.flags = flags;
+    let mut message = NetlinkMessage::new(
+        header,
+        NetlinkPayload::from(NetfilterMessage::new(
+            NetfilterHeader::new(family, 0, 0),
+            inner,
+        )),
+    );
+    message.finalize();
+    message
+}
+
+/// A UDP flow from an entry's attributes; `None` for other protocols and
+/// for entries missing a field (never a panic on what the kernel sends).
+fn udp_flow(attributes: &[ConntrackAttribute]) -> Option<Flow> {
+    let mut original = None;
+    let mut reply = None;
+    for attribute in attributes {
+        match attribute {
+            ConntrackAttribute::CtaTupleOrig(t) => original = udp_tuple(t),
+            ConntrackAttribute::CtaTupleReply(t) => reply = udp_tuple(t),
+            _ => {}
+        }
+    }
+    Some(Flow {
+        original: original?,
+        reply: reply?,
+    })
+}
+
+fn udp_tuple(tuple: &[Tuple]) -> Option<FlowTuple> {
+    let (mut src, mut dst, mut sport, mut dport) = (None, None, None, None);
+    let mut udp = false;
+    for part in tuple {
+        match part {
+            Tuple::Ip(ips) => {
+                for ip in ips {
+                    match ip {
+                        IPTuple::SourceAddress(a) => src = Some(*a),
+                        IPTuple::DestinationAddress(a) => dst = Some(*a),
+                        _ => {}
+                    }
+                }
+            }
+            Tuple::Proto(protos) => {
+                for p in protos {
+                    match p {
+                        ProtoTuple::Protocol(Protocol::Udp) => udp = true,
+                        ProtoTuple::SourcePort(port) => sport = Some(*port),
+                        ProtoTuple::DestinationPort(port) => {
+                            dport = Some(*port)
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    if !udp {
+        return None;
+    }
+    Some(FlowTuple {
+        src: SocketAddr::new(src?, sport?),
+        dst: SocketAddr::new(dst?, dport?),
+    })
+}
+
+fn tuple_attributes(t: &FlowTuple) -> Vec<Tuple> {
+    vec![
+        Tuple::Ip(vec![
+            IPTuple::SourceAddress(t.src.ip()),
+            IPTuple::DestinationAddress(t.dst.ip()),
+        ]),
+        Tuple::Proto(vec![
+            ProtoTuple::Protocol(Protocol::Udp),
+            ProtoTuple::SourcePort(t.src.port()),
+            ProtoTuple::DestinationPort(t.dst.port()),
+        ]),
+    ]
+}
+
+async fn delete_one(
+    handle: ConnectionHandle<NetfilterMessage>,
+    flow: Flow,
+) -> Result<(), KernelError> {
+    let family = match flow.original.src.ip() {
+        IpAddr::V4(_) => NetfilterProtoFamily::IPv4,
+        IpAddr::V6(_) => NetfilterProtoFamily::IPv6,
+    };
+    let request = message(
+        NLM_F_REQUEST | NLM_F_ACK,
+        family,
+        ConntrackMessage::Delete(vec![ConntrackAttribute::CtaTupleOrig(
+            tuple_attributes(&flow.original),
+        )]),
+    );
+    let mut replies = handle
+        .request(request, NlAddr::new(0, 0))
+        .map_err(|e| transport(flow, e.to_string()))?;
+    while let Some(reply) = replies.next().await {
+        if let NetlinkPayload::Error(e) = reply.payload {
+            if e.raw_code() != 0 {
+                return Err(errno_error(
+                    flow,
+                    e.raw_code().saturating_abs(),
+                    "delete failed",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Conntrack for NetlinkConntrack {
+    async fn dump_udp(&mut self) -> Result<Vec<Flow>, KernelError> {
+        tokio::time::timeout(DUMP_TIMEOUT, self.dump())
+            .await
+            .unwrap_or_else(|_| Err(transport("conntrack dump", "timed out")))
+    }
+
+    async fn delete(&mut self, flows: &[Flow]) -> Vec<Result<(), KernelError>> {
+        let requests: Vec<_> = flows
+            .iter()
+            .map(|f| delete_one(self.handle.clone(), *f))
+            .collect();
+        futures::stream::iter(requests)
+            .buffered(IN_FLIGHT)
+            .collect()
+            .await
+    }
+}

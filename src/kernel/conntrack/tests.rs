@@ -1,0 +1,182 @@
+use std::{net::IpAddr, sync::Arc};
+
+use super::{
+    clean_stale_udp_flows, contract, contract::nat_flow, ConntrackModel,
+    UdpServing,
+};
+use crate::model::{EndpointInfo, Protocol, ServicePortInfo, ServicePortName};
+
+#[tokio::test]
+async fn model_passes_the_contract() {
+    let mut m = ConntrackModel::new(contract::seeded_flows());
+    contract::dump_and_delete(&mut m).await;
+    assert!(m.flows.is_empty());
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn service(
+    protocol: Protocol,
+    f: impl FnOnce(&mut ServicePortInfo),
+) -> ServicePortInfo {
+    let mut s = ServicePortInfo {
+        cluster_ips: vec![ip("198.18.0.10")],
+        port: 53,
+        protocol,
+        node_port: 0,
+        session_affinity_timeout: None,
+        external_ips: vec![],
+        load_balancer_vips: vec![],
+        load_balancer_source_ranges: vec![],
+        external_policy_local: false,
+        internal_policy_local: false,
+        health_check_node_port: 0,
+        is_load_balancer: false,
+    };
+    f(&mut s);
+    s
+}
+
+fn endpoint(addr: &str, serving: bool) -> EndpointInfo {
+    EndpointInfo {
+        ip: ip(addr),
+        port: 5353,
+        is_local: false,
+        ready: serving,
+        serving,
+        terminating: false,
+        zone_hints: Default::default(),
+        node_hints: Default::default(),
+    }
+}
+
+#[test]
+fn stale_flows_follow_upstream() {
+    let dns = service(Protocol::Udp, |s| {
+        s.external_ips = vec![ip("198.18.1.1")];
+        s.load_balancer_vips = vec![ip("198.18.2.1")];
+        s.node_port = 30053;
+    });
+    let eps = [
+        endpoint("198.19.0.1", true),
+        // Terminating but still serving: its flows stay.
+        EndpointInfo {
+            ready: false,
+            terminating: true,
+            ..endpoint("198.19.0.2", true)
+        },
+        endpoint("198.19.0.3", false),
+    ];
+    let mut serving = UdpServing::new();
+    serving.add_service(&dns, &eps);
+    // Same addresses over TCP, and a UDP service without serving
+    // endpoints: neither makes a flow stale.
+    serving.add_service(&service(Protocol::Tcp, |s| s.port = 80), &[]);
+    serving.add_service(
+        &service(Protocol::Udp, |s| s.cluster_ips = vec![ip("198.18.0.11")]),
+        &[endpoint("198.19.0.9", false)],
+    );
+
+    let c = "198.18.5.5:40000";
+    let cases = [
+        (
+            "cluster IP, serving endpoint",
+            nat_flow(c, "198.18.0.10:53", "198.19.0.1:5353"),
+            false,
+        ),
+        (
+            "cluster IP, terminating serving",
+            nat_flow(c, "198.18.0.10:53", "198.19.0.2:5353"),
+            false,
+        ),
+        (
+            "cluster IP, not serving",
+            nat_flow(c, "198.18.0.10:53", "198.19.0.3:5353"),
+            true,
+        ),
+        (
+            "cluster IP, gone",
+            nat_flow(c, "198.18.0.10:53", "198.19.0.7:5353"),
+            true,
+        ),
+        (
+            "external IP, gone",
+            nat_flow(c, "198.18.1.1:53", "198.19.0.7:5353"),
+            true,
+        ),
+        (
+            "LB IP, gone",
+            nat_flow(c, "198.18.2.1:53", "198.19.0.7:5353"),
+            true,
+        ),
+        (
+            "node port on any address, gone",
+            nat_flow(c, "198.18.7.7:30053", "198.19.0.7:5353"),
+            true,
+        ),
+        (
+            "node port, serving",
+            nat_flow(c, "198.18.7.7:30053", "198.19.0.1:5353"),
+            false,
+        ),
+        (
+            "other port of the cluster IP",
+            nat_flow(c, "198.18.0.10:54", "198.19.0.7:5353"),
+            false,
+        ),
+        (
+            "service without serving endpoints",
+            nat_flow(c, "198.18.0.11:53", "198.19.0.7:5353"),
+            false,
+        ),
+        (
+            "not a service at all",
+            nat_flow(c, "198.18.9.9:53", "198.18.9.9:53"),
+            false,
+        ),
+    ];
+    for (name, flow, stale) in cases {
+        assert_eq!(serving.is_stale(&flow), stale, "{name}");
+    }
+}
+
+#[test]
+fn from_maps_takes_every_udp_service_port() {
+    let name = ServicePortName::new("ns", "dns", "dns", Protocol::Udp);
+    let services =
+        [(name.clone(), Arc::new(service(Protocol::Udp, |_| {})))].into();
+    let endpoints =
+        [(name, vec![Arc::new(endpoint("198.19.0.1", true))])].into();
+    let serving = UdpServing::from_maps(&services, &endpoints);
+    let c = "198.18.5.5:40000";
+    assert!(serving.is_stale(&nat_flow(
+        c,
+        "198.18.0.10:53",
+        "198.19.0.2:5353"
+    )));
+    assert!(!serving.is_stale(&nat_flow(
+        c,
+        "198.18.0.10:53",
+        "198.19.0.1:5353"
+    )));
+}
+
+#[tokio::test]
+async fn cleanup_deletes_only_stale_flows() {
+    let keep =
+        nat_flow("198.18.5.5:40000", "198.18.0.10:53", "198.19.0.1:5353");
+    let drop =
+        nat_flow("198.18.5.5:40001", "198.18.0.10:53", "198.19.0.3:5353");
+    let mut m = ConntrackModel::new([keep, drop]);
+    let mut serving = UdpServing::new();
+    serving.add_service(
+        &service(Protocol::Udp, |_| {}),
+        &[endpoint("198.19.0.1", true)],
+    );
+
+    let report = clean_stale_udp_flows(&mut m, &serving).await.unwrap();
+    assert_eq!((report.deleted, report.errors.len()), (1, 0));
+    assert_eq!(m.flows.into_iter().collect::<Vec<_>>(), [keep]);
+}

@@ -1,0 +1,245 @@
+//! Conntrack cleanup against the guest's kernel: the contract scenario on
+//! flows inserted with `conntrack -I`, and a real UDP flow through IPVS
+//! whose entry the cleanup removes once its endpoint is gone.
+
+use std::{
+    net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket},
+    process::Command,
+    time::Duration,
+};
+
+use anyhow::{bail, Context, Result};
+use kube_ipvs_proxy::{
+    kernel::{
+        addresses::{AddressOp, Addresses, NetlinkAddresses},
+        conntrack::{
+            clean_stale_udp_flows, contract, Conntrack, Flow, NetlinkConntrack,
+            UdpServing,
+        },
+        sysctl::{self, ProcSysctls, Sysctls},
+    },
+    model::{EndpointInfo, Protocol, ServicePortInfo},
+};
+use testkit::{guest, run, run_with_input, start_pods, PodSpec};
+
+fn conntrack_insert(flow: &Flow) -> Result<()> {
+    let (o, r) = (flow.original, flow.reply);
+    let args = [
+        "-I",
+        "-p",
+        "udp",
+        "-t",
+        "120",
+        "-s",
+        &o.src.ip().to_string(),
+        "-d",
+        &o.dst.ip().to_string(),
+        "--sport",
+        &o.src.port().to_string(),
+        "--dport",
+        &o.dst.port().to_string(),
+        "-r",
+        &r.src.ip().to_string(),
+        "-q",
+        &r.dst.ip().to_string(),
+        "--reply-port-src",
+        &r.src.port().to_string(),
+        "--reply-port-dst",
+        &r.dst.port().to_string(),
+    ];
+    run(Command::new("conntrack").args(args))
+        .with_context(|| format!("inserting {flow}"))?;
+    Ok(())
+}
+
+#[tokio::test]
+#[cfg_attr(
+    not(feature = "kernel-tests"),
+    ignore = "needs the real-kernel guest: run `make vm-test`"
+)]
+async fn kernel_passes_the_contract() -> Result<()> {
+    guest::require();
+    let mut ct = NetlinkConntrack::new()?;
+    // Leftovers of an earlier failed run would make the inserts fail.
+    let _ = ct.delete(&contract::seeded_flows()).await;
+    for flow in contract::seeded_flows() {
+        conntrack_insert(&flow)?;
+    }
+    contract::dump_and_delete(&mut ct).await;
+    Ok(())
+}
+
+const LINK: &str = "kipt-ct0";
+const VIP: Ipv4Addr = Ipv4Addr::new(198, 18, 0, 70);
+const PORT: u16 = 53;
+const POD_PORT: u16 = 5353;
+const TIMEOUT: Duration = Duration::from_secs(10);
+
+/// On a node the proxy's iptables rules (xt_conntrack, MASQUERADE) are
+/// what make the kernel track connections at all; this test has none, so
+/// one conntrack match on the test's traffic stands in for them.
+const TRACK_RULE: [&str; 11] = [
+    "OUTPUT",
+    "-d",
+    "198.18.0.70/32",
+    "-p",
+    "udp",
+    "-m",
+    "conntrack",
+    "--ctstate",
+    "NEW,ESTABLISHED",
+    "-j",
+    "ACCEPT",
+];
+
+fn iptables(op: &str) -> Result<String, testkit::Error> {
+    run(Command::new("iptables").args(["-w", op]).args(TRACK_RULE))
+}
+
+struct Cleanup;
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = iptables("-D");
+        let _ = ProcSysctls::new().write(sysctl::VS_EXPIRE_NODEST_CONN, "1");
+        let _ = run(Command::new("ipvsadm").args([
+            "-D",
+            "-u",
+            &format!("{VIP}:{PORT}"),
+        ]));
+        let _ = run(Command::new("ip").args(["link", "del", LINK]));
+    }
+}
+
+fn ask(socket: &UdpSocket) -> Result<String> {
+    socket.send(b"ping\n")?;
+    let mut buf = [0u8; 512];
+    let len = socket.recv(&mut buf).context("no answer")?;
+    let answer = String::from_utf8_lossy(buf.get(..len).unwrap_or_default());
+    Ok(answer.lines().next().unwrap_or_default().to_owned())
+}
+
+fn endpoint(ip: Ipv4Addr) -> EndpointInfo {
+    EndpointInfo {
+        ip: IpAddr::V4(ip),
+        port: POD_PORT,
+        is_local: true,
+        ready: true,
+        serving: true,
+        terminating: false,
+        zone_hints: Default::default(),
+        node_hints: Default::default(),
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "kernel-tests"),
+    ignore = "needs the real-kernel guest: run `make vm-test`"
+)]
+fn cleanup_removes_the_flow_of_a_removed_endpoint() -> Result<()> {
+    guest::require();
+    // Held outside the runtime: a std guard must not live across awaits.
+    let _root = guest::lock_root_netns();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(removed_endpoint())
+}
+
+async fn removed_endpoint() -> Result<()> {
+    let pods = start_pods(&[
+        PodSpec::new("pod-a").port(POD_PORT),
+        PodSpec::new("pod-b").port(POD_PORT),
+    ])?;
+    let [a, b] = [&pods[0], &pods[1]];
+    let _cleanup = Cleanup;
+
+    iptables("-A")?;
+    let mut s = ProcSysctls::new();
+    s.write(sysctl::VS_CONNTRACK, "1")?;
+    // Since Linux 5.9, with expire_nodest_conn=1 IPVS itself expires a
+    // deleted real server's connections shortly after and drops their
+    // conntrack entries (seen here: the flow vanished on its own). Off,
+    // the entry stays, as on older kernels, and only the cleanup can
+    // remove it.
+    s.write(sysctl::VS_EXPIRE_NODEST_CONN, "0")?;
+    let mut addrs = NetlinkAddresses::new()?;
+    let _ = addrs.delete_link(LINK).await;
+    addrs.ensure_dummy(LINK).await?;
+    for r in addrs.apply(LINK, &[AddressOp::Add(VIP.into())]).await {
+        r?;
+    }
+    let vs = format!("{VIP}:{PORT}");
+    run_with_input(
+        Command::new("ipvsadm").arg("-R"),
+        &format!("-A -u {vs} -s rr\n-a -u {vs} -r {} -m\n", a.addr(POD_PORT)),
+    )?;
+
+    let socket = UdpSocket::bind("0.0.0.0:0")?;
+    socket.connect(SocketAddr::from((VIP, PORT)))?;
+    socket.set_read_timeout(Some(TIMEOUT))?;
+    assert_eq!(ask(&socket)?, "pod-a");
+    let client = socket.local_addr()?;
+
+    let mut ct = NetlinkConntrack::new()?;
+    let ours = |flows: Vec<Flow>| -> Vec<Flow> {
+        flows
+            .into_iter()
+            .filter(|f| {
+                f.original.dst == SocketAddr::from((VIP, PORT))
+                    && f.original.src.port() == client.port()
+            })
+            .collect()
+    };
+    let all = ct.dump_udp().await?;
+    let flows = ours(all.clone());
+    let [flow] = flows.as_slice() else {
+        let listed = run(Command::new("conntrack").args(["-L"]));
+        bail!(
+            "expected one flow from {client}, dumped {all:?}; \
+             conntrack -L: {listed:?}"
+        );
+    };
+    assert_eq!(flow.reply.src, a.addr(POD_PORT), "{flow}");
+
+    // pod-a's endpoint goes, pod-b's arrives.
+    run_with_input(
+        Command::new("ipvsadm").arg("-R"),
+        &format!(
+            "-a -u {vs} -r {} -m\n-d -u {vs} -r {}\n",
+            b.addr(POD_PORT),
+            a.addr(POD_PORT)
+        ),
+    )?;
+    let service = ServicePortInfo {
+        cluster_ips: vec![VIP.into()],
+        port: PORT,
+        protocol: Protocol::Udp,
+        node_port: 0,
+        session_affinity_timeout: None,
+        external_ips: vec![],
+        load_balancer_vips: vec![],
+        load_balancer_source_ranges: vec![],
+        external_policy_local: false,
+        internal_policy_local: false,
+        health_check_node_port: 0,
+        is_load_balancer: false,
+    };
+    let mut serving = UdpServing::new();
+    serving.add_service(&service, &[endpoint(b.ip())]);
+    let report = clean_stale_udp_flows(&mut ct, &serving).await?;
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(report.deleted, 1, "{report:?}, stale in {flow}");
+
+    let listed = run(Command::new("conntrack").args([
+        "-L",
+        "-p",
+        "udp",
+        "--orig-dst",
+        &VIP.to_string(),
+    ]))?;
+    assert!(!listed.contains(&a.ip().to_string()), "{listed}");
+    assert!(ours(ct.dump_udp().await?).is_empty());
+    Ok(())
+}
