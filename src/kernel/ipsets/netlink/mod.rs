@@ -28,3 +28,6 @@ pub enum DecodeError {
     #[error("unsupported {0}")]
     Unsupported(String),
 }
+
+#[cfg(test)]
+mod tests;
