@@ -17,25 +17,28 @@ macro_rules! kernel_tests {
             )]
             fn $name() {
                 #[cfg(feature = "kernel-tests")]
-                real::$name();
+                super::real::$name();
             }
         )*
     };
 }
 
-kernel_tests!(
-    create_list_destroy,
-    add_delete_entries,
-    rejected_entries,
-    flush_and_destroy,
-    failures_stay_in_place,
-    dump_only_prefix,
-    large_batch,
-    listing_matches_ipset_save,
-    reads_sets_written_by_ipset_restore,
-    destroy_of_a_referenced_set_is_busy,
-    foreign_type_under_our_prefix_is_named,
-);
+/// Named so that the filter `ipsets` selects these and the unit tests.
+mod ipsets_in_netns {
+    kernel_tests!(
+        create_list_destroy,
+        add_delete_entries,
+        rejected_entries,
+        flush_and_destroy,
+        failures_stay_in_place,
+        dump_only_prefix,
+        large_batch,
+        listing_matches_ipset_save,
+        reads_sets_written_by_ipset_restore,
+        destroy_of_a_referenced_set_is_busy,
+        foreign_type_under_our_prefix_is_named,
+    );
+}
 
 #[cfg(feature = "kernel-tests")]
 mod real {

@@ -17,7 +17,7 @@ use std::{
     future::Future,
 };
 
-pub use self::{model::ModelIpsets, netlink::DecodeError, real::NetlinkIpsets};
+pub use self::{model::ModelIpsets, real::NetlinkIpsets};
 use super::KernelError;
 pub use crate::desired::{SetEntry, SetType};
 
