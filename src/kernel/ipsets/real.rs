@@ -251,8 +251,22 @@ impl NetlinkIpsets {
         );
         let mut sets: BTreeMap<String, SetState> = BTreeMap::new();
         let mut first_error: Option<KernelError> = None;
+        // Undecodable messages are remembered, not returned: returning
+        // would stop reading the dump halfway.
         let outcome = self.socket.request(&msg, seq, |attrs| {
-            let part = parse_list(attrs)?;
+            let part = match parse_list(attrs) {
+                Ok(part) => part,
+                Err(e) => {
+                    first_error.get_or_insert_with(|| {
+                        KernelError::new(
+                            ErrorKind::Transport,
+                            "ipset list",
+                            format!("undecodable listing message: {e}"),
+                        )
+                    });
+                    return Ok(());
+                }
+            };
             if !part.name.starts_with(prefix) {
                 return Ok(());
             }

@@ -106,14 +106,14 @@ impl<'a> Attr<'a> {
         }
     }
 
-    /// A NUL-terminated (or unterminated) string.
-    pub(crate) fn cstr(&self) -> Result<&'a str, DecodeError> {
+    /// A name as text whatever its bytes: a foreign set's odd name must
+    /// not make the listing of ours fail.
+    pub(crate) fn cstr_lossy(&self) -> String {
         let bytes = match self.payload.iter().position(|b| *b == 0) {
             Some(end) => &self.payload[..end],
             None => self.payload,
         };
-        std::str::from_utf8(bytes)
-            .map_err(|_| DecodeError::NotUtf8 { attr: self.kind })
+        String::from_utf8_lossy(bytes).into_owned()
     }
 
     pub(crate) fn nested(&self) -> Attrs<'a> {

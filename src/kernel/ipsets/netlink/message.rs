@@ -263,8 +263,8 @@ pub(crate) fn parse_list(attrs: &[u8]) -> Result<ListedPart<'_>, DecodeError> {
     for attr in Attrs::new(attrs) {
         let attr = attr?;
         match attr.kind {
-            IPSET_ATTR_SETNAME => name = Some(attr.cstr()?.to_string()),
-            IPSET_ATTR_TYPENAME => type_name = Some(attr.cstr()?.to_string()),
+            IPSET_ATTR_SETNAME => name = Some(attr.cstr_lossy()),
+            IPSET_ATTR_TYPENAME => type_name = Some(attr.cstr_lossy()),
             IPSET_ATTR_FAMILY => family = Some(attr.u8()?),
             IPSET_ATTR_REVISION => revision = Some(attr.u8()?),
             IPSET_ATTR_ADT => {

@@ -19,8 +19,6 @@ pub enum DecodeError {
     BadMessageLength { len: usize, available: usize },
     #[error("attribute {attr} is {len} bytes, expected {want}")]
     AttrTooShort { attr: u16, len: usize, want: usize },
-    #[error("attribute {attr} is not UTF-8")]
-    NotUtf8 { attr: u16 },
     #[error("address attribute of {len} bytes")]
     BadAddress { len: usize },
     #[error("missing {0}")]
