@@ -33,6 +33,7 @@ mod ipsets_in_netns {
         failures_stay_in_place,
         dump_only_prefix,
         large_batch,
+        element_kinds_must_match_the_type,
         listing_matches_ipset_save,
         reads_sets_written_by_ipset_restore,
         destroy_of_a_referenced_set_is_busy,
@@ -106,6 +107,7 @@ mod real {
         failures_stay_in_place,
         dump_only_prefix,
         large_batch,
+        element_kinds_must_match_the_type,
     );
 
     fn ipset(args: &[&str], stdin: &str) -> String {

@@ -7,6 +7,8 @@ use std::{
     net::IpAddr,
 };
 
+use ipnet::IpNet;
+
 use super::{IpsetOp, Ipsets, SetEntry, SetSpec, SetState};
 use crate::{
     desired::{SetKind, SetName},
@@ -57,9 +59,8 @@ pub fn entries(kind: SetKind, ipv6: bool) -> Vec<SetEntry> {
             "198.19.1.7/32",
         )
     };
-    let net = |s: &str| -> ipnet::IpNet {
-        s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
-    };
+    let net =
+        |s: &str| -> IpNet { s.parse().unwrap_or_else(|e| panic!("{s}: {e}")) };
     match kind {
         SetKind::IpvsIps => vec![SetEntry::Ip(svc), SetEntry::Ip(svc2)],
         SetKind::LoopBack => vec![
@@ -395,4 +396,61 @@ async fn destroy_all<K: Ipsets>(k: &mut K, specs: &[SetSpec]) {
         .map(|s| IpsetOp::Destroy(s.name.clone()))
         .collect();
     apply_ok(k, &ops).await;
+}
+
+/// Each type takes its own kind of element and no other, except that
+/// hash:ip,port,net takes an `ip,port,ip` element as a host network
+/// (the prefix length is optional in the kernel's message).
+pub async fn element_kinds_must_match_the_type<K: Ipsets>(k: &mut K) {
+    start_clean(k).await;
+    let svc = ip("198.18.0.1");
+    let pod = ip("198.19.0.9");
+    let net =
+        |s: &str| -> IpNet { s.parse().unwrap_or_else(|e| panic!("{s}: {e}")) };
+    let candidates = [
+        SetEntry::Ip(svc),
+        SetEntry::IpPort(svc, Protocol::Tcp, 80),
+        SetEntry::IpPortIp(svc, Protocol::Tcp, 80, pod),
+        SetEntry::IpPortNet(svc, Protocol::Tcp, 80, net("198.19.0.0/16")),
+        SetEntry::Port(80),
+    ];
+    let ok = Ok(());
+    let bad = Err(ErrorKind::Invalid);
+    let table = [
+        (SetKind::IpvsIps, [ok, bad, bad, bad, bad]),
+        (SetKind::ClusterIp, [bad, ok, bad, bad, bad]),
+        (SetKind::LoopBack, [bad, bad, ok, bad, bad]),
+        (SetKind::LoadBalancerSourceCidr, [bad, bad, ok, ok, bad]),
+        (SetKind::NodePortTcp, [bad, bad, bad, bad, ok]),
+    ];
+    let mut expected = BTreeMap::new();
+    for (kind, results) in table {
+        let s = spec(kind, false);
+        apply_ok(k, &[IpsetOp::Create(s.clone())]).await;
+        let ops: Vec<_> = candidates
+            .iter()
+            .map(|e| IpsetOp::Add(s.name.clone(), e.clone()))
+            .collect();
+        let got = k.apply(&ops).await;
+        assert_eq!(kinds(&got), results.to_vec(), "adds to {}", s.name);
+        // What the kernel stores for an accepted element.
+        let stored = |e: &SetEntry| match e {
+            SetEntry::IpPortIp(a, proto, port, b)
+                if kind == SetKind::LoadBalancerSourceCidr =>
+            {
+                SetEntry::IpPortNet(*a, *proto, *port, IpNet::from(*b))
+            }
+            other => other.clone(),
+        };
+        let entries: BTreeSet<_> = candidates
+            .iter()
+            .zip(results)
+            .filter(|(_, r)| r.is_ok())
+            .map(|(e, _)| stored(e))
+            .collect();
+        expected.insert(s.name.clone(), SetState { spec: s, entries });
+    }
+    assert_eq!(dump(k).await, expected);
+    let specs: Vec<_> = expected.values().map(|s| s.spec.clone()).collect();
+    destroy_all(k, &specs).await;
 }

@@ -1,11 +1,6 @@
 //! In-memory ipsets that answer as the kernel does, errno for errno: a
 //! duplicate create or add fails, a delete of something absent fails, a
 //! referenced set cannot be destroyed.
-//!
-//! It also copies the kernel's leniency about element shapes: the kernel
-//! reads only the fields the set's type uses, so `198.18.0.1,tcp:80`
-//! added to a hash:ip set adds `198.18.0.1`, while an element missing a
-//! field the type needs is rejected (`IPSET_ERR_PROTOCOL`).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -115,70 +110,49 @@ impl ModelIpsets {
 }
 
 /// The element the kernel would store for `entry` in a set of this type
-/// and family, or the ipset errno it would answer.
+/// and family, or the ipset errno it would answer. The kernel takes only
+/// the element kind of the set's type (extra attributes are refused),
+/// except that hash:ip,port,net's prefix length is optional, so an
+/// `ip,port,ip` element goes in as a host network.
 fn as_member(
     entry: &SetEntry,
     set_type: SetType,
     ipv6: bool,
 ) -> Result<SetEntry, i32> {
-    // The fields the message carries (see netlink::entry::encode).
-    let (ip, port, ip2, cidr2) = match entry {
-        SetEntry::Ip(ip) => (Some(*ip), None, None, None),
-        SetEntry::IpPort(ip, proto, port) => {
-            (Some(*ip), Some((*proto, *port)), None, None)
-        }
-        SetEntry::IpPortIp(ip, proto, port, ip2) => {
-            (Some(*ip), Some((*proto, *port)), Some(*ip2), None)
-        }
-        SetEntry::IpPortNet(ip, proto, port, net) => {
-            let net = net.trunc();
-            (
-                Some(*ip),
-                Some((*proto, *port)),
-                Some(net.addr()),
-                Some(net.prefix_len()),
-            )
-        }
-        SetEntry::Port(port) => {
-            (None, Some((crate::model::Protocol::Tcp, *port)), None, None)
-        }
-    };
-    let family = |addr: IpAddr| match (addr.is_ipv6(), ipv6) {
+    let family = |addr: &IpAddr| match (addr.is_ipv6(), ipv6) {
         (false, true) => Err(errno::IPSET_ERR_IPADDR_IPV6),
         (true, false) => Err(errno::IPSET_ERR_IPADDR_IPV4),
-        _ => Ok(addr),
+        _ => Ok(()),
     };
-    let need_ip = || ip.ok_or(errno::IPSET_ERR_PROTOCOL).and_then(family);
-    let need_port = || port.ok_or(errno::IPSET_ERR_PROTOCOL);
-    let need_ip2 = || ip2.ok_or(errno::IPSET_ERR_PROTOCOL).and_then(family);
-    Ok(match set_type {
-        SetType::HashIp => SetEntry::Ip(need_ip()?),
-        SetType::HashIpPort => {
-            let ip = need_ip()?;
-            let (proto, port) = need_port()?;
-            // A bare port carries no protocol: the kernel assumes TCP.
-            SetEntry::IpPort(ip, proto, port)
-        }
-        SetType::HashIpPortIp => {
-            let ip = need_ip()?;
-            let (proto, port) = need_port()?;
-            SetEntry::IpPortIp(ip, proto, port, need_ip2()?)
-        }
-        SetType::HashIpPortNet => {
-            let ip = need_ip()?;
-            let (proto, port) = need_port()?;
-            let addr = need_ip2()?;
-            let max = if addr.is_ipv4() { 32 } else { 128 };
-            let prefix = cidr2.unwrap_or(max);
-            if prefix == 0 {
+    let stored = match (set_type, entry) {
+        (SetType::HashIp, SetEntry::Ip(_))
+        | (SetType::HashIpPort, SetEntry::IpPort(..))
+        | (SetType::HashIpPortIp, SetEntry::IpPortIp(..))
+        | (SetType::BitmapPort, SetEntry::Port(_)) => entry.clone(),
+        (SetType::HashIpPortNet, SetEntry::IpPortNet(ip, proto, port, net)) => {
+            if net.prefix_len() == 0 {
                 return Err(errno::IPSET_ERR_INVALID_CIDR);
             }
-            let net = IpNet::new(addr, prefix)
-                .map_err(|_| errno::IPSET_ERR_INVALID_CIDR)?;
-            SetEntry::IpPortNet(ip, proto, port, net.trunc())
+            SetEntry::IpPortNet(*ip, *proto, *port, net.trunc())
         }
-        SetType::BitmapPort => SetEntry::Port(need_port()?.1),
-    })
+        (SetType::HashIpPortNet, SetEntry::IpPortIp(ip, proto, port, ip2)) => {
+            SetEntry::IpPortNet(*ip, *proto, *port, IpNet::from(*ip2))
+        }
+        _ => return Err(errno::IPSET_ERR_PROTOCOL),
+    };
+    match &stored {
+        SetEntry::Ip(a) | SetEntry::IpPort(a, ..) => family(a)?,
+        SetEntry::IpPortIp(a, _, _, b) => {
+            family(a)?;
+            family(b)?;
+        }
+        SetEntry::IpPortNet(a, _, _, net) => {
+            family(a)?;
+            family(&net.addr())?;
+        }
+        SetEntry::Port(_) => {}
+    }
+    Ok(stored)
 }
 
 impl Ipsets for ModelIpsets {
