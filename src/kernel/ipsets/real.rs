@@ -33,7 +33,15 @@ fn revision_cap(set_type: SetType) -> u8 {
     }
 }
 
-/// The real ipsets of the network namespace the socket was opened in.
+/// The real ipsets of the network namespace the socket was opened in
+/// (the opening thread's namespace; the socket stays there).
+///
+/// `dump` and `apply` do their I/O on the calling thread without
+/// yielding: the kernel handles each request inside `sendmsg`, so a call
+/// never waits on anything but the kernel's own work (about 4 µs per
+/// element on the host, see `make bench-ipsets`). A lost answer is bounded
+/// by a 5 s receive timeout and reported as a transport error for the
+/// operations it covered.
 pub struct NetlinkIpsets {
     socket: IpsetSocket,
     revisions: HashMap<(SetType, bool), u8>,
@@ -206,11 +214,11 @@ impl NetlinkIpsets {
                 results[index] = Some(match ack {
                     Some(0) => Ok(()),
                     Some(errno) => {
-                        Err(to_kernel_error(command(op), &object(op), errno))
+                        Err(to_kernel_error(command(op), &op.object(), errno))
                     }
                     None => Err(KernelError::new(
                         ErrorKind::Transport,
-                        object(op),
+                        op.object(),
                         format!(
                             "no answer from the kernel: {}",
                             failure
@@ -365,10 +373,6 @@ fn command(op: &IpsetOp) -> Command {
         IpsetOp::Add(..) => Command::Add,
         IpsetOp::Delete(..) => Command::Del,
     }
-}
-
-fn object(op: &IpsetOp) -> String {
-    op.object()
 }
 
 impl Ipsets for NetlinkIpsets {
