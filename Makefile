@@ -1,13 +1,21 @@
 # Entry points. The guest targets are self-contained: each installs what it
 # needs (tests/vm/deps.sh) and caches the kernel under target/vm/.
 
-.PHONY: test fmt-check lint unit bench bench-ipsets vm-test vm-shell vm-kernel
+.PHONY: demo test fmt-check lint unit bench bench-ipsets vm-test vm-shell vm-kernel
 
 # Crates whose kernel tests vm-test runs; empty means every workspace crate
 # with a `kernel-tests` feature. VM_TEST_ARGS go to each test binary (a name
 # filter, --nocapture, ...).
 VM_TEST_PACKAGES ?=
 VM_TEST_ARGS ?=
+
+# Boots the real-kernel guest and runs examples/demo.rs there: pods from
+# examples/cluster.yaml, the proxy on that file, traffic, then an edit.
+demo:
+	tests/vm/deps.sh
+	cargo build --bin kube-ipvs-proxy --example demo
+	cargo build -p testkit --bin testpod
+	tests/vm/run target/debug/examples/demo
 
 # Everything CI checks: formatting, lints, the host tests, then the
 # real-kernel suite in the guest.

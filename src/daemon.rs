@@ -3,6 +3,8 @@
 //! checked-out changes into a backend.
 
 use std::{
+    future::Future,
+    net::IpAddr,
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
@@ -12,22 +14,60 @@ use tracing::{error, info, info_span, warn, Instrument};
 
 use crate::{
     desired::DesiredState,
-    runner::{BoundedFrequencyRunner, SyncTrigger},
+    runner::{BoundedFrequencyRunner, SyncReason, SyncTrigger},
+    server::SyncReporter,
     source::{store::Stores, SourceEvent},
     sync::{ChangeOutcome, SyncOutcome, SyncState},
 };
+
+#[cfg(test)]
+mod backend_tests;
 
 /// Where the desired state goes. The kernel backend programs IPVS,
 /// kube-ipvs0, ipsets and iptables; the log backend only reports.
 pub trait Backend: Send + 'static {
     /// Applies one sync's changes. An error asks for a retry; the
-    /// deltas are not re-sent, so a backend that fails must repair on
-    /// its next full reconcile.
+    /// deltas are not re-sent, but the retry carries the whole desired
+    /// state, so a backend that fails repairs then (or at the next
+    /// periodic full reconcile).
     fn apply(
         &mut self,
-        outcome: &SyncOutcome,
-        desired: &DesiredState,
-    ) -> Result<(), BackendError>;
+        batch: &SyncBatch,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// The node's addresses on every interface but the proxy's own,
+    /// read before each full sync so that NodePorts and the external IPs
+    /// not to bind follow the node; `None` keeps what the state has.
+    fn local_addresses(
+        &mut self,
+    ) -> impl Future<Output = Option<Vec<IpAddr>>> + Send {
+        std::future::ready(None)
+    }
+
+    /// How often [`Backend::poll`] should run; `None` never.
+    fn poll_interval(&self) -> Option<Duration> {
+        None
+    }
+
+    /// Periodic work between syncs (graceful termination of real
+    /// servers).
+    fn poll(&mut self) -> impl Future<Output = ()> + Send {
+        std::future::ready(())
+    }
+}
+
+/// One sync's input to the backend, taken out of the shared state so
+/// that no lock is held while the backend awaits the kernel.
+#[derive(Debug)]
+pub struct SyncBatch {
+    pub trigger: SyncTrigger,
+    pub outcome: SyncOutcome,
+    /// How many service ports the desired state holds.
+    pub service_ports: usize,
+    /// The whole desired state, on the syncs that must compare all of it
+    /// with the kernel: the first, the periodic ones (every syncPeriod)
+    /// and retries after a failure. `None` on incremental syncs.
+    pub desired: Option<DesiredState>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -42,9 +82,9 @@ pub struct LogBackend;
 impl Backend for LogBackend {
     fn apply(
         &mut self,
-        outcome: &SyncOutcome,
-        desired: &DesiredState,
-    ) -> Result<(), BackendError> {
+        batch: &SyncBatch,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send {
+        let outcome = &batch.outcome;
         for delta in &outcome.deltas {
             let vs = |s: &Option<Arc<crate::desired::ServiceState>>| {
                 s.as_ref().map_or(0, |s| s.virtual_servers.len())
@@ -64,10 +104,32 @@ impl Backend for LogBackend {
         }
         info!(
             changed = outcome.deltas.len(),
-            service_ports = desired.len(),
+            service_ports = batch.service_ports,
+            full = batch.desired.is_some(),
             "desired state updated"
         );
-        Ok(())
+        std::future::ready(Ok(()))
+    }
+}
+
+/// When the backend gets the whole desired state.
+#[derive(Debug, Default)]
+struct FullReconcile {
+    last: Option<tokio::time::Instant>,
+    forced: bool,
+}
+
+impl FullReconcile {
+    /// Whether this sync is a full one; if so, it counts as done.
+    fn take(&mut self, reason: SyncReason, period: Duration) -> bool {
+        let now = tokio::time::Instant::now();
+        let full = std::mem::take(&mut self.forced)
+            || reason != SyncReason::Requested
+            || self.last.is_none_or(|last| now >= last + period);
+        if full {
+            self.last = Some(now);
+        }
+        full
     }
 }
 
@@ -79,13 +141,16 @@ pub enum DaemonError {
     SourceEnded,
 }
 
-/// Runs until the source ends or a change requires a restart.
+/// Runs until the source ends or a change requires a restart. `reporter`
+/// hears of queued and applied updates (health, sync metrics, health
+/// check node ports).
 pub async fn run<S, B>(
     source: S,
     mut state: SyncState,
-    mut backend: B,
+    backend: B,
     min_sync_period: Duration,
     sync_period: Duration,
+    reporter: SyncReporter,
 ) -> Result<(), DaemonError>
 where
     S: Stream<Item = SourceEvent> + Send + 'static,
@@ -106,6 +171,7 @@ where
         let state = Arc::clone(&state);
         let ready = Arc::clone(&ready);
         let handle = handle.clone();
+        let reporter = reporter.clone();
         async move {
             let mut stores = Stores::new();
             let mut source = std::pin::pin!(source);
@@ -135,6 +201,7 @@ where
                 }
                 if needs_sync && ready.load(std::sync::atomic::Ordering::SeqCst)
                 {
+                    reporter.queued();
                     handle.run();
                 }
             }
@@ -143,24 +210,88 @@ where
         .instrument(info_span!("source"))
     };
 
-    let sync_loop = runner.run_loop(move |trigger: SyncTrigger| {
-        let span = info_span!(
-            "sync",
-            seq = trigger.seq,
-            reason = trigger.reason.as_str()
-        );
-        let _enter = span.enter();
-        if !ready.load(std::sync::atomic::Ordering::SeqCst) {
-            return std::future::ready(());
+    // The backend is shared by the sync loop and the poller; a tokio
+    // mutex, because each holds it across the backend's awaits.
+    let backend = Arc::new(tokio::sync::Mutex::new(backend));
+    // The first sync compares everything with the kernel, and so do the
+    // retry after a failure and any sync once a syncPeriod has passed
+    // since the last full one: the runner's periodic sync alone would
+    // never come while changes keep arriving.
+    let full_due = Arc::new(Mutex::new(FullReconcile::default()));
+    let sync_loop = {
+        let backend = Arc::clone(&backend);
+        runner.run_loop(move |trigger: SyncTrigger| {
+            let span = info_span!(
+                "sync",
+                seq = trigger.seq,
+                reason = trigger.reason.as_str()
+            );
+            let state = Arc::clone(&state);
+            let ready = Arc::clone(&ready);
+            let backend = Arc::clone(&backend);
+            let full_due = Arc::clone(&full_due);
+            let handle = handle.clone();
+            let reporter = reporter.clone();
+            async move {
+                if !ready.load(std::sync::atomic::Ordering::SeqCst) {
+                    return;
+                }
+                let started = std::time::Instant::now();
+                let full = full_due
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take(trigger.reason, sync_period);
+                let mut backend = backend.lock().await;
+                let local = match full {
+                    true => backend.local_addresses().await,
+                    false => None,
+                };
+                let batch = {
+                    let mut state =
+                        state.lock().unwrap_or_else(PoisonError::into_inner);
+                    if let Some(local) = local {
+                        state.set_local_addresses(local);
+                    }
+                    let outcome = state.sync();
+                    SyncBatch {
+                        trigger,
+                        outcome,
+                        service_ports: state.desired().len(),
+                        desired: full.then(|| state.desired().clone()),
+                    }
+                };
+                let result = backend.apply(&batch).await;
+                if result.is_ok() {
+                    let state =
+                        state.lock().unwrap_or_else(PoisonError::into_inner);
+                    reporter.synced(&state, &batch.outcome, started.elapsed());
+                }
+                if let Err(e) = result {
+                    warn!(error = %e, "sync failed; retrying");
+                    full_due
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .forced = true;
+                    handle.retry_after(Duration::from_secs(1));
+                }
+            }
+            .instrument(span)
+        })
+    };
+
+    let poller = async move {
+        let interval = backend.lock().await.poll_interval();
+        let Some(interval) = interval else {
+            return std::future::pending().await;
+        };
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            backend.lock().await.poll().await;
         }
-        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
-        let outcome = state.sync();
-        if let Err(e) = backend.apply(&outcome, state.desired()) {
-            warn!(error = %e, "sync failed; retrying");
-            handle.retry_after(Duration::from_secs(1));
-        }
-        std::future::ready(())
-    });
+    }
+    .instrument(info_span!("poll"));
 
     tokio::select! {
         err = feeder => {
@@ -168,5 +299,6 @@ where
             Err(err)
         }
         () = sync_loop => Ok(()),
+        () = poller => Ok(()),
     }
 }

@@ -5,6 +5,7 @@
 use std::{
     path::Path,
     process::ExitCode,
+    sync::Arc,
     time::{Duration, SystemTime},
 };
 
@@ -17,6 +18,7 @@ use kube_ipvs_proxy::{
         Resolved, RunArgs,
     },
     daemon::{self, LogBackend},
+    server::{self, ProxyHealth, ServiceHealthServer, SyncReporter},
     source::{self, SourceEvent},
     sync::{self, NodeSettings, SyncState},
 };
@@ -132,6 +134,7 @@ async fn run_proxy(config: Config, cleanup: bool) -> anyhow::Result<()> {
             .boxed()
         }
     };
+    let reporter = start_servers(&config)?;
     let state = SyncState::new(
         node_name,
         NodeSettings::from_config(&config),
@@ -144,9 +147,41 @@ async fn run_proxy(config: Config, cleanup: bool) -> anyhow::Result<()> {
         LogBackend,
         config.ipvs.min_sync_period,
         config.ipvs.sync_period,
+        reporter,
     )
     .await?;
     Ok(())
+}
+
+/// How often histogram samples are folded in when nobody scrapes.
+const METRICS_UPKEEP: Duration = Duration::from_secs(5);
+
+/// Starts the healthz and metrics servers (an empty bind address
+/// disables one) and the health check node port servers. A port that
+/// is taken is retried in the background, never fatal.
+fn start_servers(config: &Config) -> anyhow::Result<SyncReporter> {
+    // Upstream's health timeout: a queued update may wait two periods.
+    let health = Arc::new(ProxyHealth::new(2 * config.ipvs.sync_period));
+    if let Some(address) = config.healthz_bind_address {
+        server::spawn_forever(
+            "healthz",
+            address,
+            server::healthz::router(Arc::clone(&health)),
+        );
+    }
+    if let Some(address) = config.metrics_bind_address {
+        let handle = kube_ipvs_proxy::metrics::exporter::install()?;
+        server::metrics::spawn_upkeep(handle.clone(), METRICS_UPKEEP);
+        server::spawn_forever(
+            "metrics",
+            address,
+            server::metrics::router(handle),
+        );
+    }
+    // Every address, as upstream when nodePortAddresses is unset.
+    let service_health =
+        ServiceHealthServer::new(Vec::new(), Arc::clone(&health))?;
+    Ok(SyncReporter::new(health, Some(service_health)))
 }
 
 async fn kube_client(

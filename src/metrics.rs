@@ -1,5 +1,16 @@
 //! Metric names. They are kube-proxy's, letter for letter, so dashboards
-//! and alerts written for kube-proxy keep working.
+//! and alerts written for kube-proxy keep working; ours carry the
+//! `kube_ipvs_proxy_` prefix.
+//!
+//! Observable outcomes are emitted as typed events ([`events`]), so that
+//! the log line and the metric change in one place. [`exporter`] builds
+//! the Prometheus recorder with upstream's histogram buckets.
+
+pub mod events;
+pub mod exporter;
+pub mod no_local;
+#[cfg(test)]
+mod tests;
 
 pub const ENDPOINT_CHANGES_TOTAL: &str =
     "kubeproxy_sync_proxy_rules_endpoint_changes_total";
@@ -12,3 +23,115 @@ pub const SERVICE_CHANGES_PENDING: &str =
 /// Ours: objects from the API or the state file that could not be used.
 /// Labelled by `kind` (Service, EndpointSlice, Node) and `reason`.
 pub const INVALID_OBJECTS_TOTAL: &str = "kube_ipvs_proxy_invalid_objects_total";
+
+/// Histogram of one sync's duration, labelled by `ip_family`.
+pub const SYNC_PROXY_RULES_DURATION_SECONDS: &str =
+    "kubeproxy_sync_proxy_rules_duration_seconds";
+/// Gauge: when rules were last synced successfully (Unix seconds),
+/// labelled by `ip_family`.
+pub const SYNC_PROXY_RULES_LAST_TIMESTAMP_SECONDS: &str =
+    "kubeproxy_sync_proxy_rules_last_timestamp_seconds";
+/// Gauge: when a sync was last asked for (Unix seconds), labelled by
+/// `ip_family`. Much later than the last timestamp means a hung sync.
+pub const SYNC_PROXY_RULES_LAST_QUEUED_TIMESTAMP_SECONDS: &str =
+    "kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds";
+/// Histogram of the time from an EndpointSlice change (its
+/// `endpoints.kubernetes.io/last-change-trigger-time`) to the kernel,
+/// labelled by `ip_family`.
+pub const NETWORK_PROGRAMMING_DURATION_SECONDS: &str =
+    "kubeproxy_network_programming_duration_seconds";
+/// Gauge (despite the name, as upstream): services with a Local traffic
+/// policy and no local endpoint, by `ip_family` and `traffic_policy`
+/// (`internal`, `external`).
+pub const SYNC_PROXY_RULES_NO_LOCAL_ENDPOINTS_TOTAL: &str =
+    "kubeproxy_sync_proxy_rules_no_local_endpoints_total";
+/// Counter of failed iptables-restore runs, by `ip_family`.
+pub const SYNC_PROXY_RULES_IPTABLES_RESTORE_FAILURES_TOTAL: &str =
+    "kubeproxy_sync_proxy_rules_iptables_restore_failures_total";
+/// Counter of `/healthz` answers on the healthz server, by `code`.
+pub const PROXY_HEALTHZ_TOTAL: &str = "kubeproxy_proxy_healthz_total";
+/// Counter of `/livez` answers on the healthz server, by `code`.
+pub const PROXY_LIVEZ_TOTAL: &str = "kubeproxy_proxy_livez_total";
+/// Histogram of one conntrack cleanup's duration, by `ip_family`.
+pub const CONNTRACK_RECONCILER_SYNC_DURATION_SECONDS: &str =
+    "kubeproxy_conntrack_reconciler_sync_duration_seconds";
+/// Counter of conntrack flows the cleanup deleted, by `ip_family`.
+pub const CONNTRACK_RECONCILER_DELETED_ENTRIES_TOTAL: &str =
+    "kubeproxy_conntrack_reconciler_deleted_entries_total";
+
+/// Ours: kernel operations, by `facility` (ipvs, addresses, ipsets,
+/// iptables, sysctl, conntrack), `op` and `result` (`ok` or the error
+/// kind's label).
+pub const KERNEL_OPERATIONS_TOTAL: &str =
+    "kube_ipvs_proxy_kernel_operations_total";
+/// Ours: health check node ports that could not be opened (retried on
+/// the next sync).
+pub const SERVICE_HEALTH_LISTEN_FAILURES_TOTAL: &str =
+    "kube_ipvs_proxy_service_health_listen_failures_total";
+
+/// Upstream's `ExponentialBuckets(0.001, 2, 15)`: 1 ms to 16.384 s, used
+/// by the sync and conntrack duration histograms.
+pub fn sync_duration_buckets() -> Vec<f64> {
+    let mut buckets = Vec::with_capacity(15);
+    let mut bound = 0.001;
+    for _ in 0..15 {
+        buckets.push(bound);
+        bound *= 2.0;
+    }
+    buckets
+}
+
+/// Upstream's network programming buckets: its merge helper starts from a
+/// single 0, then 0.25 s and 0.5 s, every second up to 59 s, every 5 s up
+/// to 115 s, and every 30 s from 2 to 5 minutes.
+pub fn network_programming_buckets() -> Vec<f64> {
+    let mut buckets = vec![0.0, 0.25, 0.5];
+    buckets.extend((1..=59).map(f64::from));
+    buckets.extend((0..12).map(|i| 60.0 + 5.0 * f64::from(i)));
+    buckets.extend((0..7).map(|i| 120.0 + 30.0 * f64::from(i)));
+    buckets
+}
+
+/// The IP family a proxier serves: the `ip_family` label of upstream's
+/// sync metrics and the key of `/healthz`'s per-family status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum IpFamily {
+    V4,
+    V6,
+}
+
+impl IpFamily {
+    /// The Kubernetes API's spelling (`v1.IPFamily`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IpFamily::V4 => "IPv4",
+            IpFamily::V6 => "IPv6",
+        }
+    }
+
+    pub fn of(ip: std::net::IpAddr) -> Self {
+        if ip.is_ipv4() {
+            IpFamily::V4
+        } else {
+            IpFamily::V6
+        }
+    }
+
+    /// The families a node context programs, IPv4 first.
+    pub fn active(ctx: &crate::desired::NodeContext) -> Vec<IpFamily> {
+        let mut families = Vec::with_capacity(2);
+        if ctx.ipv4 {
+            families.push(IpFamily::V4);
+        }
+        if ctx.ipv6 {
+            families.push(IpFamily::V6);
+        }
+        families
+    }
+}
+
+impl std::fmt::Display for IpFamily {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

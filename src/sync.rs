@@ -283,6 +283,11 @@ impl SyncState {
     pub fn endpoints_map(&self) -> &EndpointsMap {
         &self.endpoints_map
     }
+
+    /// Our Node as last seen; `None` before it is known.
+    pub fn node(&self) -> Option<&NodeInfo> {
+        self.node.node()
+    }
 }
 
 /// Computes the plan for a parsed state file: the objects go through the

@@ -1,1 +1,90 @@
+//! Linux IPVS (IP Virtual Server) over generic netlink.
+//!
+//! Two layers, split the way `netlink-packet-route` and `rtnetlink` are:
+//!
+//! * **Message types**, pure and synchronous: [`IpvsMessage`] (a command
+//!   and its [`IpvsAttribute`]s) implements
+//!   [`GenlFamily`](netlink_packet_generic::GenlFamily) (family `"IPVS"`,
+//!   version 1), [`Emitable`](netlink_packet_core::Emitable) and
+//!   [`ParseableParametrized<[u8], GenlHeader>`](netlink_packet_core::ParseableParametrized).
+//!   Nested attributes are [`ServiceAttribute`], [`DestAttribute`],
+//!   [`DaemonAttribute`] and [`InfoAttribute`]; each keeps attributes it does
+//!   not know as `Other(DefaultNla)`. Typed views: [`Service`],
+//!   [`Destination`], [`Info`], [`Timeouts`].
+//! * **An async handle** on `genetlink`: [`new_connection`] returns
+//!   `(connection, Handle, messages)`; requests hang off the handle and end
+//!   in `execute()`.
+//!
+//! ```no_run
+//! use ipvs_sys::{Destination, Service, ServiceKey};
+//! use futures::TryStreamExt;
+//!
+//! # async fn example() -> Result<(), ipvs_sys::Error> {
+//! let (conn, handle, _) = ipvs_sys::new_connection()?;
+//! tokio::spawn(conn);
+//!
+//! let svc = Service::new(ServiceKey::tcp("198.18.0.10".parse().unwrap(), 80))
+//!     .with_scheduler("rr");
+//! handle.service().add(&svc).execute().await?;
+//! handle
+//!     .dest(&svc)
+//!     .add(&Destination::new("198.19.0.5".parse().unwrap(), 8080))
+//!     .execute()
+//!     .await?;
+//!
+//! let services: Vec<Service> =
+//!     handle.service().list().execute().try_collect().await?;
+//! # let _ = services;
+//! # Ok(()) }
+//! ```
+//!
+//! Errors name the object and carry the errno:
+//! `add_service TCP 198.18.0.10:80: File exists (os error 17) (EEXIST)`;
+//! [`Error::is_exists`], [`Error::is_not_found`] and [`Error::is_invalid`]
+//! tell the usual ones apart. A kernel without IPVS gives
+//! [`Error::IpvsUnavailable`].
+//!
+//! Decoding never panics: a truncated or malformed buffer is a
+//! [`DecodeError`](netlink_packet_core::DecodeError).
 
+mod address;
+mod batch;
+pub mod daemon;
+pub mod dest;
+mod error;
+mod global;
+mod handle;
+mod info;
+mod message;
+mod nla;
+mod request;
+pub mod service;
+mod stats;
+mod timeout;
+
+pub use self::{
+    address::{AddressFamily, InetAddr, Protocol, INET_ADDR_LEN},
+    batch::{Batch, DEFAULT_WINDOW},
+    daemon::{DaemonAttribute, DaemonState},
+    dest::{
+        ConnCounts, DestAttribute, DestHandle, DestListRequest, Destination,
+        ForwardMethod, Tunnel, TunnelFlags, TunnelType,
+    },
+    error::{Error, Operation},
+    global::{InfoRequest, TimeoutsGetRequest, TimeoutsHandle},
+    handle::{new_connection, new_connection_with_socket, Handle, Unsolicited},
+    info::{Info, InfoAttribute, IpvsVersion},
+    message::{
+        IpvsAttribute, IpvsCmd, IpvsMessage, IPVS_GENL_NAME, IPVS_GENL_VERSION,
+    },
+    request::WriteRequest,
+    service::{
+        FlagsMask, Service, ServiceAttribute, ServiceFlags, ServiceGetRequest,
+        ServiceHandle, ServiceKey, ServiceListRequest,
+    },
+    stats::Stats,
+    timeout::Timeouts,
+};
+
+#[cfg(test)]
+mod tests;

@@ -13,7 +13,10 @@ use super::{
 use crate::model::{EndpointsMap, ServicePortMap, ServicePortName};
 
 /// The desired state of every service port, updated incrementally.
-#[derive(Debug, Default)]
+/// Cloning shares each port's state (`Arc`): it copies the index only, which
+/// the daemon does for a full reconcile so that no lock is held while the
+/// kernel is programmed.
+#[derive(Debug, Default, Clone)]
 pub struct DesiredState {
     ctx: NodeContext,
     services: HashMap<ServicePortName, Arc<ServiceState>>,
@@ -50,6 +53,14 @@ impl DesiredState {
 
     pub fn service(&self, name: &ServicePortName) -> Option<&ServiceState> {
         self.services.get(name).map(|s| &**s)
+    }
+
+    /// Every service port's state, in no particular order: for a full
+    /// reconcile, which walks everything by design.
+    pub fn services(
+        &self,
+    ) -> impl Iterator<Item = (&ServicePortName, &Arc<ServiceState>)> {
+        self.services.iter()
     }
 
     /// Recomputes the given service ports only; the cost follows the

@@ -40,6 +40,7 @@ static NEXT_SLOT: AtomicU32 = AtomicU32::new(0);
 pub struct PodSpec {
     name: String,
     ports: Vec<u16>,
+    ip: Option<Ipv4Addr>,
 }
 
 impl PodSpec {
@@ -47,7 +48,16 @@ impl PodSpec {
         Self {
             name: name.into(),
             ports: Vec::new(),
+            ip: None,
         }
+    }
+
+    /// A fixed address (in 198.19.0.0/16, not the gateway), for pods that
+    /// must match objects written elsewhere, such as a state file's Pods.
+    #[must_use]
+    pub fn ip(mut self, ip: Ipv4Addr) -> Self {
+        self.ip = Some(ip);
+        self
     }
 
     /// Listen on `port` (TCP and UDP).
@@ -156,7 +166,12 @@ pub fn start_pods(specs: &[PodSpec]) -> Result<Vec<Pod>, Error> {
     // them removes what was created.
     let mut pods = Vec::with_capacity(specs.len());
     for (slot, spec) in (first..).zip(specs) {
-        let ip = slot_ip(slot).ok_or(Error::TooManyPods { max: MAX_PODS })?;
+        let ip = match spec.ip {
+            Some(ip) => ip,
+            None => {
+                slot_ip(slot).ok_or(Error::TooManyPods { max: MAX_PODS })?
+            }
+        };
         pods.push(Pod {
             name: spec.name.clone(),
             ip,

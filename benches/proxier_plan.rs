@@ -1,0 +1,201 @@
+//! The proxier's planning cost: the operations for a cold sync of 10,000
+//! services x 10 endpoints, and for one endpoint change at 1,000 and at
+//! 10,000 services (spine checkout + desired-state update + plan). The
+//! design goal is that one change costs the same at both sizes; the
+//! ratio is printed. Kernel time is not included: that is `make bench`.
+
+use std::{
+    hint::black_box,
+    net::Ipv4Addr,
+    sync::Arc,
+    time::{Duration, Instant, SystemTime},
+};
+
+use criterion::{criterion_group, Criterion};
+use k8s_openapi::{
+    api::{
+        core::v1::{Service, ServicePort, ServiceSpec},
+        discovery::v1::{
+            Endpoint, EndpointConditions, EndpointPort, EndpointSlice,
+        },
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use kube_ipvs_proxy::{
+    proxier::plan::Ledger,
+    source::store::ObjectChange,
+    sync::{NodeSettings, SyncState},
+};
+
+const ENDPOINTS_PER_SERVICE: usize = 10;
+
+fn addr(base: [u8; 2], n: usize) -> String {
+    let n = n % 65536;
+    Ipv4Addr::new(base[0], base[1], (n / 256) as u8, (n % 256) as u8)
+        .to_string()
+}
+
+fn service(i: usize) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(format!("svc-{i}")),
+            namespace: Some("bench".into()),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            cluster_ip: Some(addr([198, 18], i)),
+            cluster_ips: Some(vec![addr([198, 18], i)]),
+            ports: Some(vec![ServicePort {
+                name: Some("http".into()),
+                port: 80,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn slice(i: usize, ready_up_to: usize) -> EndpointSlice {
+    EndpointSlice {
+        metadata: ObjectMeta {
+            name: Some(format!("svc-{i}-abcde")),
+            namespace: Some("bench".into()),
+            labels: Some(
+                [(
+                    "kubernetes.io/service-name".to_string(),
+                    format!("svc-{i}"),
+                )]
+                .into(),
+            ),
+            ..Default::default()
+        },
+        address_type: "IPv4".into(),
+        ports: Some(vec![EndpointPort {
+            name: Some("http".into()),
+            port: Some(8080),
+            protocol: Some("TCP".into()),
+            ..Default::default()
+        }]),
+        endpoints: (0..ENDPOINTS_PER_SERVICE)
+            .map(|j| Endpoint {
+                addresses: vec![addr([198, 19], i * ENDPOINTS_PER_SERVICE + j)],
+                conditions: Some(EndpointConditions {
+                    ready: Some(j < ready_up_to),
+                    ..Default::default()
+                }),
+                node_name: Some(format!("node-{}", j % 3)),
+                ..Default::default()
+            })
+            .collect(),
+    }
+}
+
+struct Loaded {
+    state: SyncState,
+    ledger: Ledger,
+    versions: [Arc<EndpointSlice>; 2],
+    flip: usize,
+}
+
+/// Loads `services` services and plans the cold sync; returns the
+/// loaded state, the cold plan's operation count and its planning time.
+fn load(services: usize) -> (Loaded, usize, Duration) {
+    let mut state = SyncState::new(
+        "node-0",
+        NodeSettings::default(),
+        None,
+        SystemTime::now(),
+    );
+    for i in 0..services {
+        state.apply(&ObjectChange::Service {
+            previous: None,
+            current: Some(Arc::new(service(i))),
+        });
+        state.apply(&ObjectChange::EndpointSlice {
+            previous: None,
+            current: Some(Arc::new(slice(i, ENDPOINTS_PER_SERVICE))),
+        });
+    }
+    let outcome = state.sync();
+    let mut ledger = Ledger::new();
+    let start = Instant::now();
+    let ops = ledger.plan(&outcome.deltas).len();
+    let cold = start.elapsed();
+    let target = services / 2;
+    let loaded = Loaded {
+        state,
+        ledger,
+        versions: [
+            Arc::new(slice(target, ENDPOINTS_PER_SERVICE)),
+            Arc::new(slice(target, ENDPOINTS_PER_SERVICE - 1)),
+        ],
+        flip: 0,
+    };
+    (loaded, ops, cold)
+}
+
+impl Loaded {
+    /// One readiness flip of one endpoint, synced and planned.
+    fn one_change(&mut self) -> usize {
+        let previous = self.versions[self.flip].clone();
+        self.flip ^= 1;
+        let current = self.versions[self.flip].clone();
+        self.state.apply(&ObjectChange::EndpointSlice {
+            previous: Some(previous),
+            current: Some(current),
+        });
+        let outcome = self.state.sync();
+        let ops = self.ledger.plan(&outcome.deltas);
+        assert_eq!(ops.ipvs.len(), 1, "one real server added or removed");
+        ops.len()
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("plan_one_endpoint_change");
+    for services in [1_000, 10_000] {
+        let (mut loaded, _, _) = load(services);
+        group.bench_function(format!("{services}_services"), |b| {
+            b.iter(|| black_box(loaded.one_change()))
+        });
+    }
+    group.finish();
+}
+
+fn median_change(loaded: &mut Loaded, samples: usize) -> Duration {
+    for _ in 0..100 {
+        loaded.one_change();
+    }
+    let mut times: Vec<Duration> = (0..samples)
+        .map(|_| {
+            let start = Instant::now();
+            black_box(loaded.one_change());
+            start.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[times.len() / 2]
+}
+
+criterion_group!(benches, bench);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+
+    let (mut small, _, _) = load(1_000);
+    let (mut large, cold_ops, cold) = load(10_000);
+    let small = median_change(&mut small, 2_000);
+    let large = median_change(&mut large, 2_000);
+    println!();
+    println!("cold plan, 10,000 services x 10 endpoints: {cold_ops} operations in {cold:?}");
+    println!("one endpoint change, checkout + desired state + plan (median):");
+    println!("  1,000 services x 10 endpoints: {small:?}");
+    println!("  10,000 services x 10 endpoints: {large:?}");
+    println!(
+        "  ratio 10k/1k: {:.2} (1.0 means the cost follows the change, not the cluster)",
+        large.as_secs_f64() / small.as_secs_f64()
+    );
+}

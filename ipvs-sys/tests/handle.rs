@@ -1,0 +1,75 @@
+//! The handle on a kernel without IPVS (the development host): requests
+//! are built and named correctly, refused before sending when invalid, and
+//! fail with `IpvsUnavailable` rather than a raw errno.
+//!
+//! Skipped where IPVS is loaded (the guest), whose tests are in kernel.rs.
+
+use std::{net::IpAddr, path::Path};
+
+use futures::StreamExt;
+use ipvs_sys::{Destination, Error, Operation, Service, ServiceKey};
+
+fn ip(text: &str) -> IpAddr {
+    text.parse().expect("fixture address")
+}
+
+fn ipvs_loaded() -> bool {
+    Path::new("/proc/net/ip_vs").exists()
+}
+
+#[tokio::test]
+async fn requests_name_their_object() {
+    let (conn, handle, _) = ipvs_sys::new_connection().expect("socket");
+    tokio::spawn(conn);
+    let svc = Service::new(ServiceKey::tcp(ip("198.18.0.10"), 80));
+    let dest = Destination::new(ip("198.19.0.5"), 8080);
+    let add = handle.service().add(&svc);
+    assert_eq!(add.object(), "TCP 198.18.0.10:80");
+    assert_eq!(add.operation(), Operation::AddService);
+    let add_dest = handle.dest(&svc).add(&dest);
+    assert_eq!(add_dest.object(), "198.19.0.5:8080 in TCP 198.18.0.10:80");
+    assert_eq!(add_dest.operation(), Operation::AddDest);
+    assert_eq!(handle.dest(&svc).del(&dest).operation(), Operation::DelDest);
+}
+
+#[tokio::test]
+async fn overlong_scheduler_is_refused_before_sending() {
+    let (conn, handle, _) = ipvs_sys::new_connection().expect("socket");
+    tokio::spawn(conn);
+    let svc = Service::new(ServiceKey::tcp(ip("198.18.0.10"), 80))
+        .with_scheduler("a-scheduler-name-too-long");
+    let err = handle.service().add(&svc).execute().await.unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidRequest { .. }),
+        "unexpected {err:?}"
+    );
+    assert!(err.to_string().contains("TCP 198.18.0.10:80"), "{err}");
+}
+
+#[tokio::test]
+async fn missing_ipvs_family_is_ipvs_unavailable() {
+    if ipvs_loaded() {
+        eprintln!("IPVS is loaded here; kernel.rs covers this kernel");
+        return;
+    }
+    let (conn, handle, _) = ipvs_sys::new_connection().expect("socket");
+    tokio::spawn(conn);
+    let svc = Service::new(ServiceKey::tcp(ip("198.18.0.10"), 80));
+
+    let err = handle.service().add(&svc).execute().await.unwrap_err();
+    assert!(matches!(err, Error::IpvsUnavailable), "add: {err:?}");
+
+    let first = handle.service().list().execute().next().await;
+    assert!(
+        matches!(first, Some(Err(Error::IpvsUnavailable))),
+        "list: {first:?}"
+    );
+
+    let err = handle.info().execute().await.unwrap_err();
+    assert!(matches!(err, Error::IpvsUnavailable), "info: {err:?}");
+
+    let mut batch = handle.batch();
+    batch.add_service(&svc);
+    let err = batch.execute().await.unwrap_err();
+    assert!(matches!(err, Error::IpvsUnavailable), "batch: {err:?}");
+}

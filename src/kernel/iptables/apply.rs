@@ -1,0 +1,155 @@
+//! One sync's iptables work: nothing when the rules' input did not change,
+//! otherwise one save and at most one restore per table.
+
+use super::{
+    rules::{self, RulesInput},
+    save, Family, Iptables,
+};
+use crate::kernel::KernelError;
+
+/// What a call to [`RulesApplier::sync`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    pub saves: usize,
+    pub restores: usize,
+    /// Per failed table, the error; the other tables were still applied.
+    pub errors: Vec<(Family, &'static str, KernelError)>,
+}
+
+impl ApplyReport {
+    pub fn is_ok(&self) -> bool {
+        self.errors.is_empty()
+    }
+}
+
+/// Remembers the last input applied in full, so that syncs that change no
+/// rule run no tool at all.
+#[derive(Debug, Clone, Default)]
+pub struct RulesApplier {
+    applied: Option<RulesInput>,
+}
+
+impl RulesApplier {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The input last applied without error, if any.
+    pub fn applied(&self) -> Option<&RulesInput> {
+        self.applied.as_ref()
+    }
+
+    /// Brings the kernel to `input`'s rules.
+    ///
+    /// Without `verify`, this trusts the last successful apply: an
+    /// unchanged input runs nothing, and a changed one restores only the
+    /// tables whose rules changed, one process each, without reading
+    /// them first. With `verify` (start-up, the periodic full reconcile)
+    /// it saves each table and restores it only when our chains differ
+    /// from the rules (someone flushed them) or a jump is missing: a
+    /// verify pass over an intact kernel costs one save per table and no
+    /// restore.
+    pub async fn sync<K: Iptables>(
+        &mut self,
+        k: &mut K,
+        input: &RulesInput,
+        verify: bool,
+    ) -> ApplyReport {
+        let mut report = ApplyReport::default();
+        let previous = match (&self.applied, verify) {
+            (Some(prev), false) if prev == input => return report,
+            (Some(prev), false) => rules::table_rules(prev),
+            _ => Vec::new(),
+        };
+        for table in rules::table_rules(input) {
+            let (family, name) = (table.family, table.table);
+            let before = previous
+                .iter()
+                .find(|t| t.family == family && t.table == name);
+            if let Some(before) = before {
+                if *before == table {
+                    continue;
+                }
+                // Applied before with its jumps in place: rewriting our
+                // chains is enough.
+                report.restores += 1;
+                let payload = rules::render_table(&table, &[]);
+                if let Err(e) = k.restore(family, &payload).await {
+                    log_failure(&e, family, name);
+                    report.errors.push((family, name, e));
+                }
+                continue;
+            }
+            report.saves += 1;
+            let saved = match k.save(family, name).await {
+                Ok(s) => s,
+                Err(e) => {
+                    report.errors.push((family, name, e));
+                    continue;
+                }
+            };
+            let missing = save::missing_jumps(family, name, &saved);
+            if missing.is_empty() && !save::drifted(&table, &saved) {
+                continue;
+            }
+            let payload = rules::payloads(input, &missing)
+                .into_iter()
+                .find(|p| p.family == family && p.table == name);
+            let Some(payload) = payload else {
+                continue;
+            };
+            report.restores += 1;
+            if let Err(e) = k.restore(family, &payload.text).await {
+                log_failure(&e, family, name);
+                report.errors.push((family, name, e));
+            }
+        }
+        self.applied = report.is_ok().then(|| input.clone());
+        report
+    }
+}
+
+fn log_failure(e: &KernelError, family: Family, table: &str) {
+    tracing::error!(
+        error = %e,
+        family = %family,
+        table,
+        "iptables-restore failed"
+    );
+}
+
+/// Removes every chain and jump of ours in the given families and nothing
+/// else (`--cleanup`): one save and at most one restore per table. Our
+/// chains that a foreign rule still jumps to are flushed and kept, and
+/// listed in the result.
+pub async fn cleanup<K: Iptables>(
+    k: &mut K,
+    families: &[Family],
+) -> (ApplyReport, Vec<(Family, &'static str, String)>) {
+    let mut report = ApplyReport::default();
+    let mut kept = Vec::new();
+    for &family in families {
+        for table in [rules::NAT, rules::FILTER] {
+            report.saves += 1;
+            let saved = match k.save(family, table).await {
+                Ok(s) => s,
+                Err(e) => {
+                    report.errors.push((family, table, e));
+                    continue;
+                }
+            };
+            let plan = save::cleanup(family, table, &saved);
+            kept.extend(plan.kept.into_iter().map(|c| (family, table, c)));
+            if let Some(payload) = plan.payload {
+                report.restores += 1;
+                if let Err(e) = k.restore(family, &payload).await {
+                    report.errors.push((family, table, e));
+                }
+            }
+        }
+    }
+    (report, kept)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,97 @@
+//! iptables: kube-proxy's chains, written with `iptables-restore
+//! --noflush` so that nothing but our chains is touched.
+//!
+//! - [`rules`]: the rules themselves, a pure function of [`RulesInput`].
+//! - [`save`]: reading dumps back (missing jumps, drift, cleanup).
+//! - [`facts::RulesFacts`]: the input kept up to date from service deltas.
+//! - [`apply::RulesApplier`]: one sync's work against any [`Iptables`].
+//! - [`real::RealIptables`] runs the tools; [`model::Model`] is the
+//!   in-memory iptables the unit tests use.
+//!
+//! A proxier keeps one [`RulesFacts`] (fed every sync's `ServiceDelta`s)
+//! and one [`RulesApplier`] per process. Each sync builds the input with
+//! [`RulesFacts::input`] and calls [`RulesApplier::sync`] with `verify`
+//! false: when no rule changed this runs no tool. At start-up and on the
+//! periodic full reconcile it passes `verify` true, which reads each
+//! table back and repairs flushed chains and missing jumps. `--cleanup`
+//! calls [`apply::cleanup`].
+
+use std::{fmt, future::Future, net::IpAddr};
+
+use super::KernelError;
+
+pub mod apply;
+mod canon;
+#[cfg(any(test, feature = "kernel-tests"))]
+pub mod contract;
+pub mod facts;
+pub mod model;
+pub mod real;
+pub mod rules;
+pub mod save;
+
+pub use apply::{cleanup, ApplyReport, RulesApplier};
+pub use facts::RulesFacts;
+pub use rules::{
+    FamilyInput, LocalDetector, NoNodeAccess, Payload, RulesInput,
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Family {
+    V4,
+    V6,
+}
+
+impl Family {
+    pub fn of(addr: IpAddr) -> Self {
+        if addr.is_ipv6() {
+            Family::V6
+        } else {
+            Family::V4
+        }
+    }
+
+    /// The `ip_family` label value upstream's metrics use.
+    pub fn label(self) -> &'static str {
+        match self {
+            Family::V4 => "IPv4",
+            Family::V6 => "IPv6",
+        }
+    }
+}
+
+impl fmt::Display for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+pub trait Iptables {
+    /// `iptables-save -t TABLE` (or ip6tables) output.
+    fn save(
+        &mut self,
+        family: Family,
+        table: &str,
+    ) -> impl Future<Output = Result<String, KernelError>> + Send;
+
+    /// Feeds `payload` (one table's `*table … COMMIT` block) to
+    /// `iptables-restore --noflush`. On failure nothing of the payload is
+    /// applied, and the error's message starts with `line N:` (see
+    /// [`failed_line`]).
+    fn restore(
+        &mut self,
+        family: Family,
+        payload: &str,
+    ) -> impl Future<Output = Result<(), KernelError>> + Send;
+}
+
+/// The payload line (1-based) a failed restore names, when the tool named
+/// one.
+pub fn failed_line(err: &KernelError) -> Option<usize> {
+    err.message
+        .strip_prefix("line ")?
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}

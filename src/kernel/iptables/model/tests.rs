@@ -1,0 +1,156 @@
+use pretty_assertions::assert_eq;
+
+use super::*;
+use crate::kernel::iptables::{contract, failed_line, save};
+
+fn model_for(families: &[Family]) -> Model {
+    let names = families
+        .iter()
+        .flat_map(|&f| contract::set_names(f))
+        .map(|(name, _)| name);
+    Model::new().with_sets(names)
+}
+
+fn both() -> Model {
+    model_for(&[Family::V4, Family::V6])
+}
+
+#[tokio::test]
+async fn contract_apply_and_verify() {
+    for (name, input) in contract::inputs(true) {
+        let mut m = both();
+        let out = contract::apply_and_verify(&mut m, &input).await;
+        assert!(out.contains(":KUBE-SERVICES"), "{name}: {out}");
+    }
+}
+
+#[tokio::test]
+async fn contract_change_input() {
+    let inputs = contract::inputs(true);
+    for pair in inputs.windows(2) {
+        if let [(a, from), (b, to)] = pair {
+            let mut m = both();
+            let out = contract::change_input(&mut m, from, to).await;
+            assert!(!out.is_empty(), "{a} -> {b}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn contract_repairs_drift() {
+    for (_, input) in contract::inputs(true) {
+        contract::repairs_drift(&mut both(), &input).await;
+    }
+}
+
+#[tokio::test]
+async fn contract_failed_restore_changes_nothing() {
+    for (_, input) in contract::inputs(true) {
+        contract::failed_restore_changes_nothing(&mut both(), &input).await;
+    }
+}
+
+#[tokio::test]
+async fn contract_refusals() {
+    for family in [Family::V4, Family::V6] {
+        contract::refusals(&mut both(), family).await;
+    }
+}
+
+#[tokio::test]
+async fn contract_cleanup_removes_only_ours() {
+    for (_, input) in contract::inputs(true) {
+        contract::cleanup_removes_only_ours(&mut both(), &input).await;
+    }
+}
+
+#[test]
+fn save_prints_builtins_then_sorted_user_chains_in_canonical_form() {
+    let mut m = Model::new();
+    let payload = "*nat
+:KUBE-SERVICES - [0:0]
+:KUBE-MARK-MASQ - [0:0]
+-I OUTPUT 1 -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES
+-A KUBE-SERVICES -m set --match-set KUBE-CLUSTER-IP dst,dst ! -s 198.19.0.0/16 -j KUBE-MARK-MASQ
+-A KUBE-MARK-MASQ -j MARK --or-mark 0x004000
+COMMIT
+";
+    m.apply(Family::V4, payload).expect("valid payload");
+    assert_eq!(
+        m.dump(Family::V4, "nat").expect("nat"),
+        "*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+:KUBE-MARK-MASQ - [0:0]
+:KUBE-SERVICES - [0:0]
+-A OUTPUT -m comment --comment \"kubernetes service portals\" -j KUBE-SERVICES
+-A KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000
+-A KUBE-SERVICES ! -s 198.19.0.0/16 -m set --match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ
+COMMIT
+"
+    );
+}
+
+#[test]
+fn families_are_separate() {
+    let mut m = Model::new();
+    m.apply(Family::V6, "*filter\n:KUBE-FORWARD - [0:0]\nCOMMIT\n")
+        .expect("v6");
+    let v4 = m.dump(Family::V4, "filter").expect("v4");
+    assert!(!v4.contains("KUBE-FORWARD"), "{v4}");
+    let v6 = m.dump(Family::V6, "filter").expect("v6");
+    assert!(v6.contains(":KUBE-FORWARD - [0:0]"), "{v6}");
+}
+
+#[test]
+fn refuses_what_the_kernel_refuses() {
+    let cases = [
+        (
+            "rule on a missing set",
+            "*filter\n:KUBE-A - [0:0]\n-A KUBE-A -m set --match-set NOPE dst \
+             -j ACCEPT\nCOMMIT\n",
+            3,
+        ),
+        (
+            "MASQUERADE outside nat",
+            "*filter\n:KUBE-A - [0:0]\n-A KUBE-A -j MASQUERADE\nCOMMIT\n",
+            3,
+        ),
+        (
+            "IPv6 address in an IPv4 rule",
+            "*filter\n:KUBE-A - [0:0]\n-A KUBE-A -s 2001:db8::1 -j DROP\n\
+             COMMIT\n",
+            3,
+        ),
+        ("missing COMMIT", "*filter\n:KUBE-A - [0:0]\n", 2),
+        ("rule outside a table", "-A INPUT -j DROP\n", 1),
+    ];
+    for (name, payload, line) in cases {
+        let mut m = Model::new().with_sets(["KUBE-CLUSTER-IP"]);
+        let err = m.apply(Family::V4, payload).expect_err(name);
+        assert_eq!(failed_line(&err), Some(line), "{name}: {err}");
+        let filter = m.dump(Family::V4, "filter").expect("filter");
+        assert!(!filter.contains("KUBE-A"), "{name} left traces: {filter}");
+    }
+}
+
+#[test]
+fn delete_finds_a_rule_by_any_spelling() {
+    let mut m = Model::new();
+    m.apply(
+        Family::V4,
+        "*nat\n:KUBE-MARK-MASQ - [0:0]\n-A KUBE-MARK-MASQ -j MARK --or-mark \
+         0x4000\nCOMMIT\n",
+    )
+    .expect("setup");
+    // The spelling iptables-save printed deletes the rule we wrote.
+    m.apply(
+        Family::V4,
+        "*nat\n-D KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000\nCOMMIT\n",
+    )
+    .expect("delete");
+    let nat = m.dump(Family::V4, "nat").expect("nat");
+    assert_eq!(save::normalise(Family::V4, &nat), "*nat\n:KUBE-MARK-MASQ\n");
+}

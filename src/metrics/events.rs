@@ -1,0 +1,309 @@
+//! Typed internal events, in vector's shape: each observable outcome is a
+//! struct whose `emit` writes the log line and changes the metric, so the
+//! two cannot drift apart and callers cannot misspell a label.
+
+use std::{
+    collections::BTreeMap,
+    fmt,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use super::{
+    IpFamily, CONNTRACK_RECONCILER_DELETED_ENTRIES_TOTAL,
+    CONNTRACK_RECONCILER_SYNC_DURATION_SECONDS, KERNEL_OPERATIONS_TOTAL,
+    NETWORK_PROGRAMMING_DURATION_SECONDS, PROXY_HEALTHZ_TOTAL,
+    PROXY_LIVEZ_TOTAL, SERVICE_HEALTH_LISTEN_FAILURES_TOTAL,
+    SYNC_PROXY_RULES_DURATION_SECONDS,
+    SYNC_PROXY_RULES_IPTABLES_RESTORE_FAILURES_TOTAL,
+    SYNC_PROXY_RULES_LAST_QUEUED_TIMESTAMP_SECONDS,
+    SYNC_PROXY_RULES_LAST_TIMESTAMP_SECONDS,
+    SYNC_PROXY_RULES_NO_LOCAL_ENDPOINTS_TOTAL,
+};
+use crate::{kernel::KernelError, model::NamespacedName};
+
+pub trait InternalEvent {
+    fn emit(self);
+}
+
+fn unix_seconds(at: SystemTime) -> f64 {
+    // A clock before 1970 is a broken clock; 0 is as good as any value.
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Object changes asked for a sync.
+#[derive(Debug)]
+pub struct SyncQueued<'a> {
+    pub families: &'a [IpFamily],
+    pub at: SystemTime,
+}
+
+impl InternalEvent for SyncQueued<'_> {
+    fn emit(self) {
+        let at = unix_seconds(self.at);
+        for family in self.families {
+            metrics::gauge!(
+                SYNC_PROXY_RULES_LAST_QUEUED_TIMESTAMP_SECONDS,
+                "ip_family" => family.as_str(),
+            )
+            .set(at);
+        }
+    }
+}
+
+/// A sync reached the kernel.
+#[derive(Debug)]
+pub struct SyncCompleted<'a> {
+    pub families: &'a [IpFamily],
+    pub duration: Duration,
+    pub at: SystemTime,
+    pub changed_service_ports: usize,
+}
+
+impl InternalEvent for SyncCompleted<'_> {
+    fn emit(self) {
+        tracing::debug!(
+            elapsed = ?self.duration,
+            changed = self.changed_service_ports,
+            "sync complete"
+        );
+        let seconds = self.duration.as_secs_f64();
+        let at = unix_seconds(self.at);
+        // One sync programs every family; each family's series sees it,
+        // as each of upstream's per-family proxiers would.
+        for family in self.families {
+            metrics::histogram!(
+                SYNC_PROXY_RULES_DURATION_SECONDS,
+                "ip_family" => family.as_str(),
+            )
+            .record(seconds);
+            metrics::gauge!(
+                SYNC_PROXY_RULES_LAST_TIMESTAMP_SECONDS,
+                "ip_family" => family.as_str(),
+            )
+            .set(at);
+        }
+    }
+}
+
+/// An EndpointSlice change reached the kernel, `latency` after its
+/// trigger time.
+#[derive(Debug)]
+pub struct NetworkProgrammed {
+    pub family: IpFamily,
+    pub latency: Duration,
+}
+
+impl InternalEvent for NetworkProgrammed {
+    fn emit(self) {
+        metrics::histogram!(
+            NETWORK_PROGRAMMING_DURATION_SECONDS,
+            "ip_family" => self.family.as_str(),
+        )
+        .record(self.latency.as_secs_f64());
+    }
+}
+
+/// Services with a Local traffic policy and no local endpoint, counted
+/// after a sync.
+#[derive(Debug)]
+pub struct NoLocalEndpoints {
+    pub family: IpFamily,
+    pub internal: usize,
+    pub external: usize,
+}
+
+impl InternalEvent for NoLocalEndpoints {
+    fn emit(self) {
+        for (policy, count) in
+            [("internal", self.internal), ("external", self.external)]
+        {
+            metrics::gauge!(
+                SYNC_PROXY_RULES_NO_LOCAL_ENDPOINTS_TOTAL,
+                "ip_family" => self.family.as_str(),
+                "traffic_policy" => policy,
+            )
+            .set(count as f64);
+        }
+    }
+}
+
+/// iptables-restore (or ip6tables-restore) failed.
+#[derive(Debug)]
+pub struct IptablesRestoreFailed<'a, E: fmt::Display> {
+    pub family: IpFamily,
+    pub error: &'a E,
+}
+
+impl<E: fmt::Display> InternalEvent for IptablesRestoreFailed<'_, E> {
+    fn emit(self) {
+        tracing::error!(
+            ip_family = self.family.as_str(),
+            error = %self.error,
+            "iptables-restore failed"
+        );
+        metrics::counter!(
+            SYNC_PROXY_RULES_IPTABLES_RESTORE_FAILURES_TOTAL,
+            "ip_family" => self.family.as_str(),
+        )
+        .increment(1);
+    }
+}
+
+/// A conntrack cleanup ran.
+#[derive(Debug)]
+pub struct ConntrackReconciled {
+    pub family: IpFamily,
+    pub duration: Duration,
+    pub deleted: u64,
+}
+
+impl InternalEvent for ConntrackReconciled {
+    fn emit(self) {
+        tracing::debug!(
+            ip_family = self.family.as_str(),
+            deleted = self.deleted,
+            elapsed = ?self.duration,
+            "conntrack entries reconciled"
+        );
+        metrics::histogram!(
+            CONNTRACK_RECONCILER_SYNC_DURATION_SECONDS,
+            "ip_family" => self.family.as_str(),
+        )
+        .record(self.duration.as_secs_f64());
+        metrics::counter!(
+            CONNTRACK_RECONCILER_DELETED_ENTRIES_TOTAL,
+            "ip_family" => self.family.as_str(),
+        )
+        .increment(self.deleted);
+    }
+}
+
+/// Which probe of the healthz server answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Probe {
+    Healthz,
+    Livez,
+}
+
+/// The healthz server answered a probe.
+#[derive(Debug)]
+pub struct ProbeAnswered {
+    pub probe: Probe,
+    pub healthy: bool,
+}
+
+impl InternalEvent for ProbeAnswered {
+    fn emit(self) {
+        let name = match self.probe {
+            Probe::Healthz => PROXY_HEALTHZ_TOTAL,
+            Probe::Livez => PROXY_LIVEZ_TOTAL,
+        };
+        let code = if self.healthy { "200" } else { "503" };
+        metrics::counter!(name, "code" => code).increment(1);
+    }
+}
+
+/// A health check node port could not be opened; the next sync retries.
+#[derive(Debug)]
+pub struct HealthCheckListenFailed<'a> {
+    pub service: &'a NamespacedName,
+    pub address: std::net::SocketAddr,
+    pub error: &'a std::io::Error,
+}
+
+impl InternalEvent for HealthCheckListenFailed<'_> {
+    fn emit(self) {
+        tracing::error!(
+            service = %self.service,
+            address = %self.address,
+            error = %self.error,
+            "failed to start the service health check; retrying on the \
+             next sync"
+        );
+        metrics::counter!(SERVICE_HEALTH_LISTEN_FAILURES_TOTAL).increment(1);
+    }
+}
+
+/// The kernel facility an operation went to: the `facility` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Facility {
+    Ipvs,
+    Addresses,
+    Ipsets,
+    Iptables,
+    Sysctl,
+    Conntrack,
+}
+
+impl Facility {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Facility::Ipvs => "ipvs",
+            Facility::Addresses => "addresses",
+            Facility::Ipsets => "ipsets",
+            Facility::Iptables => "iptables",
+            Facility::Sysctl => "sysctl",
+            Facility::Conntrack => "conntrack",
+        }
+    }
+}
+
+/// One sync's kernel operations, counted as they happen and emitted once
+/// at the end: one counter update per distinct label set rather than one
+/// per operation, which matters for a cold sync of 100k real servers.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct KernelOperations {
+    counts: BTreeMap<(Facility, &'static str, &'static str), u64>,
+}
+
+impl KernelOperations {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Counts one operation (`op` as `add_service`, `del_dest`, ...);
+    /// a failure is labelled by its error kind.
+    pub fn record(
+        &mut self,
+        facility: Facility,
+        op: &'static str,
+        result: Result<(), &KernelError>,
+    ) {
+        let result = match result {
+            Ok(()) => "ok",
+            Err(e) => e.kind.metric_label(),
+        };
+        *self.counts.entry((facility, op, result)).or_default() += 1;
+    }
+
+    pub fn count(
+        &self,
+        facility: Facility,
+        op: &'static str,
+        result: &'static str,
+    ) -> u64 {
+        self.counts
+            .get(&(facility, op, result))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+}
+
+impl InternalEvent for KernelOperations {
+    fn emit(self) {
+        for ((facility, op, result), n) in self.counts {
+            metrics::counter!(
+                KERNEL_OPERATIONS_TOTAL,
+                "facility" => facility.as_str(),
+                "op" => op,
+                "result" => result,
+            )
+            .increment(n);
+        }
+    }
+}

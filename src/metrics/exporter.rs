@@ -1,0 +1,135 @@
+//! The Prometheus recorder, built without the exporter's own listener:
+//! `/metrics` on our metrics server renders its handle.
+
+use metrics_exporter_prometheus::{
+    BuildError, Matcher, PrometheusBuilder, PrometheusHandle,
+    PrometheusRecorder,
+};
+
+use super::{
+    network_programming_buckets, sync_duration_buckets,
+    CONNTRACK_RECONCILER_DELETED_ENTRIES_TOTAL,
+    CONNTRACK_RECONCILER_SYNC_DURATION_SECONDS, ENDPOINT_CHANGES_PENDING,
+    ENDPOINT_CHANGES_TOTAL, INVALID_OBJECTS_TOTAL, KERNEL_OPERATIONS_TOTAL,
+    NETWORK_PROGRAMMING_DURATION_SECONDS, PROXY_HEALTHZ_TOTAL,
+    PROXY_LIVEZ_TOTAL, SERVICE_CHANGES_PENDING, SERVICE_CHANGES_TOTAL,
+    SERVICE_HEALTH_LISTEN_FAILURES_TOTAL, SYNC_PROXY_RULES_DURATION_SECONDS,
+    SYNC_PROXY_RULES_IPTABLES_RESTORE_FAILURES_TOTAL,
+    SYNC_PROXY_RULES_LAST_QUEUED_TIMESTAMP_SECONDS,
+    SYNC_PROXY_RULES_LAST_TIMESTAMP_SECONDS,
+    SYNC_PROXY_RULES_NO_LOCAL_ENDPOINTS_TOTAL,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExporterError {
+    #[error("cannot build the Prometheus recorder: {0}")]
+    Build(#[from] BuildError),
+}
+
+/// A builder whose histograms render as real Prometheus histograms with
+/// upstream's buckets. Without explicit buckets the exporter would render
+/// them as summaries, which kube-proxy's dashboards cannot use.
+pub fn builder() -> Result<PrometheusBuilder, ExporterError> {
+    let sync = sync_duration_buckets();
+    Ok(PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(SYNC_PROXY_RULES_DURATION_SECONDS.to_owned()),
+            &sync,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(
+                CONNTRACK_RECONCILER_SYNC_DURATION_SECONDS.to_owned(),
+            ),
+            &sync,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(NETWORK_PROGRAMMING_DURATION_SECONDS.to_owned()),
+            &network_programming_buckets(),
+        )?)
+}
+
+/// A recorder not installed anywhere: for tests, which install it
+/// thread-locally.
+pub fn recorder() -> Result<PrometheusRecorder, ExporterError> {
+    Ok(builder()?.build_recorder())
+}
+
+/// Installs the process-wide recorder and describes our metrics. Call
+/// once, from `main`; the handle renders `/metrics`.
+pub fn install() -> Result<PrometheusHandle, ExporterError> {
+    let handle = builder()?.install_recorder()?;
+    describe();
+    Ok(handle)
+}
+
+/// The `# HELP` lines, with upstream's texts for upstream's metrics.
+/// Applies to the recorder in effect (global or thread-local).
+pub fn describe() {
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
+
+    describe_histogram!(
+        SYNC_PROXY_RULES_DURATION_SECONDS,
+        "SyncProxyRules latency in seconds"
+    );
+    describe_gauge!(
+        SYNC_PROXY_RULES_LAST_TIMESTAMP_SECONDS,
+        "The last time proxy rules were successfully synced"
+    );
+    describe_gauge!(
+        SYNC_PROXY_RULES_LAST_QUEUED_TIMESTAMP_SECONDS,
+        "The last time a sync of proxy rules was queued"
+    );
+    describe_histogram!(
+        NETWORK_PROGRAMMING_DURATION_SECONDS,
+        "In Cluster Network Programming Latency in seconds"
+    );
+    describe_gauge!(
+        ENDPOINT_CHANGES_PENDING,
+        "Pending proxy rules Endpoint changes"
+    );
+    describe_counter!(
+        ENDPOINT_CHANGES_TOTAL,
+        "Cumulative proxy rules Endpoint changes"
+    );
+    describe_gauge!(
+        SERVICE_CHANGES_PENDING,
+        "Pending proxy rules Service changes"
+    );
+    describe_counter!(
+        SERVICE_CHANGES_TOTAL,
+        "Cumulative proxy rules Service changes"
+    );
+    describe_counter!(
+        SYNC_PROXY_RULES_IPTABLES_RESTORE_FAILURES_TOTAL,
+        "Cumulative proxy iptables restore failures"
+    );
+    describe_counter!(
+        PROXY_HEALTHZ_TOTAL,
+        "Cumulative proxy healthz HTTP status"
+    );
+    describe_counter!(PROXY_LIVEZ_TOTAL, "Cumulative proxy livez HTTP status");
+    describe_gauge!(
+        SYNC_PROXY_RULES_NO_LOCAL_ENDPOINTS_TOTAL,
+        "Number of services with a Local traffic policy and no endpoints"
+    );
+    describe_histogram!(
+        CONNTRACK_RECONCILER_SYNC_DURATION_SECONDS,
+        "ReconcileConntrackFlowsLatency latency in seconds"
+    );
+    describe_counter!(
+        CONNTRACK_RECONCILER_DELETED_ENTRIES_TOTAL,
+        "Cumulative conntrack flows deleted by conntrack reconciler"
+    );
+    describe_counter!(
+        INVALID_OBJECTS_TOTAL,
+        "Services, EndpointSlices and Nodes that could not be used"
+    );
+    describe_counter!(
+        KERNEL_OPERATIONS_TOTAL,
+        "Kernel operations by facility, operation and result"
+    );
+    describe_counter!(
+        SERVICE_HEALTH_LISTEN_FAILURES_TOTAL,
+        "Health check node ports that could not be opened"
+    );
+}

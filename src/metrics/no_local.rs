@@ -1,0 +1,139 @@
+//! `kubeproxy_sync_proxy_rules_no_local_endpoints_total`, kept
+//! incrementally: upstream recounts every service on every sync; here
+//! only the service ports a sync changed are looked at again.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use super::{
+    events::{InternalEvent, NoLocalEndpoints},
+    IpFamily,
+};
+use crate::{
+    desired::NodeContext,
+    model::{EndpointsMap, NamespacedName, ServicePortMap, ServicePortName},
+    selection::{
+        categorize_endpoints, ipvs_lacks_local_endpoints, same_family,
+    },
+};
+
+/// The metric's `traffic_policy` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TrafficPolicy {
+    Internal,
+    External,
+}
+
+/// Services (not ports, as upstream counts) with a Local traffic policy
+/// whose endpoints all live on other nodes: IPVS then falls back to
+/// them, so in-cluster clients still work while external ones fail.
+#[derive(Debug, Default)]
+pub struct NoLocalEndpointsTracker {
+    /// Per family and policy: service → how many of its ports lack.
+    lacking:
+        BTreeMap<(IpFamily, TrafficPolicy), HashMap<NamespacedName, usize>>,
+    /// What each port counted for, to take it back when it changes.
+    ports: HashMap<ServicePortName, Vec<(IpFamily, TrafficPolicy)>>,
+    families: Vec<IpFamily>,
+}
+
+impl NoLocalEndpointsTracker {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Looks again at the `changed` ports. A change of the node's
+    /// families looks at every port, as it changes every service.
+    pub fn update<'a>(
+        &mut self,
+        changed: impl IntoIterator<Item = &'a ServicePortName>,
+        services: &ServicePortMap,
+        endpoints: &EndpointsMap,
+        ctx: &NodeContext,
+    ) {
+        let families = IpFamily::active(ctx);
+        let names: BTreeSet<ServicePortName> = if families != self.families {
+            self.families = families;
+            services.keys().chain(self.ports.keys()).cloned().collect()
+        } else {
+            changed.into_iter().cloned().collect()
+        };
+        for name in &names {
+            self.forget(name);
+            let counted = self.lacks(name, services, endpoints, ctx);
+            for key in &counted {
+                *self
+                    .lacking
+                    .entry(*key)
+                    .or_default()
+                    .entry(name.service.clone())
+                    .or_default() += 1;
+            }
+            if !counted.is_empty() {
+                self.ports.insert(name.clone(), counted);
+            }
+        }
+    }
+
+    fn forget(&mut self, name: &ServicePortName) {
+        for key in self.ports.remove(name).unwrap_or_default() {
+            if let Some(by_service) = self.lacking.get_mut(&key) {
+                if let Some(n) = by_service.get_mut(&name.service) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        by_service.remove(&name.service);
+                    }
+                }
+            }
+        }
+    }
+
+    fn lacks(
+        &self,
+        name: &ServicePortName,
+        services: &ServicePortMap,
+        endpoints: &EndpointsMap,
+        ctx: &NodeContext,
+    ) -> Vec<(IpFamily, TrafficPolicy)> {
+        let mut counted = Vec::new();
+        let Some(svc) = services.get(name) else {
+            return counted;
+        };
+        if !svc.internal_policy_local && !svc.external_policy_local {
+            return counted;
+        }
+        let all = endpoints.get(name).map(Vec::as_slice).unwrap_or(&[]);
+        for &cluster_ip in &svc.cluster_ips {
+            let family = IpFamily::of(cluster_ip);
+            if !self.families.contains(&family) {
+                continue;
+            }
+            let eps = same_family(all, cluster_ip);
+            let c = categorize_endpoints(&eps, svc, &ctx.node_name, &ctx.zone);
+            if svc.internal_policy_local && ipvs_lacks_local_endpoints(&c, true)
+            {
+                counted.push((family, TrafficPolicy::Internal));
+            }
+            if svc.external_policy_local && ipvs_lacks_local_endpoints(&c, true)
+            {
+                counted.push((family, TrafficPolicy::External));
+            }
+        }
+        counted
+    }
+
+    pub fn count(&self, family: IpFamily, policy: TrafficPolicy) -> usize {
+        self.lacking.get(&(family, policy)).map_or(0, HashMap::len)
+    }
+
+    /// Sets the gauges of every active family.
+    pub fn emit(&self) {
+        for &family in &self.families {
+            NoLocalEndpoints {
+                family,
+                internal: self.count(family, TrafficPolicy::Internal),
+                external: self.count(family, TrafficPolicy::External),
+            }
+            .emit();
+        }
+    }
+}

@@ -1,0 +1,301 @@
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use pretty_assertions::assert_eq;
+
+use super::{
+    events::{
+        ConntrackReconciled, Facility, InternalEvent, IptablesRestoreFailed,
+        KernelOperations, NetworkProgrammed, NoLocalEndpoints, Probe,
+        ProbeAnswered, SyncCompleted, SyncQueued,
+    },
+    exporter, network_programming_buckets, sync_duration_buckets, IpFamily,
+};
+use crate::kernel::KernelError;
+
+/// Renders what `emit` recorded, through a recorder built like the
+/// process-wide one but installed on this thread only.
+fn render(emit: impl FnOnce()) -> String {
+    let recorder = exporter::recorder().expect("buckets are not empty");
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, || {
+        exporter::describe();
+        emit();
+    });
+    handle.render()
+}
+
+fn assert_lines(text: &str, expected: &[&str]) {
+    let missing: Vec<&&str> = expected
+        .iter()
+        .filter(|line| !text.lines().any(|l| l == **line))
+        .collect();
+    assert!(missing.is_empty(), "missing {missing:#?} in\n{text}");
+}
+
+#[test]
+fn sync_buckets_are_upstreams_exponential_ones() {
+    let expected = [
+        0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512,
+        1.024, 2.048, 4.096, 8.192, 16.384,
+    ];
+    assert_eq!(sync_duration_buckets(), expected);
+}
+
+#[test]
+fn network_programming_buckets_are_upstreams() {
+    let buckets = network_programming_buckets();
+    // merge() starts from a 0 bucket, then 2 + 59 + 12 + 7 linear ones.
+    assert_eq!(buckets.len(), 1 + 2 + 59 + 12 + 7);
+    assert_eq!(buckets[..5], [0.0, 0.25, 0.5, 1.0, 2.0]);
+    assert_eq!(buckets[61..64], [59.0, 60.0, 65.0]);
+    assert_eq!(
+        buckets[73..],
+        [115.0, 120.0, 150.0, 180.0, 210.0, 240.0, 270.0, 300.0]
+    );
+    assert!(buckets.windows(2).all(|w| w[0] < w[1]), "{buckets:?}");
+}
+
+#[test]
+fn sync_duration_renders_as_a_histogram_with_upstreams_buckets() {
+    let text = render(|| {
+        SyncCompleted {
+            families: &[IpFamily::V4, IpFamily::V6],
+            duration: Duration::from_millis(3),
+            at: UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+            changed_service_ports: 2,
+        }
+        .emit();
+    });
+    assert_lines(
+        &text,
+        &[
+            "# HELP kubeproxy_sync_proxy_rules_duration_seconds SyncProxyRules latency in seconds",
+            "# TYPE kubeproxy_sync_proxy_rules_duration_seconds histogram",
+            r#"kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family="IPv4",le="0.002"} 0"#,
+            r#"kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family="IPv4",le="0.004"} 1"#,
+            r#"kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family="IPv4",le="16.384"} 1"#,
+            r#"kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family="IPv4",le="+Inf"} 1"#,
+            r#"kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv4"} 1"#,
+            r#"kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family="IPv6",le="0.004"} 1"#,
+            "# TYPE kubeproxy_sync_proxy_rules_last_timestamp_seconds gauge",
+            r#"kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4"} 1700000000"#,
+        ],
+    );
+    assert!(!text.contains("quantile"), "rendered as a summary:\n{text}");
+}
+
+#[test]
+fn network_programming_and_conntrack_histograms_use_their_buckets() {
+    let text = render(|| {
+        NetworkProgrammed {
+            family: IpFamily::V4,
+            latency: Duration::from_millis(1500),
+        }
+        .emit();
+        ConntrackReconciled {
+            family: IpFamily::V6,
+            duration: Duration::from_micros(1500),
+            deleted: 7,
+        }
+        .emit();
+    });
+    assert_lines(
+        &text,
+        &[
+            "# TYPE kubeproxy_network_programming_duration_seconds histogram",
+            r#"kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv4",le="0"} 0"#,
+            r#"kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv4",le="1"} 0"#,
+            r#"kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv4",le="2"} 1"#,
+            r#"kubeproxy_network_programming_duration_seconds_bucket{ip_family="IPv4",le="300"} 1"#,
+            "# TYPE kubeproxy_conntrack_reconciler_sync_duration_seconds histogram",
+            r#"kubeproxy_conntrack_reconciler_sync_duration_seconds_bucket{ip_family="IPv6",le="0.001"} 0"#,
+            r#"kubeproxy_conntrack_reconciler_sync_duration_seconds_bucket{ip_family="IPv6",le="0.002"} 1"#,
+            r#"kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family="IPv6"} 7"#,
+        ],
+    );
+}
+
+#[test]
+fn counters_and_gauges_carry_upstreams_labels() {
+    let text = render(|| {
+        SyncQueued {
+            families: &[IpFamily::V4],
+            at: SystemTime::UNIX_EPOCH + Duration::from_secs(42),
+        }
+        .emit();
+        NoLocalEndpoints {
+            family: IpFamily::V4,
+            internal: 1,
+            external: 3,
+        }
+        .emit();
+        IptablesRestoreFailed {
+            family: IpFamily::V6,
+            error: &"exit status 2",
+        }
+        .emit();
+        for healthy in [true, true, false] {
+            ProbeAnswered {
+                probe: Probe::Healthz,
+                healthy,
+            }
+            .emit();
+        }
+        ProbeAnswered {
+            probe: Probe::Livez,
+            healthy: true,
+        }
+        .emit();
+    });
+    assert_lines(
+        &text,
+        &[
+            r#"kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"} 42"#,
+            r#"kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv4",traffic_policy="internal"} 1"#,
+            r#"kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv4",traffic_policy="external"} 3"#,
+            r#"kubeproxy_sync_proxy_rules_iptables_restore_failures_total{ip_family="IPv6"} 1"#,
+            "# TYPE kubeproxy_proxy_healthz_total counter",
+            r#"kubeproxy_proxy_healthz_total{code="200"} 2"#,
+            r#"kubeproxy_proxy_healthz_total{code="503"} 1"#,
+            r#"kubeproxy_proxy_livez_total{code="200"} 1"#,
+        ],
+    );
+}
+
+#[test]
+fn kernel_operations_are_counted_per_label_set() {
+    let mut ops = KernelOperations::new();
+    let exists = KernelError::exists("TCP 198.18.0.10:80");
+    ops.record(Facility::Ipvs, "add_service", Ok(()));
+    ops.record(Facility::Ipvs, "add_service", Ok(()));
+    ops.record(Facility::Ipvs, "add_service", Err(&exists));
+    ops.record(Facility::Addresses, "add", Ok(()));
+    assert_eq!(ops.count(Facility::Ipvs, "add_service", "ok"), 2);
+    assert_eq!(ops.count(Facility::Ipvs, "add_service", "exists"), 1);
+    assert_eq!(ops.count(Facility::Ipsets, "add", "ok"), 0);
+    let text = render(|| ops.emit());
+    assert_lines(
+        &text,
+        &[
+            r#"kube_ipvs_proxy_kernel_operations_total{facility="ipvs",op="add_service",result="ok"} 2"#,
+            r#"kube_ipvs_proxy_kernel_operations_total{facility="ipvs",op="add_service",result="exists"} 1"#,
+            r#"kube_ipvs_proxy_kernel_operations_total{facility="addresses",op="add",result="ok"} 1"#,
+        ],
+    );
+}
+
+mod no_local {
+    use std::{collections::HashMap, sync::Arc};
+
+    use pretty_assertions::assert_eq;
+
+    use crate::{
+        desired::NodeContext,
+        metrics::{
+            no_local::{NoLocalEndpointsTracker, TrafficPolicy},
+            IpFamily,
+        },
+        model::{
+            fixtures::{ep, port_info},
+            EndpointsMap, Protocol, ServicePortMap, ServicePortName,
+        },
+    };
+
+    fn port(service: &str, name: &str) -> ServicePortName {
+        ServicePortName::new("shop", service, name, Protocol::Tcp)
+    }
+
+    fn ctx() -> NodeContext {
+        NodeContext {
+            node_name: "node-a".to_owned(),
+            ipv4: true,
+            ..NodeContext::default()
+        }
+    }
+
+    fn counts(t: &NoLocalEndpointsTracker) -> (usize, usize) {
+        (
+            t.count(IpFamily::V4, TrafficPolicy::Internal),
+            t.count(IpFamily::V4, TrafficPolicy::External),
+        )
+    }
+
+    #[test]
+    fn services_without_local_endpoints_are_counted_as_their_ports_change() {
+        let itp_local =
+            || Arc::new(port_info(|i| i.internal_policy_local = true));
+        let mut services: ServicePortMap = HashMap::from([
+            (port("web", "http"), itp_local()),
+            (port("web", "https"), itp_local()),
+            (
+                port("lb", "http"),
+                Arc::new(port_info(|i| {
+                    i.node_port = 30080;
+                    i.external_policy_local = true;
+                })),
+            ),
+            (port("empty", "http"), itp_local()),
+            (port("fine", "http"), itp_local()),
+            (
+                port("v6", "http"),
+                Arc::new(port_info(|i| {
+                    i.internal_policy_local = true;
+                    i.cluster_ips = vec!["2001:db8::1".parse().expect("ip")];
+                })),
+            ),
+        ]);
+        let remote = || vec![ep("198.19.1.1", 80, |_| {})];
+        let mut endpoints: EndpointsMap = HashMap::from([
+            (port("web", "http"), remote()),
+            (port("web", "https"), remote()),
+            (port("lb", "http"), remote()),
+            (
+                port("fine", "http"),
+                vec![ep("198.19.0.1", 80, |e| e.is_local = true)],
+            ),
+            (port("v6", "http"), vec![ep("2001:db8::5", 80, |_| {})]),
+        ]);
+        let mut tracker = NoLocalEndpointsTracker::new();
+        let all: Vec<ServicePortName> = services.keys().cloned().collect();
+        tracker.update(&all, &services, &endpoints, &ctx());
+        // web counts once for its two ports; empty has no endpoint at
+        // all; v6 is not proxied on an IPv4-only node.
+        assert_eq!(counts(&tracker), (1, 1));
+
+        // One port of web gets a local endpoint: the other still lacks.
+        endpoints.insert(
+            port("web", "http"),
+            vec![ep("198.19.0.2", 80, |e| e.is_local = true)],
+        );
+        tracker.update([&port("web", "http")], &services, &endpoints, &ctx());
+        assert_eq!(counts(&tracker), (1, 1));
+        endpoints.insert(
+            port("web", "https"),
+            vec![ep("198.19.0.2", 443, |e| e.is_local = true)],
+        );
+        tracker.update([&port("web", "https")], &services, &endpoints, &ctx());
+        assert_eq!(counts(&tracker), (0, 1));
+
+        // The load balancer goes away.
+        services.remove(&port("lb", "http"));
+        endpoints.remove(&port("lb", "http"));
+        tracker.update([&port("lb", "http")], &services, &endpoints, &ctx());
+        assert_eq!(counts(&tracker), (0, 0));
+
+        // The node turns dual-stack: every port is looked at again.
+        let dual = NodeContext {
+            ipv6: true,
+            ..ctx()
+        };
+        tracker.update([], &services, &endpoints, &dual);
+        assert_eq!(tracker.count(IpFamily::V6, TrafficPolicy::Internal), 1);
+        let text = super::render(|| tracker.emit());
+        super::assert_lines(
+            &text,
+            &[
+                r#"kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv4",traffic_policy="internal"} 0"#,
+                r#"kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv6",traffic_policy="internal"} 1"#,
+            ],
+        );
+    }
+}

@@ -1,0 +1,907 @@
+//! The proxier against small strict kernel doubles.
+//!
+//! TODO(after merge): switch these to the facilities' in-memory models
+//! (`kernel::{ipvs,addresses,ipsets}::model`), which are held to the real
+//! kernel by their contract tests, and delete the doubles below. They
+//! already refuse what the kernel refuses (EEXIST on a duplicate add,
+//! ENOENT on a missing object) rather than forgive it.
+
+use std::{
+    future::{ready, Future},
+    net::IpAddr,
+    sync::Arc,
+};
+
+use futures::executor::block_on;
+use pretty_assertions::assert_eq;
+
+use super::*;
+use crate::{
+    desired::{NodeContext, SetEntry},
+    kernel::{
+        ipsets::{SetSpec, SetState},
+        ipvs::{DestKey, DestSpec, DestState, IpvsTable, ServiceEntry},
+    },
+    model::{
+        fixtures::{self, TestRecorder},
+        EndpointInfo, EndpointsMap, Protocol, ServicePortInfo, ServicePortMap,
+        ServicePortName,
+    },
+};
+
+#[derive(Debug, Default)]
+struct TestIpvs {
+    table: IpvsTable,
+    /// Operations that fail with EINVAL, as a kernel refusing them.
+    refuse: Vec<IpvsOp>,
+}
+
+impl TestIpvs {
+    fn apply_one(&mut self, op: &IpvsOp) -> OpResult {
+        if self.refuse.contains(op) {
+            return Err(KernelError::invalid(format!("{op:?}"), "refused"));
+        }
+        let name = |k: &ServiceKey| plan::service_name(k);
+        let services = &mut self.table.services;
+        match op {
+            IpvsOp::AddService(spec) => {
+                if services.contains_key(&spec.key) {
+                    return Err(KernelError::exists(name(&spec.key)));
+                }
+                services.insert(
+                    spec.key,
+                    ServiceEntry {
+                        spec: spec.clone(),
+                        dests: BTreeMap::new(),
+                    },
+                );
+            }
+            IpvsOp::UpdateService(spec) => {
+                let entry = services
+                    .get_mut(&spec.key)
+                    .ok_or_else(|| KernelError::not_found(name(&spec.key)))?;
+                entry.spec = spec.clone();
+            }
+            IpvsOp::DeleteService(key) => {
+                services
+                    .remove(key)
+                    .ok_or_else(|| KernelError::not_found(name(key)))?;
+            }
+            IpvsOp::AddDest(key, dest) => {
+                let entry = services
+                    .get_mut(key)
+                    .ok_or_else(|| KernelError::not_found(name(key)))?;
+                if entry.dests.contains_key(&dest.key) {
+                    return Err(KernelError::exists(dest.key));
+                }
+                entry.dests.insert(
+                    dest.key,
+                    DestState {
+                        weight: dest.weight,
+                        ..DestState::default()
+                    },
+                );
+            }
+            IpvsOp::UpdateDest(key, dest) => {
+                let state = services
+                    .get_mut(key)
+                    .and_then(|e| e.dests.get_mut(&dest.key))
+                    .ok_or_else(|| KernelError::not_found(dest.key))?;
+                state.weight = dest.weight;
+            }
+            IpvsOp::DeleteDest(key, dest) => {
+                services
+                    .get_mut(key)
+                    .and_then(|e| e.dests.remove(dest))
+                    .ok_or_else(|| KernelError::not_found(dest))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Ipvs for TestIpvs {
+    fn dump(
+        &mut self,
+    ) -> impl Future<Output = Result<IpvsTable, KernelError>> + Send {
+        ready(Ok(self.table.clone()))
+    }
+
+    fn dests(
+        &mut self,
+        service: &ServiceKey,
+    ) -> impl Future<Output = Result<BTreeMap<DestKey, DestState>, KernelError>> + Send
+    {
+        ready(
+            self.table
+                .services
+                .get(service)
+                .map(|e| e.dests.clone())
+                .ok_or_else(|| {
+                    KernelError::not_found(plan::service_name(service))
+                }),
+        )
+    }
+
+    fn apply(
+        &mut self,
+        ops: &[IpvsOp],
+    ) -> impl Future<Output = Vec<OpResult>> + Send {
+        ready(ops.iter().map(|op| self.apply_one(op)).collect())
+    }
+}
+
+#[derive(Debug, Default)]
+struct TestAddresses {
+    link: Option<BTreeSet<IpAddr>>,
+    local: Vec<IpAddr>,
+}
+
+impl Addresses for TestAddresses {
+    fn ensure_dummy(
+        &mut self,
+        _link: &str,
+    ) -> impl Future<Output = Result<(), KernelError>> + Send {
+        self.link.get_or_insert_with(BTreeSet::new);
+        ready(Ok(()))
+    }
+
+    fn delete_link(
+        &mut self,
+        link: &str,
+    ) -> impl Future<Output = Result<(), KernelError>> + Send {
+        ready(
+            self.link
+                .take()
+                .map(|_| ())
+                .ok_or_else(|| KernelError::not_found(link)),
+        )
+    }
+
+    fn list(
+        &mut self,
+        _link: &str,
+    ) -> impl Future<Output = Result<BTreeSet<IpAddr>, KernelError>> + Send
+    {
+        ready(Ok(self.link.clone().unwrap_or_default()))
+    }
+
+    fn local_addresses(
+        &mut self,
+        _except_link: &str,
+    ) -> impl Future<Output = Result<Vec<IpAddr>, KernelError>> + Send {
+        ready(Ok(self.local.clone()))
+    }
+
+    fn apply(
+        &mut self,
+        link: &str,
+        ops: &[AddressOp],
+    ) -> impl Future<Output = Vec<OpResult>> + Send {
+        let results = ops
+            .iter()
+            .map(|op| {
+                let addrs = self
+                    .link
+                    .as_mut()
+                    .ok_or_else(|| KernelError::not_found(link))?;
+                match op {
+                    AddressOp::Add(a) if !addrs.insert(*a) => {
+                        Err(KernelError::exists(a))
+                    }
+                    AddressOp::Delete(a) if !addrs.remove(a) => {
+                        Err(KernelError::not_found(a))
+                    }
+                    _ => Ok(()),
+                }
+            })
+            .collect();
+        ready(results)
+    }
+}
+
+#[derive(Debug, Default)]
+struct TestIpsets {
+    sets: BTreeMap<String, SetState>,
+}
+
+impl TestIpsets {
+    fn apply_one(&mut self, op: &IpsetOp) -> OpResult {
+        let missing = |n: &str| KernelError::not_found(n);
+        match op {
+            IpsetOp::Create(spec) => {
+                if self.sets.contains_key(&spec.name) {
+                    return Err(KernelError::exists(&spec.name));
+                }
+                self.sets.insert(
+                    spec.name.clone(),
+                    SetState {
+                        spec: spec.clone(),
+                        entries: BTreeSet::new(),
+                    },
+                );
+            }
+            IpsetOp::Destroy(n) => {
+                self.sets.remove(n).ok_or_else(|| missing(n))?;
+            }
+            IpsetOp::Flush(n) => self
+                .sets
+                .get_mut(n)
+                .ok_or_else(|| missing(n))?
+                .entries
+                .clear(),
+            IpsetOp::Add(n, e) => {
+                let set = self.sets.get_mut(n).ok_or_else(|| missing(n))?;
+                if !set.entries.insert(e.clone()) {
+                    return Err(KernelError::exists(e));
+                }
+            }
+            IpsetOp::Delete(n, e) => {
+                let set = self.sets.get_mut(n).ok_or_else(|| missing(n))?;
+                if !set.entries.remove(e) {
+                    return Err(KernelError::not_found(e));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Ipsets for TestIpsets {
+    fn dump(
+        &mut self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<BTreeMap<String, SetState>, KernelError>> + Send
+    {
+        ready(Ok(self
+            .sets
+            .iter()
+            .filter(|(n, _)| n.starts_with(prefix))
+            .map(|(n, s)| (n.clone(), s.clone()))
+            .collect()))
+    }
+
+    fn apply(
+        &mut self,
+        ops: &[IpsetOp],
+    ) -> impl Future<Output = Vec<OpResult>> + Send {
+        ready(ops.iter().map(|op| self.apply_one(op)).collect())
+    }
+}
+
+type TestProxier = Proxier<TestIpvs, TestAddresses, TestIpsets>;
+
+const NODE_IP: &str = "198.18.100.1";
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn proxier() -> TestProxier {
+    Proxier::new(
+        TestIpvs::default(),
+        TestAddresses {
+            link: None,
+            local: vec![ip(NODE_IP)],
+        },
+        TestIpsets::default(),
+        ProxierConfig::default(),
+    )
+}
+
+fn ctx() -> NodeContext {
+    NodeContext {
+        node_name: "node-a".into(),
+        zone: String::new(),
+        node_port_addresses: vec![ip(NODE_IP)],
+        primary_ips: vec![ip(NODE_IP)],
+        local_addresses: [ip(NODE_IP)].into(),
+        scheduler: "rr".into(),
+        ipv4: true,
+        ipv6: false,
+    }
+}
+
+/// The cluster: service ports and their endpoints; `desired` turns it
+/// into a desired state, `change` into the deltas a sync hands over.
+#[derive(Default)]
+struct Cluster {
+    services: ServicePortMap,
+    endpoints: EndpointsMap,
+}
+
+fn port_name(name: &str) -> ServicePortName {
+    ServicePortName::new("ns", name, "http", Protocol::Tcp)
+}
+
+impl Cluster {
+    fn set(
+        &mut self,
+        name: &str,
+        endpoints: &[&str],
+        f: impl FnOnce(&mut ServicePortInfo),
+    ) {
+        let info = fixtures::port_info(f);
+        let eps: Vec<Arc<EndpointInfo>> = endpoints
+            .iter()
+            .map(|a| fixtures::ep(a, 8080, |_| {}))
+            .collect();
+        self.services.insert(port_name(name), Arc::new(info));
+        self.endpoints.insert(port_name(name), eps);
+    }
+
+    fn remove(&mut self, name: &str) {
+        self.services.remove(&port_name(name));
+        self.endpoints.remove(&port_name(name));
+    }
+
+    /// Updates `state` for the named ports and returns the deltas.
+    fn change(
+        &self,
+        state: &mut DesiredState,
+        names: &[&str],
+    ) -> Vec<ServiceDelta> {
+        let names: Vec<ServicePortName> =
+            names.iter().map(|n| port_name(n)).collect();
+        state.update(&self.services, &self.endpoints, &names)
+    }
+
+    fn desired(&self) -> DesiredState {
+        let mut state = DesiredState::new(ctx());
+        let names: Vec<ServicePortName> =
+            self.services.keys().cloned().collect();
+        state.update(&self.services, &self.endpoints, &names);
+        state
+    }
+}
+
+fn key(addr: &str, port: u16) -> ServiceKey {
+    ServiceKey {
+        address: ip(addr),
+        port,
+        protocol: Protocol::Tcp,
+    }
+}
+
+fn dk(addr: &str) -> DestKey {
+    DestKey {
+        address: ip(addr),
+        port: 8080,
+    }
+}
+
+fn entry(
+    addr: &str,
+    port: u16,
+    dests: &[(&str, DestState)],
+) -> (ServiceKey, ServiceEntry) {
+    (
+        key(addr, port),
+        ServiceEntry {
+            spec: plan::spec_of(key(addr, port), "rr", None),
+            dests: dests.iter().map(|(a, s)| (dk(a), *s)).collect(),
+        },
+    )
+}
+
+fn weight(w: u32, active: u32) -> DestState {
+    DestState {
+        weight: w,
+        active_conns: active,
+        inactive_conns: 0,
+    }
+}
+
+/// What the kernel shows, compactly: `TCP a:p -> d:p@w` per virtual
+/// server.
+fn ipvs_lines(p: &mut TestProxier) -> Vec<String> {
+    let (ipvs, _, _) = p.handles();
+    ipvs.table
+        .services
+        .values()
+        .map(|e| {
+            let dests: Vec<String> = e
+                .dests
+                .iter()
+                .map(|(k, s)| format!("{k}@{}", s.weight))
+                .collect();
+            format!(
+                "{} -> {}",
+                plan::service_name(&e.spec.key),
+                dests.join(",")
+            )
+        })
+        .collect()
+}
+
+fn link(p: &mut TestProxier) -> Option<Vec<IpAddr>> {
+    let (_, addrs, _) = p.handles();
+    addrs.link.as_ref().map(|l| l.iter().copied().collect())
+}
+
+fn set_entries(p: &mut TestProxier, name: &str) -> Vec<String> {
+    let (_, _, sets) = p.handles();
+    sets.sets
+        .get(name)
+        .map(|s| s.entries.iter().map(SetEntry::to_string).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn start_creates_link_and_sets_and_deletes_nothing() {
+    let mut p = proxier();
+    {
+        let (ipvs, _, sets) = p.handles();
+        ipvs.table.services.extend([entry(
+            "198.18.0.10",
+            80,
+            &[("198.19.0.5", weight(1, 3))],
+        )]);
+        sets.apply_one(&IpsetOp::Create(plan::set_spec(
+            crate::desired::SetName::v4(crate::desired::SetKind::ClusterIp),
+        )))
+        .unwrap();
+    }
+    let report = block_on(p.start());
+    assert!(report.is_ok(), "{report:?}");
+    // Every set but the one already there is created.
+    assert_eq!(report.ipsets.len(), crate::desired::SetKind::ALL.len() - 1);
+    assert_eq!(link(&mut p), Some(vec![]));
+    assert_eq!(
+        ipvs_lines(&mut p),
+        ["TCP 198.18.0.10:80 -> 198.19.0.5:8080@1"]
+    );
+    assert!(p.needs_full_reconcile());
+    // Starting again changes nothing.
+    assert_eq!(block_on(p.start()).op_count(), 0);
+}
+
+#[test]
+fn first_full_reconcile_keeps_live_servers_restores_weights_and_drains() {
+    let mut p = proxier();
+    {
+        let (ipvs, addrs, _) = p.handles();
+        ipvs.table.services.extend([
+            // An earlier run's service: one real server left at weight
+            // 0 that is still wanted, one gone with connections.
+            entry(
+                "198.18.0.10",
+                80,
+                &[
+                    ("198.19.0.5", weight(0, 0)),
+                    ("198.19.0.6", weight(1, 0)),
+                    ("198.19.0.9", weight(1, 4)),
+                ],
+            ),
+            // A service deleted while the proxy was down.
+            entry("198.18.0.20", 80, &[("198.19.0.7", weight(1, 0))]),
+            // Somebody else's.
+            entry("198.18.200.1", 80, &[("198.19.9.9", weight(1, 0))]),
+        ]);
+        addrs.link = Some([ip("198.18.0.10"), ip("198.18.0.20")].into());
+    }
+    block_on(p.start());
+    let mut cluster = Cluster::default();
+    cluster.set("web", &["198.19.0.5", "198.19.0.6"], |s| {
+        s.cluster_ips = vec![ip("198.18.0.10")];
+    });
+    let report = block_on(p.full_reconcile(&cluster.desired()));
+    assert!(report.is_ok(), "{report:?}");
+    assert_eq!(report.foreign, [key("198.18.200.1", 80)]);
+    assert_eq!(
+        ipvs_lines(&mut p),
+        [
+            "TCP 198.18.0.10:80 -> 198.19.0.5:8080@1,198.19.0.6:8080@1,\
+             198.19.0.9:8080@0",
+            "TCP 198.18.200.1:80 -> 198.19.9.9:8080@1",
+        ]
+    );
+    assert!(p
+        .graceful()
+        .is_draining(&key("198.18.0.10", 80), &dk("198.19.0.9")));
+    assert_eq!(link(&mut p), Some(vec![ip("198.18.0.10")]));
+    assert_eq!(set_entries(&mut p, "KUBE-IPVS-IPS"), ["198.18.0.10"]);
+    assert_eq!(
+        set_entries(&mut p, "KUBE-CLUSTER-IP"),
+        ["198.18.0.10,tcp:80"]
+    );
+    assert!(!p.needs_full_reconcile());
+
+    // A second reconcile finds nothing to do and reports the foreign
+    // virtual server no more.
+    let again = block_on(p.full_reconcile(&cluster.desired()));
+    assert_eq!(again.op_count(), 0, "{again:?}");
+    assert!(again.foreign.is_empty());
+}
+
+#[test]
+fn sync_applies_only_the_change_and_drains_removed_tcp_servers() {
+    let mut p = proxier();
+    block_on(p.start());
+    let mut cluster = Cluster::default();
+    cluster.set("web", &["198.19.0.5", "198.19.0.6"], |_| {});
+    cluster.set("api", &["198.19.0.7"], |s| {
+        s.cluster_ips = vec![ip("198.18.0.2")];
+    });
+    let mut desired = cluster.desired();
+    block_on(p.full_reconcile(&desired));
+
+    cluster.set("web", &["198.19.0.6", "198.19.0.8"], |_| {});
+    let deltas = cluster.change(&mut desired, &["web"]);
+    let report = block_on(p.sync(&deltas));
+    assert!(report.is_ok(), "{report:?}");
+    assert_eq!(report.op_count(), 2, "{report:?}");
+    assert!(report.addresses.is_empty() && report.ipsets.is_empty());
+    assert_eq!(
+        ipvs_lines(&mut p),
+        [
+            "TCP 198.18.0.1:80 -> 198.19.0.5:8080@0,198.19.0.6:8080@1,\
+             198.19.0.8:8080@1",
+            "TCP 198.18.0.2:80 -> 198.19.0.7:8080@1",
+        ]
+    );
+
+    // Still connected: stays. Idle: deleted at the next poll.
+    let web = key("198.18.0.1", 80);
+    p.handles()
+        .0
+        .table
+        .services
+        .get_mut(&web)
+        .unwrap()
+        .dests
+        .get_mut(&dk("198.19.0.5"))
+        .unwrap()
+        .active_conns = 2;
+    assert_eq!(block_on(p.poll_graceful(Instant::now())).op_count(), 0);
+    p.handles()
+        .0
+        .table
+        .services
+        .get_mut(&web)
+        .unwrap()
+        .dests
+        .get_mut(&dk("198.19.0.5"))
+        .unwrap()
+        .active_conns = 0;
+    let polled = block_on(p.poll_graceful(Instant::now()));
+    assert_eq!(polled.op_count(), 1);
+    assert!(polled.is_ok());
+    assert!(p.graceful().is_empty());
+    assert_eq!(
+        ipvs_lines(&mut p)[0],
+        "TCP 198.18.0.1:80 -> 198.19.0.6:8080@1,198.19.0.8:8080@1"
+    );
+
+    // Removing a service unbinds its address only.
+    cluster.remove("api");
+    let deltas = cluster.change(&mut desired, &["api"]);
+    let report = block_on(p.sync(&deltas));
+    assert!(report.is_ok(), "{report:?}");
+    assert_eq!(link(&mut p), Some(vec![ip("198.18.0.1")]));
+    assert_eq!(set_entries(&mut p, "KUBE-IPVS-IPS"), ["198.18.0.1"]);
+}
+
+#[test]
+fn endpoint_back_while_draining_returns_to_weight_one() {
+    let mut p = proxier();
+    block_on(p.start());
+    let mut cluster = Cluster::default();
+    cluster.set("web", &["198.19.0.5", "198.19.0.6"], |_| {});
+    let mut desired = cluster.desired();
+    block_on(p.full_reconcile(&desired));
+    cluster.set("web", &["198.19.0.6"], |_| {});
+    block_on(p.sync(&cluster.change(&mut desired, &["web"])));
+    assert_eq!(
+        ipvs_lines(&mut p),
+        ["TCP 198.18.0.1:80 -> 198.19.0.5:8080@0,198.19.0.6:8080@1"]
+    );
+    cluster.set("web", &["198.19.0.5", "198.19.0.6"], |_| {});
+    let report = block_on(p.sync(&cluster.change(&mut desired, &["web"])));
+    assert!(report.is_ok(), "{report:?}");
+    assert_eq!(
+        ipvs_lines(&mut p),
+        ["TCP 198.18.0.1:80 -> 198.19.0.5:8080@1,198.19.0.6:8080@1"]
+    );
+    assert!(p.graceful().is_empty());
+}
+
+#[test]
+fn failures_are_reported_counted_and_repaired_by_the_next_reconcile() {
+    let recorder = TestRecorder::default();
+    let mut p = proxier();
+    block_on(p.start());
+    let mut cluster = Cluster::default();
+    cluster.set("web", &["198.19.0.5", "198.19.0.6"], |_| {});
+    let mut desired = DesiredState::new(ctx());
+    let refused = IpvsOp::AddDest(
+        key("198.18.0.1", 80),
+        DestSpec {
+            key: dk("198.19.0.5"),
+            weight: 1,
+        },
+    );
+    p.handles().0.refuse.push(refused.clone());
+    // The ledger must have seen a full reconcile for syncs to be
+    // incremental; an empty cluster is one.
+    block_on(p.full_reconcile(&desired));
+    let deltas = cluster.change(&mut desired, &["web"]);
+    let report = recorder.run(|| block_on(p.sync(&deltas)));
+    assert_eq!(report.failures(), 1, "{report:?}");
+    let failed: Vec<&IpvsOp> = report
+        .ipvs
+        .iter()
+        .filter(|(_, r)| r.is_err())
+        .map(|(op, _)| op)
+        .collect();
+    assert_eq!(failed, [&refused]);
+    // The rest went through.
+    assert_eq!(
+        ipvs_lines(&mut p),
+        ["TCP 198.18.0.1:80 -> 198.19.0.6:8080@1"]
+    );
+    assert_eq!(link(&mut p), Some(vec![ip("198.18.0.1")]));
+    let counter = |op: &str, result: &str| {
+        recorder.counter(&format!(
+            "{KERNEL_OPERATIONS_TOTAL}{{facility=ipvs,op={op},result={result}}}"
+        ))
+    };
+    assert_eq!(counter("add_dest", "ok"), 1);
+    assert_eq!(counter("add_dest", "invalid"), 1);
+    assert_eq!(counter("add_service", "ok"), 1);
+
+    p.handles().0.refuse.clear();
+    let repaired = block_on(p.full_reconcile(&desired));
+    assert!(repaired.is_ok(), "{repaired:?}");
+    assert_eq!(repaired.op_count(), 1);
+    assert_eq!(
+        ipvs_lines(&mut p),
+        ["TCP 198.18.0.1:80 -> 198.19.0.5:8080@1,198.19.0.6:8080@1"]
+    );
+}
+
+#[test]
+fn cleanup_removes_what_is_ours_and_nothing_else() {
+    let mut p = proxier();
+    block_on(p.start());
+    let mut cluster = Cluster::default();
+    cluster.set("web", &["198.19.0.5"], |s| s.node_port = 30080);
+    block_on(p.full_reconcile(&cluster.desired()));
+    {
+        let (ipvs, _, sets) = p.handles();
+        ipvs.table.services.extend([entry(
+            "198.18.200.1",
+            80,
+            &[("198.19.9.9", weight(1, 0))],
+        )]);
+        sets.sets.insert(
+            "KUBE-SOMEONE-ELSE".into(),
+            SetState {
+                spec: SetSpec {
+                    name: "KUBE-SOMEONE-ELSE".into(),
+                    set_type: crate::desired::SetType::HashIp,
+                    ipv6: false,
+                },
+                entries: BTreeSet::new(),
+            },
+        );
+    }
+    assert_eq!(ipvs_lines(&mut p).len(), 3);
+
+    // A fresh process, as `--cleanup` runs, knows nothing of the
+    // NodePort it programmed but finds it by the node-port range.
+    let mut fresh = proxier();
+    std::mem::swap(fresh.handles().0, p.handles().0);
+    std::mem::swap(fresh.handles().1, p.handles().1);
+    std::mem::swap(fresh.handles().2, p.handles().2);
+    let report = block_on(fresh.cleanup());
+    assert!(report.is_ok(), "{report:?}");
+    assert_eq!(
+        ipvs_lines(&mut fresh),
+        ["TCP 198.18.200.1:80 -> 198.19.9.9:8080@1"]
+    );
+    assert_eq!(link(&mut fresh), None);
+    let (_, _, sets) = fresh.handles();
+    assert_eq!(sets.sets.keys().collect::<Vec<_>>(), ["KUBE-SOMEONE-ELSE"]);
+    // Nothing left of ours: a second cleanup has nothing to do.
+    let again = block_on(fresh.cleanup());
+    assert!(again.is_ok(), "{again:?}");
+    assert_eq!(again.op_count(), 0);
+}
+
+#[test]
+fn backend_apply_reconciles_fully_when_given_the_desired_state() {
+    let mut p = proxier();
+    block_on(p.start());
+    let mut cluster = Cluster::default();
+    cluster.set("web", &["198.19.0.5"], |_| {});
+    let mut desired = DesiredState::new(ctx());
+    let deltas = cluster.change(&mut desired, &["web"]);
+    let batch =
+        |desired: Option<DesiredState>, deltas: Vec<ServiceDelta>| SyncBatch {
+            trigger: crate::runner::SyncTrigger {
+                seq: 1,
+                reason: crate::runner::SyncReason::Requested,
+            },
+            outcome: crate::sync::SyncOutcome {
+                deltas,
+                ..Default::default()
+            },
+            service_ports: 1,
+            desired,
+        };
+    // Before any full reconcile an incremental sync cannot be trusted:
+    // it applies, and asks for a retry (which comes with everything).
+    let early = block_on(Backend::apply(&mut p, &batch(None, deltas)));
+    assert!(early.is_err());
+    // The full one programs everything and succeeds.
+    let full = block_on(Backend::apply(&mut p, &batch(Some(desired), vec![])));
+    assert!(full.is_ok(), "{full:?}");
+    assert!(!p.needs_full_reconcile());
+    assert_eq!(
+        ipvs_lines(&mut p),
+        ["TCP 198.18.0.1:80 -> 198.19.0.5:8080@1"]
+    );
+    assert_eq!(
+        Backend::poll_interval(&p),
+        Some(GracefulConfig::default().check_interval)
+    );
+}
+
+#[test]
+fn iptables_hook_is_empty_until_wired() {
+    assert!(proxier().iptables_payloads().is_empty());
+}
+
+mod incremental_matches_full {
+    //! Whatever the sequence of changes, incremental syncs never make the
+    //! kernel refuse an operation (the doubles refuse what the kernel
+    //! refuses), and leave nothing for a full reconcile to repair.
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Set {
+            service: usize,
+            cluster_ip: usize,
+            port: u16,
+            endpoints: Vec<bool>,
+            node_port: bool,
+            external_ip: Option<usize>,
+            affinity: bool,
+            udp: bool,
+        },
+        Remove(usize),
+        /// Every draining real server loses its connections and the
+        /// graceful poll runs.
+        Drain,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            6 => (
+                0..4usize,
+                0..3usize,
+                prop_oneof![Just(80u16), Just(443u16)],
+                proptest::collection::vec(any::<bool>(), 4),
+                any::<bool>(),
+                proptest::option::of(0..2usize),
+                any::<bool>(),
+                prop::bool::weighted(0.2),
+            )
+                .prop_map(
+                    |(
+                        service,
+                        cluster_ip,
+                        port,
+                        endpoints,
+                        node_port,
+                        external_ip,
+                        affinity,
+                        udp,
+                    )| Step::Set {
+                        service,
+                        cluster_ip,
+                        port,
+                        endpoints,
+                        node_port,
+                        external_ip,
+                        affinity,
+                        udp,
+                    }
+                ),
+            2 => (0..4usize).prop_map(Step::Remove),
+            1 => Just(Step::Drain),
+        ]
+    }
+
+    fn apply_step(
+        p: &mut TestProxier,
+        cluster: &mut Cluster,
+        desired: &mut DesiredState,
+        step: &Step,
+    ) -> Result<(), TestCaseError> {
+        let name = |i: usize| format!("svc-{i}");
+        let changed = match step {
+            Step::Set {
+                service,
+                cluster_ip,
+                port,
+                endpoints,
+                node_port,
+                external_ip,
+                affinity,
+                udp,
+            } => {
+                let eps: Vec<String> = endpoints
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, on)| **on)
+                    .map(|(i, _)| format!("198.19.0.{}", i + 1))
+                    .collect();
+                let eps: Vec<&str> = eps.iter().map(String::as_str).collect();
+                cluster.set(&name(*service), &eps, |s| {
+                    s.cluster_ips =
+                        vec![IpAddr::from([198, 18, 0, *cluster_ip as u8 + 1])];
+                    s.port = *port;
+                    if *node_port {
+                        s.node_port = 30000 + *service as u16;
+                    }
+                    s.external_ips = external_ip
+                        .iter()
+                        .map(|i| IpAddr::from([198, 18, 1, *i as u8 + 1]))
+                        .collect();
+                    s.session_affinity_timeout = affinity.then_some(10800);
+                    if *udp {
+                        s.protocol = Protocol::Udp;
+                    }
+                });
+                name(*service)
+            }
+            Step::Remove(service) => {
+                cluster.remove(&name(*service));
+                name(*service)
+            }
+            Step::Drain => {
+                for entry in p.handles().0.table.services.values_mut() {
+                    for state in entry.dests.values_mut() {
+                        state.active_conns = 0;
+                        state.inactive_conns = 0;
+                    }
+                }
+                let report = block_on(p.poll_graceful(Instant::now()));
+                prop_assert!(report.is_ok(), "{report:?}");
+                prop_assert!(p.graceful().is_empty());
+                return Ok(());
+            }
+        };
+        let deltas = cluster.change(desired, &[changed.as_str()]);
+        let report = block_on(p.sync(&deltas));
+        prop_assert!(report.is_ok(), "{step:?}: {report:?}");
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        #[test]
+        fn incremental_syncs_leave_nothing_to_repair(
+            steps in proptest::collection::vec(step(), 1..25)
+        ) {
+            let mut p = proxier();
+            block_on(p.start());
+            let mut cluster = Cluster::default();
+            let mut desired = DesiredState::new(ctx());
+            block_on(p.full_reconcile(&desired));
+            for step in &steps {
+                apply_step(&mut p, &mut cluster, &mut desired, step)?;
+            }
+            let report = block_on(p.full_reconcile(&desired));
+            prop_assert!(report.is_ok(), "{report:?}");
+            prop_assert_eq!(report.op_count(), 0, "{:?}", report);
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! The metrics server: `/metrics` renders the Prometheus recorder,
+//! `/healthz` says the process is up, `/proxyMode` names the mode.
+
+use std::time::Duration;
+
+use axum::{
+    extract::State,
+    http::{header, HeaderValue},
+    response::{IntoResponse, Response},
+    routing::any,
+    Router,
+};
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::task::JoinHandle;
+
+/// What `/proxyMode` answers.
+pub const PROXY_MODE: &str = "ipvs";
+
+/// The Prometheus text format's content type, as client_golang sends it.
+const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
+
+/// Any method is answered, as Go's handlers ignore it.
+pub fn router(handle: PrometheusHandle) -> Router {
+    Router::new()
+        .route("/metrics", any(render))
+        .route("/healthz", any(|| async { text("ok") }))
+        .route("/proxyMode", any(|| async { text(PROXY_MODE) }))
+        .with_state(handle)
+}
+
+async fn render(State(handle): State<PrometheusHandle>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(METRICS_CONTENT_TYPE),
+        )],
+        handle.render(),
+    )
+        .into_response()
+}
+
+fn text(body: &'static str) -> Response {
+    (
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(TEXT_CONTENT_TYPE),
+            ),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// Histogram samples accumulate between renders; without a scraper they
+/// would grow without bound, so the recorder is drained periodically.
+pub fn spawn_upkeep(
+    handle: PrometheusHandle,
+    every: Duration,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval(every);
+        loop {
+            ticks.tick().await;
+            handle.run_upkeep();
+        }
+    })
+}

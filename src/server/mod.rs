@@ -1,0 +1,213 @@
+//! The proxy's HTTP servers, as kube-proxy runs them:
+//!
+//! - the healthz server (`healthz_bind_address`, default `0.0.0.0:10256`):
+//!   `/healthz` and `/livez`, answered from [`ProxyHealth`];
+//! - the metrics server (`metrics_bind_address`, default
+//!   `127.0.0.1:10249`): `/metrics`, `/healthz` and `/proxyMode`;
+//! - one health check server per `externalTrafficPolicy: Local` load
+//!   balancer on its `healthCheckNodePort` ([`ServiceHealthServer`]).
+//!
+//! [`SyncReporter`] is what the daemon calls around each sync to keep
+//! them, and the sync metrics, up to date.
+
+pub mod health;
+pub mod healthz;
+pub mod metrics;
+mod reporter;
+pub mod service_health;
+#[cfg(test)]
+mod tests;
+pub mod timestamp;
+
+use std::{
+    io,
+    net::{Ipv4Addr, Ipv6Addr, SocketAddr},
+    time::Duration,
+};
+
+use axum::Router;
+use tokio::task::JoinHandle;
+
+pub use health::{Clock, ProxyHealth, SystemClock};
+pub use reporter::SyncReporter;
+pub use service_health::ServiceHealthServer;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("{server} server cannot listen on {address}: {source}")]
+    Listen {
+        server: &'static str,
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("{server} server on {address} failed: {source}")]
+    Serve {
+        server: &'static str,
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("{0} must be created inside the tokio runtime")]
+    NoRuntime(&'static str),
+}
+
+/// A running server. Dropping it stops accepting connections at once.
+#[derive(Debug)]
+pub struct Server {
+    local_addr: SocketAddr,
+    task: JoinHandle<()>,
+}
+
+impl Server {
+    /// Binds `address` (port 0 picks one) and serves `router` on it.
+    pub async fn bind(
+        name: &'static str,
+        address: SocketAddr,
+        router: Router,
+    ) -> Result<Self, ServerError> {
+        let listener = listen(address)
+            .and_then(tokio::net::TcpListener::from_std)
+            .map_err(|source| ServerError::Listen {
+                server: name,
+                address,
+                source,
+            })?;
+        Self::serve(name, listener, router, address)
+    }
+
+    /// Serves on an already bound listener; spawns on the current
+    /// runtime.
+    fn serve(
+        name: &'static str,
+        listener: tokio::net::TcpListener,
+        router: Router,
+        address: SocketAddr,
+    ) -> Result<Self, ServerError> {
+        let local_addr =
+            listener
+                .local_addr()
+                .map_err(|source| ServerError::Listen {
+                    server: name,
+                    address,
+                    source,
+                })?;
+        let task = tokio::spawn(async move {
+            if let Err(source) = axum::serve(listener, router).await {
+                tracing::error!(
+                    "{}",
+                    ServerError::Serve {
+                        server: name,
+                        address: local_addr,
+                        source,
+                    }
+                );
+            }
+        });
+        Ok(Self { local_addr, task })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// How long a server that could not listen waits before trying again,
+/// as upstream's `wait.Until(..., 5*time.Second)`.
+pub const RETRY_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Runs a server for the life of the process: a listen failure (the
+/// port taken by an old instance still shutting down, say) is logged
+/// and retried every [`RETRY_INTERVAL`], never fatal, as upstream does
+/// without `bindAddressHardFail`.
+pub fn spawn_forever(
+    name: &'static str,
+    address: SocketAddr,
+    router: Router,
+) -> JoinHandle<()> {
+    tokio::spawn(retry_forever(name, address, router))
+}
+
+async fn retry_forever(
+    name: &'static str,
+    address: SocketAddr,
+    router: Router,
+) {
+    loop {
+        match listen(address).and_then(tokio::net::TcpListener::from_std) {
+            Ok(listener) => {
+                tracing::info!(%address, "{name} server listening");
+                if let Err(source) = axum::serve(listener, router.clone()).await
+                {
+                    tracing::error!(
+                        "{}",
+                        ServerError::Serve {
+                            server: name,
+                            address,
+                            source,
+                        }
+                    );
+                }
+            }
+            Err(source) => tracing::error!(
+                "{}; retrying in {}s",
+                ServerError::Listen {
+                    server: name,
+                    address,
+                    source,
+                },
+                RETRY_INTERVAL.as_secs()
+            ),
+        }
+        tokio::time::sleep(RETRY_INTERVAL).await;
+    }
+}
+
+/// Binds a non-blocking listener the way Go's `net.Listen("tcp", ...)`
+/// does, which is what kube-proxy's listeners are: the IPv4 wildcard
+/// (`0.0.0.0`, the default healthz address) becomes one dual-stack `[::]`
+/// socket where the host has IPv6, so probes over IPv6 reach it too.
+pub(crate) fn listen(address: SocketAddr) -> io::Result<std::net::TcpListener> {
+    if address.ip() == Ipv4Addr::UNSPECIFIED {
+        let v6 = SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), address.port());
+        match listen_exactly(v6, false) {
+            Err(e) if is_no_ipv6(&e) => {}
+            other => return other,
+        }
+    }
+    listen_exactly(address, true)
+}
+
+fn listen_exactly(
+    address: SocketAddr,
+    only_v6: bool,
+) -> io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+
+    let socket = Socket::new(
+        Domain::for_address(address),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    if address.is_ipv6() {
+        socket.set_only_v6(only_v6)?;
+    }
+    // A restarted proxy must not wait out TIME_WAIT of its old sockets.
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&address.into())?;
+    socket.listen(1024)?;
+    Ok(socket.into())
+}
+
+/// EAFNOSUPPORT without the IPv6 stack, EADDRNOTAVAIL when it is
+/// disabled.
+fn is_no_ipv6(error: &io::Error) -> bool {
+    const EAFNOSUPPORT: i32 = 97;
+    error.raw_os_error() == Some(EAFNOSUPPORT)
+        || error.kind() == io::ErrorKind::AddrNotAvailable
+}

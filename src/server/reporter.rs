@@ -1,0 +1,156 @@
+//! What the daemon reports around each sync: queued and applied updates
+//! for the health servers, the sync metrics, and the health check node
+//! ports of the current services.
+
+use std::{
+    collections::BTreeSet,
+    sync::{
+        atomic::{AtomicBool, Ordering},
+        Arc, Mutex, PoisonError,
+    },
+    time::{Duration, SystemTime},
+};
+
+use super::{
+    health::ProxyHealth,
+    service_health::{health_check_node_ports, local_ready_endpoints},
+    ServiceHealthServer,
+};
+use crate::{
+    metrics::{
+        events::{InternalEvent, NetworkProgrammed, SyncCompleted, SyncQueued},
+        no_local::NoLocalEndpointsTracker,
+        IpFamily,
+    },
+    model::ServicePortName,
+    sync::{SyncOutcome, SyncState},
+};
+
+/// Cheap to clone: the feeding task reports queued updates, the sync
+/// loop applied ones.
+#[derive(Debug, Clone)]
+pub struct SyncReporter {
+    health: Arc<ProxyHealth>,
+    service_health: Option<ServiceHealthServer>,
+    synced_once: Arc<AtomicBool>,
+    no_local: Arc<Mutex<NoLocalEndpointsTracker>>,
+}
+
+impl Default for SyncReporter {
+    /// Health kept but served nowhere, no health check ports: for runs
+    /// and tests without servers.
+    fn default() -> Self {
+        Self::new(Arc::new(ProxyHealth::new(Duration::from_secs(60))), None)
+    }
+}
+
+impl SyncReporter {
+    pub fn new(
+        health: Arc<ProxyHealth>,
+        service_health: Option<ServiceHealthServer>,
+    ) -> Self {
+        Self {
+            health,
+            service_health,
+            synced_once: Arc::new(AtomicBool::new(false)),
+            no_local: Arc::default(),
+        }
+    }
+
+    pub fn health(&self) -> &Arc<ProxyHealth> {
+        &self.health
+    }
+
+    /// Object changes asked for a sync.
+    pub fn queued(&self) {
+        self.health.queued_update();
+        SyncQueued {
+            families: &self.health.families(),
+            at: self.health.now(),
+        }
+        .emit();
+    }
+
+    /// A sync reached the kernel, `duration` after it started.
+    pub fn synced(
+        &self,
+        state: &SyncState,
+        outcome: &SyncOutcome,
+        duration: Duration,
+    ) {
+        let families = IpFamily::active(state.desired().context());
+        self.health.set_families(&families);
+        self.health.updated();
+        self.health
+            .set_node_eligible(state.node().is_none_or(|n| n.eligible));
+        let now = self.health.now();
+        SyncCompleted {
+            families: &families,
+            duration,
+            at: now,
+            changed_service_ports: outcome.deltas.len(),
+        }
+        .emit();
+        // Trigger times carry no family; on a dual-stack node they are
+        // reported under the first one.
+        if let Some(&family) = families.first() {
+            for times in outcome.endpoints.last_change_trigger_times.values() {
+                for latency in
+                    times.iter().filter_map(|t| now.duration_since(*t).ok())
+                {
+                    NetworkProgrammed { family, latency }.emit();
+                }
+            }
+        }
+        self.count_no_local_endpoints(state, outcome);
+        self.sync_health_checks(state, outcome);
+    }
+
+    /// Only the ports this sync changed are looked at again.
+    fn count_no_local_endpoints(
+        &self,
+        state: &SyncState,
+        outcome: &SyncOutcome,
+    ) {
+        let changed: BTreeSet<&ServicePortName> = outcome
+            .services
+            .changed_ports
+            .iter()
+            .chain(&outcome.endpoints.changed_ports)
+            .chain(outcome.deltas.iter().map(|d| &d.service))
+            .collect();
+        // A panic midway could leave one service's count off until its
+        // ports change again: better than no metric from then on.
+        let mut tracker =
+            self.no_local.lock().unwrap_or_else(PoisonError::into_inner);
+        tracker.update(
+            changed,
+            state.service_map(),
+            state.endpoints_map(),
+            state.desired().context(),
+        );
+        tracker.emit();
+    }
+
+    /// Health check ports follow the services; walking the service map
+    /// is skipped when no service or endpoint changed and no earlier
+    /// listen failed.
+    fn sync_health_checks(&self, state: &SyncState, outcome: &SyncOutcome) {
+        let Some(server) = &self.service_health else {
+            return;
+        };
+        let first = !self.synced_once.swap(true, Ordering::SeqCst);
+        let changed = !outcome.services.changed_ports.is_empty()
+            || !outcome.endpoints.changed_ports.is_empty();
+        if first || changed || server.retry_pending() {
+            server.sync_services(&health_check_node_ports(state.service_map()));
+            server
+                .sync_endpoints(&local_ready_endpoints(state.endpoints_map()));
+        }
+    }
+
+    /// The time the health state reads: the injected clock in tests.
+    pub fn now(&self) -> SystemTime {
+        self.health.now()
+    }
+}

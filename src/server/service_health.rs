@@ -1,0 +1,319 @@
+//! Health check node ports for `externalTrafficPolicy: Local` load
+//! balancers, as upstream's `ServiceHealthServer`: the cloud load
+//! balancer probes each node on the service's `healthCheckNodePort` and
+//! sends traffic only to nodes that answer 200, i.e. that have a local
+//! endpoint (and a healthy proxy).
+
+use std::{
+    collections::HashMap,
+    net::{IpAddr, Ipv4Addr, SocketAddr},
+    sync::{
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+        Arc, Mutex, MutexGuard, PoisonError,
+    },
+};
+
+use axum::{
+    extract::State,
+    http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode},
+    response::{IntoResponse, Response},
+    Router,
+};
+
+use super::{health::ProxyHealth, listen, Server, ServerError};
+use crate::{
+    metrics::events::{HealthCheckListenFailed, InternalEvent},
+    model::{EndpointsMap, NamespacedName, ServicePortMap},
+};
+
+/// The header Google Cloud's weighted load balancing reads the node's
+/// weight from; upstream sends the local endpoint count.
+const ENDPOINT_WEIGHT: HeaderName =
+    HeaderName::from_static("x-load-balancing-endpoint-weight");
+
+/// One open health check: its port, its listeners and the endpoint
+/// count the handlers read.
+#[derive(Debug)]
+struct Instance {
+    port: u16,
+    local_endpoints: Arc<AtomicUsize>,
+    servers: Vec<Server>,
+}
+
+#[derive(Debug, Default)]
+struct Services {
+    open: HashMap<NamespacedName, Instance>,
+    /// The last counts given, so that a health check opened late (after
+    /// a failed listen) starts from the right count.
+    endpoints: HashMap<NamespacedName, usize>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    addresses: Vec<IpAddr>,
+    health: Arc<ProxyHealth>,
+    runtime: tokio::runtime::Handle,
+    services: Mutex<Services>,
+    retry_pending: AtomicBool,
+}
+
+/// Cheap to clone. Listeners close when their service goes away or the
+/// last clone is dropped.
+#[derive(Debug, Clone)]
+pub struct ServiceHealthServer {
+    inner: Arc<Inner>,
+}
+
+impl ServiceHealthServer {
+    /// `addresses` are where each health check listens (upstream: the
+    /// node port addresses when `nodePortAddresses` is set); empty means
+    /// every address (dual-stack where the host has IPv6).
+    pub fn new(
+        addresses: Vec<IpAddr>,
+        health: Arc<ProxyHealth>,
+    ) -> Result<Self, ServerError> {
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| ServerError::NoRuntime("the service health server"))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                addresses,
+                health,
+                runtime,
+                services: Mutex::new(Services::default()),
+                retry_pending: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    fn services(&self) -> MutexGuard<'_, Services> {
+        // Each update leaves the map consistent.
+        self.inner
+            .services
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Makes the open health checks exactly `wanted` (service → port):
+    /// closes those gone or moved, opens the new ones, leaves the rest
+    /// alone. A port that cannot be opened is logged and counted, and
+    /// tried again on the next call; the others still open. Returns how
+    /// many failed.
+    pub fn sync_services(
+        &self,
+        wanted: &HashMap<NamespacedName, u16>,
+    ) -> usize {
+        let mut services = self.services();
+        services.open.retain(|name, instance| {
+            let keep = wanted.get(name) == Some(&instance.port);
+            if !keep {
+                tracing::info!(
+                    service = %name,
+                    port = instance.port,
+                    "closing health check"
+                );
+            }
+            keep
+        });
+        let mut failed = 0;
+        for (name, &port) in wanted {
+            if services.open.contains_key(name) {
+                continue;
+            }
+            let count = services.endpoints.get(name).copied().unwrap_or(0);
+            match self.open(name, port, count) {
+                Ok(instance) => {
+                    tracing::info!(service = %name, port, "opened health check");
+                    services.open.insert(name.clone(), instance);
+                }
+                Err((address, error)) => {
+                    HealthCheckListenFailed {
+                        service: name,
+                        address,
+                        error: &error,
+                    }
+                    .emit();
+                    failed += 1;
+                }
+            }
+        }
+        self.inner.retry_pending.store(failed > 0, Ordering::SeqCst);
+        failed
+    }
+
+    /// Sets each open health check's local endpoint count; services
+    /// missing from `counts` have none.
+    pub fn sync_endpoints(&self, counts: &HashMap<NamespacedName, usize>) {
+        let mut services = self.services();
+        for (name, instance) in &services.open {
+            let count = counts.get(name).copied().unwrap_or(0);
+            instance.local_endpoints.store(count, Ordering::SeqCst);
+        }
+        services.endpoints = counts.clone();
+    }
+
+    /// Whether the last [`Self::sync_services`] left a port unopened,
+    /// so the next sync must call it again even without changes.
+    pub fn retry_pending(&self) -> bool {
+        self.inner.retry_pending.load(Ordering::SeqCst)
+    }
+
+    /// Where a service's health check listens; `None` when not open.
+    pub fn local_addrs(
+        &self,
+        service: &NamespacedName,
+    ) -> Option<Vec<SocketAddr>> {
+        self.services()
+            .open
+            .get(service)
+            .map(|i| i.servers.iter().map(Server::local_addr).collect())
+    }
+
+    /// The services with an open health check and their ports.
+    pub fn open_services(&self) -> HashMap<NamespacedName, u16> {
+        self.services()
+            .open
+            .iter()
+            .map(|(name, i)| (name.clone(), i.port))
+            .collect()
+    }
+
+    /// Opens every listener of one service, or none: a partial set would
+    /// hold ports that a retry then finds taken by ourselves.
+    fn open(
+        &self,
+        name: &NamespacedName,
+        port: u16,
+        count: usize,
+    ) -> Result<Instance, (SocketAddr, std::io::Error)> {
+        let local_endpoints = Arc::new(AtomicUsize::new(count));
+        let handler = Handler {
+            service: Arc::new(name.clone()),
+            local_endpoints: Arc::clone(&local_endpoints),
+            health: Arc::clone(&self.inner.health),
+        };
+        let router = Router::new().fallback(answer).with_state(handler);
+        let mut servers = Vec::new();
+        for listener in self.listen(port)? {
+            let _runtime = self.inner.runtime.enter();
+            let address = listener.local_addr().unwrap_or_else(|_| {
+                SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port)
+            });
+            let listener = tokio::net::TcpListener::from_std(listener)
+                .map_err(|e| (address, e))?;
+            let server = Server::serve(
+                "health check",
+                listener,
+                router.clone(),
+                address,
+            )
+            .map_err(|e| match e {
+                ServerError::Listen { source, .. } => (address, source),
+                other => (address, std::io::Error::other(other.to_string())),
+            })?;
+            servers.push(server);
+        }
+        Ok(Instance {
+            port,
+            local_endpoints,
+            servers,
+        })
+    }
+
+    fn listen(
+        &self,
+        port: u16,
+    ) -> Result<Vec<std::net::TcpListener>, (SocketAddr, std::io::Error)> {
+        // Like upstream: "0.0.0.0" unless addresses are given, which
+        // listen() turns into a dual-stack socket where it can.
+        let wildcard = [IpAddr::V4(Ipv4Addr::UNSPECIFIED)];
+        let addresses = if self.inner.addresses.is_empty() {
+            &wildcard[..]
+        } else {
+            &self.inner.addresses[..]
+        };
+        addresses
+            .iter()
+            .map(|ip| {
+                let address = SocketAddr::new(*ip, port);
+                listen(address).map_err(|e| (address, e))
+            })
+            .collect()
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Handler {
+    service: Arc<NamespacedName>,
+    local_endpoints: Arc<AtomicUsize>,
+    health: Arc<ProxyHealth>,
+}
+
+/// Every path answers, as upstream's handler serves the whole port.
+async fn answer(State(h): State<Handler>) -> Response {
+    let count = h.local_endpoints.load(Ordering::SeqCst);
+    let proxy_healthy = h.health.is_healthy();
+    let status = if count != 0 && proxy_healthy {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(ENDPOINT_WEIGHT, HeaderValue::from(count));
+    (status, headers, body(&h.service, count, proxy_healthy)).into_response()
+}
+
+/// Upstream's body, tab-indented as its template prints it, without a
+/// trailing newline.
+fn body(service: &NamespacedName, count: usize, proxy_healthy: bool) -> String {
+    let quote = |s: &str| {
+        serde_json::to_string(s).unwrap_or_else(|_| String::from("\"\""))
+    };
+    format!(
+        "{{\n\t\"service\": {{\n\t\t\"namespace\": {},\n\t\t\"name\": {}\n\t}},\n\
+         \t\"localEndpoints\": {count},\n\t\"serviceProxyHealthy\": {proxy_healthy}\n}}",
+        quote(&service.namespace),
+        quote(&service.name),
+    )
+}
+
+/// The health check port of every service that has one (upstream's
+/// `ServicePortMap.HealthCheckNodePorts`): ETP=Local load balancers.
+pub fn health_check_node_ports(
+    services: &ServicePortMap,
+) -> HashMap<NamespacedName, u16> {
+    services
+        .iter()
+        .filter(|(_, info)| info.health_check_node_port != 0)
+        .map(|(name, info)| (name.service.clone(), info.health_check_node_port))
+        .collect()
+}
+
+/// Local ready endpoints per service (upstream's
+/// `EndpointsMap.LocalReadyEndpoints`): distinct `ip:port` across the
+/// service's ports.
+pub fn local_ready_endpoints(
+    endpoints: &EndpointsMap,
+) -> HashMap<NamespacedName, usize> {
+    let mut seen: HashMap<
+        &NamespacedName,
+        std::collections::HashSet<SocketAddr>,
+    > = HashMap::new();
+    for (port, list) in endpoints {
+        for ep in list.iter().filter(|ep| ep.is_local && ep.ready) {
+            seen.entry(&port.service)
+                .or_default()
+                .insert(SocketAddr::new(ep.ip, ep.port));
+        }
+    }
+    seen.into_iter()
+        .map(|(name, eps)| (name.clone(), eps.len()))
+        .collect()
+}

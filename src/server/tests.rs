@@ -1,0 +1,856 @@
+use std::{
+    collections::HashMap,
+    net::{Ipv4Addr, SocketAddr},
+    sync::{Arc, Mutex, PoisonError},
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
+
+use pretty_assertions::assert_eq;
+use std::io::{Read, Write};
+
+use super::{
+    health::{Clock, ProxyHealth},
+    healthz,
+    service_health::{health_check_node_ports, local_ready_endpoints},
+    timestamp::rfc3339_nano,
+    Server, ServiceHealthServer,
+};
+use crate::{
+    metrics::{
+        events::{InternalEvent, SyncCompleted},
+        exporter, IpFamily,
+    },
+    model::{
+        fixtures::{ep, port_info},
+        NamespacedName, Protocol, ServicePortName,
+    },
+};
+
+/// 2023-11-14T22:13:20Z.
+const T0: u64 = 1_700_000_000;
+const SYNC_PERIOD: Duration = Duration::from_secs(30);
+
+/// A clock the test moves by hand.
+#[derive(Debug)]
+struct ManualClock(Mutex<SystemTime>);
+
+impl ManualClock {
+    fn at(secs: u64) -> Arc<Self> {
+        Arc::new(Self(Mutex::new(UNIX_EPOCH + Duration::from_secs(secs))))
+    }
+
+    fn set(&self, secs: u64, millis: u64) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = UNIX_EPOCH
+            + Duration::from_secs(secs)
+            + Duration::from_millis(millis);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> SystemTime {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    headers: HashMap<String, String>,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(String::as_str)
+    }
+}
+
+/// A plain HTTP/1.1 request over loopback: enough to see exactly what a
+/// kubelet or a load balancer probe sees. Blocking I/O on a blocking
+/// thread, so the server's tasks keep running on the test's runtime.
+async fn get(addr: SocketAddr, path: &str) -> anyhow::Result<Reply> {
+    request(addr, "GET", path).await
+}
+
+async fn request(
+    addr: SocketAddr,
+    method: &'static str,
+    path: &str,
+) -> anyhow::Result<Reply> {
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || request_blocking(addr, method, &path))
+        .await?
+}
+
+fn request_blocking(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+) -> anyhow::Result<Reply> {
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes())?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw)?;
+    let text = String::from_utf8(raw)?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| anyhow::anyhow!("no end of headers in {text:?}"))?;
+    let mut lines = head.lines();
+    let status_line = lines.next().unwrap_or_default();
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("bad status line {status_line:?}"))?;
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    Ok(Reply {
+        status,
+        headers,
+        body: body.to_owned(),
+    })
+}
+
+const LOOPBACK: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
+
+#[test]
+fn timestamps_format_as_go_json_times() {
+    let cases = [
+        (0, 0, "1970-01-01T00:00:00Z"),
+        (T0, 0, "2023-11-14T22:13:20Z"),
+        (T0, 500_000_000, "2023-11-14T22:13:20.5Z"),
+        (T0, 123_456_789, "2023-11-14T22:13:20.123456789Z"),
+        (T0, 1_000, "2023-11-14T22:13:20.000001Z"),
+        // Leap day, the day after, and a century that is a leap year.
+        (1_709_164_800, 0, "2024-02-29T00:00:00Z"),
+        (1_709_251_199, 0, "2024-02-29T23:59:59Z"),
+        (1_709_251_200, 0, "2024-03-01T00:00:00Z"),
+        (951_782_400, 0, "2000-02-29T00:00:00Z"),
+        (4_107_542_400, 0, "2100-03-01T00:00:00Z"),
+    ];
+    for (secs, nanos, expected) in cases {
+        let at = UNIX_EPOCH + Duration::new(secs, nanos);
+        assert_eq!(rfc3339_nano(at), expected, "{secs}.{nanos}");
+    }
+}
+
+/// One probe state: what happened, when the probe asks, what it sees.
+struct HealthCase {
+    name: &'static str,
+    /// Applied in order; times are seconds after T0.
+    steps: &'static [Step],
+    /// Probe time, milliseconds after T0.
+    probe_at_ms: u64,
+    healthz: (u16, &'static str),
+    livez: (u16, &'static str),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Queued(u64),
+    Updated(u64),
+    NotEligible,
+}
+
+const TIMEOUT_MS: u64 = 2 * 30_000;
+
+fn health_cases() -> Vec<HealthCase> {
+    vec![
+        HealthCase {
+            name: "fresh: never synced is healthy",
+            steps: &[],
+            probe_at_ms: 5_000,
+            healthz: (
+                200,
+                r#"{"lastUpdated":"2023-11-14T22:13:25Z","currentTime":"2023-11-14T22:13:25Z","nodeEligible":true,"healthy":true}"#,
+            ),
+            livez: (
+                200,
+                r#"{"lastUpdated":"2023-11-14T22:13:25Z","currentTime":"2023-11-14T22:13:25Z","healthy":true}"#,
+            ),
+        },
+        HealthCase {
+            name: "queued before the first sync is still starting",
+            steps: &[Step::Queued(0)],
+            probe_at_ms: 10 * TIMEOUT_MS,
+            healthz: (
+                200,
+                r#"{"lastUpdated":"2023-11-14T22:23:20Z","currentTime":"2023-11-14T22:23:20Z","nodeEligible":true,"healthy":true}"#,
+            ),
+            livez: (
+                200,
+                r#"{"lastUpdated":"2023-11-14T22:23:20Z","currentTime":"2023-11-14T22:23:20Z","healthy":true}"#,
+            ),
+        },
+        HealthCase {
+            name: "updated: lastUpdated is now, the family's is the sync",
+            steps: &[Step::Updated(0)],
+            probe_at_ms: 10_000,
+            healthz: (
+                200,
+                r#"{"lastUpdated":"2023-11-14T22:13:30Z","currentTime":"2023-11-14T22:13:30Z","nodeEligible":true,"healthy":true,"status":{"IPv4":{"lastUpdated":"2023-11-14T22:13:20Z","healthy":true}}}"#,
+            ),
+            livez: (
+                200,
+                r#"{"lastUpdated":"2023-11-14T22:13:30Z","currentTime":"2023-11-14T22:13:30Z","healthy":true,"status":{"IPv4":{"lastUpdated":"2023-11-14T22:13:20Z","healthy":true}}}"#,
+            ),
+        },
+        HealthCase {
+            name: "queued just under 2 x syncPeriod ago is healthy",
+            steps: &[Step::Updated(0), Step::Queued(1)],
+            probe_at_ms: 1_000 + TIMEOUT_MS - 1,
+            healthz: (
+                200,
+                r#"{"lastUpdated":"2023-11-14T22:14:20.999Z","currentTime":"2023-11-14T22:14:20.999Z","nodeEligible":true,"healthy":true,"status":{"IPv4":{"lastUpdated":"2023-11-14T22:13:20Z","healthy":true}}}"#,
+            ),
+            livez: (
+                200,
+                r#"{"lastUpdated":"2023-11-14T22:14:20.999Z","currentTime":"2023-11-14T22:14:20.999Z","healthy":true,"status":{"IPv4":{"lastUpdated":"2023-11-14T22:13:20Z","healthy":true}}}"#,
+            ),
+        },
+        HealthCase {
+            name: "stale: queued 2 x syncPeriod ago and not applied",
+            steps: &[Step::Updated(0), Step::Queued(1), Step::Queued(50)],
+            probe_at_ms: 1_000 + TIMEOUT_MS,
+            healthz: (
+                503,
+                r#"{"lastUpdated":"2023-11-14T22:13:20Z","currentTime":"2023-11-14T22:14:21Z","nodeEligible":true,"healthy":false,"status":{"IPv4":{"lastUpdated":"2023-11-14T22:13:20Z","healthy":false}}}"#,
+            ),
+            livez: (
+                503,
+                r#"{"lastUpdated":"2023-11-14T22:13:20Z","currentTime":"2023-11-14T22:14:21Z","healthy":false,"status":{"IPv4":{"lastUpdated":"2023-11-14T22:13:20Z","healthy":false}}}"#,
+            ),
+        },
+        HealthCase {
+            name: "an applied update makes a stale proxy healthy again",
+            steps: &[Step::Updated(0), Step::Queued(1), Step::Updated(100)],
+            probe_at_ms: 100_000,
+            healthz: (
+                200,
+                r#"{"lastUpdated":"2023-11-14T22:15:00Z","currentTime":"2023-11-14T22:15:00Z","nodeEligible":true,"healthy":true,"status":{"IPv4":{"lastUpdated":"2023-11-14T22:15:00Z","healthy":true}}}"#,
+            ),
+            livez: (
+                200,
+                r#"{"lastUpdated":"2023-11-14T22:15:00Z","currentTime":"2023-11-14T22:15:00Z","healthy":true,"status":{"IPv4":{"lastUpdated":"2023-11-14T22:15:00Z","healthy":true}}}"#,
+            ),
+        },
+        HealthCase {
+            name: "node not eligible: /healthz fails, /livez does not",
+            steps: &[Step::Updated(0), Step::NotEligible],
+            probe_at_ms: 2_000,
+            healthz: (
+                503,
+                r#"{"lastUpdated":"2023-11-14T22:13:20Z","currentTime":"2023-11-14T22:13:22Z","nodeEligible":false,"healthy":true,"status":{"IPv4":{"lastUpdated":"2023-11-14T22:13:20Z","healthy":true}}}"#,
+            ),
+            livez: (
+                200,
+                r#"{"lastUpdated":"2023-11-14T22:13:22Z","currentTime":"2023-11-14T22:13:22Z","healthy":true,"status":{"IPv4":{"lastUpdated":"2023-11-14T22:13:20Z","healthy":true}}}"#,
+            ),
+        },
+    ]
+}
+
+fn health_at(clock: &Arc<ManualClock>) -> Arc<ProxyHealth> {
+    Arc::new(ProxyHealth::with_clock(
+        2 * SYNC_PERIOD,
+        Arc::clone(clock) as Arc<dyn Clock>,
+    ))
+}
+
+fn apply(health: &ProxyHealth, clock: &ManualClock, steps: &[Step]) {
+    for step in steps {
+        match *step {
+            Step::Queued(at) => {
+                clock.set(T0 + at, 0);
+                health.queued_update();
+            }
+            Step::Updated(at) => {
+                clock.set(T0 + at, 0);
+                health.updated();
+            }
+            Step::NotEligible => health.set_node_eligible(false),
+        }
+    }
+}
+
+#[tokio::test]
+async fn healthz_and_livez_answer_upstreams_json_for_each_state() {
+    let recorder = exporter::recorder().expect("buckets are not empty");
+    let metrics = recorder.handle();
+    // The current-thread runtime runs the server's tasks on this thread,
+    // so they record into this recorder.
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let cases = health_cases();
+    for case in &cases {
+        let clock = ManualClock::at(T0);
+        let health = health_at(&clock);
+        let server = Server::bind(
+            "healthz",
+            LOOPBACK,
+            healthz::router(Arc::clone(&health)),
+        )
+        .await
+        .expect("loopback port");
+        apply(&health, &clock, case.steps);
+        clock.set(T0, case.probe_at_ms);
+        for (path, (status, body)) in
+            [("/healthz", case.healthz), ("/livez", case.livez)]
+        {
+            let reply = get(server.local_addr(), path).await.expect(path);
+            assert_eq!(
+                (reply.status, reply.body.as_str()),
+                (status, body),
+                "{}: {path}",
+                case.name
+            );
+            assert_eq!(
+                reply.header("content-type"),
+                Some("application/json"),
+                "{}",
+                case.name
+            );
+            assert_eq!(
+                reply.header("x-content-type-options"),
+                Some("nosniff"),
+                "{}",
+                case.name
+            );
+        }
+    }
+    let count = |path: &str, code: u16| {
+        cases
+            .iter()
+            .filter(|c| {
+                let (status, _) = if path == "healthz" {
+                    c.healthz
+                } else {
+                    c.livez
+                };
+                status == code
+            })
+            .count()
+    };
+    let text = metrics.render();
+    for (path, code) in [
+        ("healthz", 200),
+        ("healthz", 503),
+        ("livez", 200),
+        ("livez", 503),
+    ] {
+        let line = format!(
+            "kubeproxy_proxy_{path}_total{{code=\"{code}\"}} {}",
+            count(path, code)
+        );
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn healthz_reports_each_family_and_forgets_removed_ones() {
+    let clock = ManualClock::at(T0);
+    let health = health_at(&clock);
+    health.set_families(&[IpFamily::V4, IpFamily::V6]);
+    health.updated();
+    clock.set(T0 + 1, 0);
+    health.queued_update();
+    clock.set(T0 + 1 + 60, 0);
+    let stale = health.health();
+    assert!(!stale.healthy);
+    assert_eq!(
+        stale.status.keys().copied().collect::<Vec<_>>(),
+        [IpFamily::V4, IpFamily::V6]
+    );
+    assert!(stale.status.values().all(|s| !s.healthy));
+
+    health.set_families(&[IpFamily::V6]);
+    let status: Vec<_> = health.health().status.into_keys().collect();
+    assert_eq!(status, [IpFamily::V6]);
+}
+
+#[tokio::test]
+async fn metrics_server_answers_metrics_healthz_and_proxy_mode() {
+    let recorder = exporter::recorder().expect("buckets are not empty");
+    metrics::with_local_recorder(&recorder, || {
+        exporter::describe();
+        SyncCompleted {
+            families: &[IpFamily::V4],
+            duration: Duration::from_millis(20),
+            at: UNIX_EPOCH + Duration::from_secs(T0),
+            changed_service_ports: 1,
+        }
+        .emit();
+    });
+    let server = Server::bind(
+        "metrics",
+        LOOPBACK,
+        super::metrics::router(recorder.handle()),
+    )
+    .await
+    .expect("loopback port");
+    let addr = server.local_addr();
+
+    let mode = get(addr, "/proxyMode").await.expect("/proxyMode");
+    assert_eq!((mode.status, mode.body.as_str()), (200, "ipvs"));
+    assert_eq!(
+        mode.header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    let healthz = get(addr, "/healthz").await.expect("/healthz");
+    assert_eq!((healthz.status, healthz.body.as_str()), (200, "ok"));
+
+    let metrics = get(addr, "/metrics").await.expect("/metrics");
+    assert_eq!(metrics.status, 200);
+    assert_eq!(
+        metrics.header("content-type"),
+        Some("text/plain; version=0.0.4; charset=utf-8")
+    );
+    for line in [
+        "# TYPE kubeproxy_sync_proxy_rules_duration_seconds histogram",
+        r#"kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family="IPv4",le="0.016"} 0"#,
+        r#"kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family="IPv4",le="0.032"} 1"#,
+        r#"kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family="IPv4",le="+Inf"} 1"#,
+        r#"kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4"} 1700000000"#,
+    ] {
+        assert!(
+            metrics.body.lines().any(|l| l == line),
+            "no {line:?} in\n{}",
+            metrics.body
+        );
+    }
+    // Go's handlers ignore the method.
+    let posted = request(addr, "POST", "/proxyMode").await.expect("POST");
+    assert_eq!((posted.status, posted.body.as_str()), (200, "ipvs"));
+    let missing = get(addr, "/configz/nope").await.expect("404");
+    assert_eq!(missing.status, 404);
+}
+
+fn nsn(name: &str) -> NamespacedName {
+    NamespacedName::new("shop", name)
+}
+
+/// Waits until nothing accepts on `addr`: closing is asynchronous (the
+/// listener goes when its task is dropped).
+async fn assert_closes(addr: SocketAddr) {
+    for _ in 0..200 {
+        if tokio::net::TcpStream::connect(addr).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{addr} still accepts connections");
+}
+
+fn service_health(health: &Arc<ProxyHealth>) -> ServiceHealthServer {
+    ServiceHealthServer::new(
+        vec![Ipv4Addr::LOCALHOST.into()],
+        Arc::clone(health),
+    )
+    .expect("inside the runtime")
+}
+
+fn only_addr(
+    server: &ServiceHealthServer,
+    name: &NamespacedName,
+) -> SocketAddr {
+    let addrs = server.local_addrs(name).expect("health check is open");
+    assert_eq!(addrs.len(), 1, "{addrs:?}");
+    addrs[0]
+}
+
+#[tokio::test]
+async fn service_health_answers_with_the_local_endpoint_count() {
+    let clock = ManualClock::at(T0);
+    let health = health_at(&clock);
+    health.updated();
+    let server = service_health(&health);
+    let web = nsn("web");
+    // Port 0: the kernel picks a free one, read back below.
+    assert_eq!(server.sync_services(&HashMap::from([(web.clone(), 0)])), 0);
+    let addr = only_addr(&server, &web);
+
+    let none = get(addr, "/").await.expect("probe");
+    assert_eq!(none.status, 503);
+    assert_eq!(
+        none.body,
+        "{\n\t\"service\": {\n\t\t\"namespace\": \"shop\",\n\t\t\"name\": \"web\"\n\t},\n\t\"localEndpoints\": 0,\n\t\"serviceProxyHealthy\": true\n}"
+    );
+    assert_eq!(none.header("x-load-balancing-endpoint-weight"), Some("0"));
+
+    server.sync_endpoints(&HashMap::from([(web.clone(), 2)]));
+    let two = get(addr, "/healthz").await.expect("probe");
+    assert_eq!(two.status, 200);
+    assert_eq!(
+        two.body,
+        "{\n\t\"service\": {\n\t\t\"namespace\": \"shop\",\n\t\t\"name\": \"web\"\n\t},\n\t\"localEndpoints\": 2,\n\t\"serviceProxyHealthy\": true\n}"
+    );
+    assert_eq!(two.header("x-load-balancing-endpoint-weight"), Some("2"));
+    assert_eq!(two.header("content-type"), Some("application/json"));
+    assert_eq!(two.header("x-content-type-options"), Some("nosniff"));
+
+    // A stuck proxy fails the check even with endpoints.
+    clock.set(T0 + 1, 0);
+    health.queued_update();
+    clock.set(T0 + 1 + 60, 0);
+    let stale = get(addr, "/").await.expect("probe");
+    assert_eq!(stale.status, 503);
+    assert!(
+        stale.body.ends_with("\"serviceProxyHealthy\": false\n}"),
+        "{}",
+        stale.body
+    );
+    assert_eq!(stale.header("x-load-balancing-endpoint-weight"), Some("2"));
+
+    // Endpoints missing from the map count as none.
+    health.updated();
+    server.sync_endpoints(&HashMap::new());
+    assert_eq!(get(addr, "/").await.expect("probe").status, 503);
+}
+
+#[tokio::test]
+async fn service_health_opens_and_closes_listeners_as_services_come_and_go() {
+    let health = health_at(&ManualClock::at(T0));
+    let server = service_health(&health);
+    let (web, api) = (nsn("web"), nsn("api"));
+    server.sync_services(&HashMap::from([(web.clone(), 0), (api.clone(), 0)]));
+    let web_addr = only_addr(&server, &web);
+    let api_addr = only_addr(&server, &api);
+    assert_eq!(get(web_addr, "/").await.expect("web").status, 503);
+    assert_eq!(get(api_addr, "/").await.expect("api").status, 503);
+
+    // api goes away; web stays on the same listener.
+    server.sync_services(&HashMap::from([(web.clone(), 0)]));
+    assert_closes(api_addr).await;
+    assert_eq!(server.local_addrs(&api), None);
+    assert_eq!(only_addr(&server, &web), web_addr);
+    assert!(get(web_addr, "/").await.is_ok());
+
+    // web moves to another port: the old listener closes.
+    let moved = std::net::TcpListener::bind(LOOPBACK).expect("free port");
+    let port = moved.local_addr().expect("bound").port();
+    drop(moved);
+    server.sync_services(&HashMap::from([(web.clone(), port)]));
+    assert_closes(web_addr).await;
+    assert_eq!(only_addr(&server, &web).port(), port);
+
+    server.sync_services(&HashMap::new());
+    assert_closes(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port)).await;
+    assert!(server.open_services().is_empty());
+}
+
+#[tokio::test]
+async fn service_health_listen_failure_is_counted_and_retried() {
+    let recorder = exporter::recorder().expect("buckets are not empty");
+    let metrics = recorder.handle();
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let health = health_at(&ManualClock::at(T0));
+    let server = service_health(&health);
+    let (web, api) = (nsn("web"), nsn("api"));
+    let blocker = std::net::TcpListener::bind(LOOPBACK).expect("free port");
+    let port = blocker.local_addr().expect("bound").port();
+    let wanted = HashMap::from([(web.clone(), port), (api.clone(), 0)]);
+
+    assert_eq!(server.sync_services(&wanted), 1);
+    assert!(server.retry_pending());
+    assert_eq!(server.local_addrs(&web), None);
+    // The other service opened regardless.
+    assert!(server.local_addrs(&api).is_some());
+    server.sync_endpoints(&HashMap::from([(web.clone(), 1)]));
+    let text = metrics.render();
+    assert!(
+        text.lines()
+            .any(|l| l
+                == "kube_ipvs_proxy_service_health_listen_failures_total 1"),
+        "{text}"
+    );
+
+    drop(blocker);
+    assert_eq!(server.sync_services(&wanted), 0);
+    assert!(!server.retry_pending());
+    let addr = only_addr(&server, &web);
+    assert_eq!(addr.port(), port);
+    // The count given while it could not open is not lost.
+    let reply = get(addr, "/").await.expect("probe");
+    assert_eq!(reply.header("x-load-balancing-endpoint-weight"), Some("1"));
+}
+
+#[test]
+fn health_check_ports_and_local_endpoints_come_from_the_maps() {
+    let port = |name: &str, p: &str| {
+        ServicePortName::new("shop", name, p, Protocol::Tcp)
+    };
+    let services = HashMap::from([
+        (
+            port("web", "http"),
+            Arc::new(port_info(|i| i.health_check_node_port = 31000)),
+        ),
+        (
+            port("web", "https"),
+            Arc::new(port_info(|i| i.health_check_node_port = 31000)),
+        ),
+        (port("api", "http"), Arc::new(port_info(|_| {}))),
+    ]);
+    assert_eq!(
+        health_check_node_ports(&services),
+        HashMap::from([(nsn("web"), 31000)])
+    );
+
+    let local = |ip: &str, p: u16| ep(ip, p, |e| e.is_local = true);
+    let endpoints = HashMap::from([
+        (
+            port("web", "http"),
+            vec![
+                local("198.19.0.1", 80),
+                local("198.19.0.2", 80),
+                ep("198.19.1.1", 80, |_| {}),
+                ep("198.19.0.3", 80, |e| {
+                    e.is_local = true;
+                    e.ready = false;
+                }),
+            ],
+        ),
+        // Another port of the same pods: distinct ip:port, so counted.
+        (port("web", "https"), vec![local("198.19.0.1", 443)]),
+        (port("api", "http"), vec![ep("198.19.1.2", 80, |_| {})]),
+    ]);
+    assert_eq!(
+        local_ready_endpoints(&endpoints),
+        HashMap::from([(nsn("web"), 3)])
+    );
+}
+
+/// The example ETP=Local load balancer, its health check moved to
+/// `port`, fed through a sync state as the daemon does.
+fn load_balancer_state(
+    port: u16,
+) -> (crate::sync::SyncState, k8s_openapi::api::core::v1::Node) {
+    use crate::{
+        source::{file, store::ObjectChange},
+        sync::{NodeSettings, SyncState},
+    };
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/plan/loadbalancer-local.yaml");
+    let mut snapshot = file::load(&path).expect("example parses");
+    for svc in &mut snapshot.services {
+        if let Some(spec) = svc.spec.as_mut() {
+            spec.health_check_node_port = Some(i32::from(port));
+        }
+    }
+    let mut state = SyncState::new(
+        "node-a",
+        NodeSettings::default(),
+        Some(vec!["198.18.100.1".parse().expect("address")]),
+        SystemTime::now(),
+    );
+    let node = snapshot.nodes[0].clone();
+    let changes = snapshot
+        .nodes
+        .iter()
+        .map(|n| ObjectChange::Node {
+            previous: None,
+            current: Some(Arc::new(n.clone())),
+        })
+        .chain(snapshot.services.iter().map(|s| ObjectChange::Service {
+            previous: None,
+            current: Some(Arc::new(s.clone())),
+        }))
+        .chain(snapshot.endpoint_slices.iter().map(|s| {
+            ObjectChange::EndpointSlice {
+                previous: None,
+                current: Some(Arc::new(s.clone())),
+            }
+        }));
+    for change in changes {
+        state.apply(&change);
+    }
+    (state, node)
+}
+
+#[tokio::test]
+async fn reporter_keeps_health_and_health_check_ports_in_step_with_syncs() {
+    use crate::source::store::ObjectChange;
+
+    let clock = ManualClock::at(T0);
+    let health = health_at(&clock);
+    let server = service_health(&health);
+    let reporter =
+        super::SyncReporter::new(Arc::clone(&health), Some(server.clone()));
+    let blocker = std::net::TcpListener::bind(LOOPBACK).expect("free port");
+    let port = blocker.local_addr().expect("bound").port();
+    let (mut state, node) = load_balancer_state(port);
+    let shop = NamespacedName::new("default", "shop");
+
+    reporter.queued();
+    clock.set(T0 + 1, 0);
+    let outcome = state.sync();
+    reporter.synced(&state, &outcome, Duration::from_millis(2));
+    let after_first = health.health();
+    assert!(after_first.healthy);
+    assert_eq!(
+        after_first
+            .status
+            .get(&IpFamily::V4)
+            .map(|s| s.last_updated),
+        Some(UNIX_EPOCH + Duration::from_secs(T0 + 1))
+    );
+    // The port was taken: not open, but remembered for a retry.
+    assert_eq!(server.local_addrs(&shop), None);
+    assert!(server.retry_pending());
+
+    // Nothing changed since, yet the next sync retries the port.
+    drop(blocker);
+    let outcome = state.sync();
+    assert!(outcome.deltas.is_empty());
+    reporter.synced(&state, &outcome, Duration::from_millis(1));
+    let addr = only_addr(&server, &shop);
+    let reply = get(addr, "/").await.expect("probe");
+    // One of the two endpoints is on node-a.
+    assert_eq!(reply.status, 200);
+    assert_eq!(reply.header("x-load-balancing-endpoint-weight"), Some("1"));
+
+    // The autoscaler marks the node for deletion.
+    let mut tainted = node.clone();
+    tainted
+        .spec
+        .get_or_insert_with(Default::default)
+        .taints
+        .get_or_insert_with(Vec::new)
+        .push(k8s_openapi::api::core::v1::Taint {
+            key: "ToBeDeletedByClusterAutoscaler".to_owned(),
+            effect: "NoSchedule".to_owned(),
+            ..Default::default()
+        });
+    state.apply(&ObjectChange::Node {
+        previous: Some(Arc::new(node)),
+        current: Some(Arc::new(tainted)),
+    });
+    assert!(health.node_eligible());
+    let outcome = state.sync();
+    reporter.synced(&state, &outcome, Duration::from_millis(1));
+    assert!(!health.node_eligible());
+}
+
+#[tokio::test]
+async fn the_ipv4_wildcard_listens_dual_stack_like_go() {
+    let health = health_at(&ManualClock::at(T0));
+    let server = Server::bind(
+        "healthz",
+        SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0),
+        healthz::router(health),
+    )
+    .await
+    .expect("wildcard port");
+    let port = server.local_addr().port();
+    let v4 = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port);
+    assert_eq!(get(v4, "/livez").await.expect("over IPv4").status, 200);
+    if server.local_addr().is_ipv6() {
+        let v6 = SocketAddr::new(std::net::Ipv6Addr::LOCALHOST.into(), port);
+        assert_eq!(get(v6, "/livez").await.expect("over IPv6").status, 200);
+    } else {
+        // Only a host without IPv6 falls back to an IPv4 socket.
+        assert!(std::net::TcpListener::bind("[::1]:0").is_err());
+    }
+}
+
+#[tokio::test]
+async fn the_daemon_reports_queued_and_applied_syncs() {
+    use futures::StreamExt;
+    use kube::runtime::watcher::Event;
+
+    use crate::{
+        daemon::{self, LogBackend},
+        source::{file, SourceEvent},
+        sync::{NodeSettings, SyncState},
+    };
+
+    let recorder = exporter::recorder().expect("buckets are not empty");
+    let metrics = recorder.handle();
+    // Current-thread runtime: the daemon's tasks record here too.
+    let _local = metrics::set_default_local_recorder(&recorder);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/plan/loadbalancer-local.yaml");
+    let snapshot = file::load(&path).expect("example parses");
+    let mut events = Vec::new();
+    events.push(SourceEvent::Node(Event::Init));
+    events.extend(
+        snapshot
+            .nodes
+            .iter()
+            .cloned()
+            .map(|n| SourceEvent::Node(Event::InitApply(n))),
+    );
+    events.push(SourceEvent::Node(Event::InitDone));
+    events.push(SourceEvent::Service(Event::Init));
+    events.extend(
+        snapshot
+            .services
+            .iter()
+            .cloned()
+            .map(|s| SourceEvent::Service(Event::InitApply(s))),
+    );
+    events.push(SourceEvent::Service(Event::InitDone));
+    events.push(SourceEvent::EndpointSlice(Event::Init));
+    events.extend(
+        snapshot
+            .endpoint_slices
+            .iter()
+            .cloned()
+            .map(|s| SourceEvent::EndpointSlice(Event::InitApply(s))),
+    );
+    events.push(SourceEvent::EndpointSlice(Event::InitDone));
+    // The source stays open, as a watch does.
+    let source =
+        futures::stream::iter(events).chain(futures::stream::pending());
+
+    let health = Arc::new(ProxyHealth::new(2 * SYNC_PERIOD));
+    let reporter = super::SyncReporter::new(Arc::clone(&health), None);
+    let state = SyncState::new(
+        "node-a",
+        NodeSettings::default(),
+        None,
+        SystemTime::now(),
+    );
+    let daemon = tokio::spawn(daemon::run(
+        source,
+        state,
+        LogBackend,
+        Duration::ZERO,
+        SYNC_PERIOD,
+        reporter,
+    ));
+    let mut synced = false;
+    for _ in 0..500 {
+        if !health.health().status.is_empty() {
+            synced = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    daemon.abort();
+    assert!(synced, "no sync reported within 5 s");
+    let health_now = health.health();
+    assert!(health_now.healthy);
+    assert_eq!(
+        health_now.status.keys().copied().collect::<Vec<_>>(),
+        [IpFamily::V4]
+    );
+    let text = metrics.render();
+    for prefix in [
+        r#"kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds{ip_family="IPv4"} "#,
+        r#"kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4"} "#,
+        r#"kubeproxy_sync_proxy_rules_duration_seconds_count{ip_family="IPv4"} "#,
+        // The example's load balancer has a local endpoint.
+        r#"kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv4",traffic_policy="external"} 0"#,
+    ] {
+        assert!(
+            text.lines().any(|l| l.starts_with(prefix)),
+            "no {prefix:?} in\n{text}"
+        );
+    }
+}

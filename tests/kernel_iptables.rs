@@ -1,0 +1,309 @@
+//! The iptables contract against the real tools. iptables and ipsets are
+//! per network namespace, so each run re-executes this test binary under
+//! `unshare -n` (as root): it runs in the guest (`make vm-test`) and on a
+//! development host alike (`cargo test --features kernel-tests --test
+//! kernel_iptables`), and touches nothing outside that namespace.
+//!
+//! Every scenario runs on the real tools and on the model; besides the
+//! scenario's own assertions, both must end in the same normalised state.
+
+#[tokio::test]
+#[cfg_attr(
+    not(feature = "kernel-tests"),
+    ignore = "needs root and iptables: run `make vm-test`, or on the host \
+              `cargo test --features kernel-tests --test kernel_iptables`"
+)]
+async fn contract_against_real_iptables() -> anyhow::Result<()> {
+    #[cfg(feature = "kernel-tests")]
+    return netns::contract_against_real_iptables().await;
+    #[cfg(not(feature = "kernel-tests"))]
+    Ok(())
+}
+
+/// Only built with the feature: the contract module is not compiled
+/// without it.
+#[cfg(feature = "kernel-tests")]
+mod netns {
+    use std::{
+        env,
+        future::Future,
+        process::{Command, Stdio},
+    };
+
+    use anyhow::{bail, Context, Result};
+    use kube_ipvs_proxy::kernel::iptables::{
+        contract,
+        model::Model,
+        real::{RealIptables, Variant},
+        Family, Iptables, RulesInput,
+    };
+    use pretty_assertions::assert_eq;
+
+    const IN_NETNS: &str = "KUBE_IPVS_PROXY_IPTABLES_NETNS";
+    const VARIANT: &str = "KUBE_IPVS_PROXY_IPTABLES_VARIANT";
+
+    fn variant_name(v: Variant) -> &'static str {
+        match v {
+            Variant::Installed => "installed",
+            Variant::Nft => "nft",
+            Variant::Legacy => "legacy",
+        }
+    }
+
+    fn have(program: &str) -> bool {
+        Command::new(program)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Runs `test` of this binary again in a new network namespace, once per
+    /// iptables variant present, and fails if any run fails.
+    fn in_fresh_netns(test: &str) -> Result<()> {
+        let exe = env::current_exe().context("test binary path")?;
+        let mut variants = vec![];
+        for v in [Variant::Nft, Variant::Legacy] {
+            if have(&format!("iptables-{}", variant_name(v))) {
+                variants.push(v);
+            }
+        }
+        // The guest is slow (about a minute per variant): there, nft only,
+        // which checks the ipvs match the host lacks; the host runs both
+        // in seconds.
+        if testkit::guest::check().is_ok() && variants.contains(&Variant::Nft) {
+            variants = vec![Variant::Nft];
+        }
+        if variants.is_empty() {
+            variants.push(Variant::Installed);
+        }
+        for v in variants {
+            let status = Command::new("unshare")
+                .arg("-n")
+                .arg(&exe)
+                .args([test, "--exact", "--include-ignored", "--nocapture"])
+                .args(["--test-threads", "1"])
+                .env(IN_NETNS, "1")
+                .env(VARIANT, variant_name(v))
+                .status()
+                .context("running unshare -n (needs root)")?;
+            if !status.success() {
+                bail!("{test} failed with iptables-{}", variant_name(v));
+            }
+        }
+        Ok(())
+    }
+
+    fn variant_from_env() -> Variant {
+        match env::var(VARIANT).as_deref() {
+            Ok("nft") => Variant::Nft,
+            Ok("legacy") => Variant::Legacy,
+            _ => Variant::Installed,
+        }
+    }
+
+    fn run_input(program: &str, args: &[&str], input: &str) -> Result<()> {
+        let out = testkit::command::run_with_input(
+            Command::new(program).args(args),
+            input,
+        );
+        out.map(|_| ())
+            .with_context(|| format!("{program} {args:?}"))
+    }
+
+    /// Every kube-proxy set of both families, so rules matching them load.
+    fn create_sets() -> Result<()> {
+        let mut batch = String::new();
+        for family in [Family::V4, Family::V6] {
+            for (name, kind) in contract::set_names(family) {
+                let opts = if kind == "bitmap:port" {
+                    " range 0-65535".to_owned()
+                } else if family == Family::V6 {
+                    " family inet6".to_owned()
+                } else {
+                    String::new()
+                };
+                batch.push_str(&format!("create {name} {kind}{opts} -exist\n"));
+            }
+        }
+        run_input("ipset", &["restore"], &batch)
+    }
+
+    /// Empties both tables of both families between scenarios.
+    fn reset(variant: Variant) -> Result<()> {
+        for base in ["iptables", "ip6tables"] {
+            let program = match variant {
+                Variant::Installed => base.to_owned(),
+                v => format!("{base}-{}", variant_name(v)),
+            };
+            for table in ["nat", "filter"] {
+                for op in ["-F", "-X"] {
+                    let status = Command::new(&program)
+                        .args(["-w", "5", "-t", table, op])
+                        .status()
+                        .with_context(|| {
+                            format!("{program} -t {table} {op}")
+                        })?;
+                    if !status.success() {
+                        bail!("{program} -t {table} {op} failed");
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the kernel has the `ipvs` match (the guest does, a host
+    /// without IPVS does not); the KUBE-IPVS-OUT-FILTER rules need it.
+    async fn has_ipvs_match(real: &mut RealIptables) -> bool {
+        let probe =
+            "*filter\n:KUBE-PROBE - [0:0]\n-A KUBE-PROBE -m ipvs --vaddr \
+                     198.18.0.1 -j DROP\nCOMMIT\n";
+        let ok = real.restore(Family::V4, probe).await.is_ok();
+        let _ = real
+            .restore(
+                Family::V4,
+                "*filter\n-F KUBE-PROBE\n-X KUBE-PROBE\nCOMMIT\n",
+            )
+            .await;
+        ok
+    }
+
+    fn model() -> Model {
+        let names: Vec<String> = [Family::V4, Family::V6]
+            .into_iter()
+            .flat_map(contract::set_names)
+            .map(|(name, _)| name)
+            .collect();
+        Model::new().with_sets(names)
+    }
+
+    /// Runs `scenario` on a fresh model and on the emptied real tables, and
+    /// checks they end in the same state.
+    async fn both<F, Fut>(
+        variant: Variant,
+        name: &str,
+        scenario: F,
+    ) -> Result<()>
+    where
+        F: Fn(Box<dyn FnOnce() -> Target>) -> Fut,
+        Fut: Future<Output = String>,
+    {
+        reset(variant)?;
+        let want = scenario(Box::new(|| Target::Model(model()))).await;
+        let got = scenario(Box::new(move || {
+            Target::Real(RealIptables::new(variant))
+        }))
+        .await;
+        assert_eq!(got, want, "{name}: kernel and model differ");
+        Ok(())
+    }
+
+    /// Either implementation, so one closure can drive both.
+    enum Target {
+        Model(Model),
+        Real(RealIptables),
+    }
+
+    impl Iptables for Target {
+        async fn save(
+            &mut self,
+            family: Family,
+            table: &str,
+        ) -> Result<String, kube_ipvs_proxy::kernel::KernelError> {
+            match self {
+                Target::Model(m) => m.save(family, table).await,
+                Target::Real(r) => r.save(family, table).await,
+            }
+        }
+
+        async fn restore(
+            &mut self,
+            family: Family,
+            payload: &str,
+        ) -> Result<(), kube_ipvs_proxy::kernel::KernelError> {
+            match self {
+                Target::Model(m) => m.restore(family, payload).await,
+                Target::Real(r) => r.restore(family, payload).await,
+            }
+        }
+    }
+
+    type Scenario = for<'a> fn(
+        &'a mut Target,
+        &'a RulesInput,
+    ) -> std::pin::Pin<
+        Box<dyn Future<Output = String> + 'a>,
+    >;
+
+    pub async fn contract_against_real_iptables() -> Result<()> {
+        if env::var_os(IN_NETNS).is_none() {
+            return in_fresh_netns("contract_against_real_iptables");
+        }
+        let variant = variant_from_env();
+        create_sets()?;
+        let mut real = RealIptables::new(variant);
+        assert!(
+            real.supports_random_fully().await,
+            "iptables 1.6.2 or later is required"
+        );
+        let ipvs_match = has_ipvs_match(&mut real).await;
+        eprintln!(
+            "iptables-{}: ipvs match {}",
+            variant_name(variant),
+            if ipvs_match { "present" } else { "absent" }
+        );
+        let inputs = contract::inputs(ipvs_match);
+
+        let scenarios: [(&str, Scenario); 4] = [
+            ("apply_and_verify", |k, i| {
+                Box::pin(contract::apply_and_verify(k, i))
+            }),
+            ("repairs_drift", |k, i| {
+                Box::pin(contract::repairs_drift(k, i))
+            }),
+            ("failed_restore_changes_nothing", |k, i| {
+                Box::pin(contract::failed_restore_changes_nothing(k, i))
+            }),
+            ("cleanup_removes_only_ours", |k, i| {
+                Box::pin(contract::cleanup_removes_only_ours(k, i))
+            }),
+        ];
+        // Every input through the main scenario; the others need one
+        // input only, the one with every rule (the guest is slow).
+        let widest = inputs.last().into_iter();
+        let runs = inputs
+            .iter()
+            .map(|i| (i, scenarios.get(..1).unwrap_or_default()))
+            .chain(widest.map(|i| (i, scenarios.get(1..).unwrap_or_default())));
+        for ((input_name, input), scenarios) in runs {
+            for &(scenario_name, scenario) in scenarios {
+                let name = format!("{scenario_name} / {input_name}");
+                both(variant, &name, |make| async move {
+                    let mut k = make();
+                    scenario(&mut k, input).await
+                })
+                .await?;
+            }
+        }
+        for pair in inputs.windows(2) {
+            if let [(a, from), (b, to)] = pair {
+                let name = format!("change_input / {a} -> {b}");
+                both(variant, &name, |make| async move {
+                    let mut k = make();
+                    contract::change_input(&mut k, from, to).await
+                })
+                .await?;
+            }
+        }
+        for family in [Family::V4, Family::V6] {
+            both(variant, "refusals", |make| async move {
+                let mut k = make();
+                contract::refusals(&mut k, family).await
+            })
+            .await?;
+        }
+        Ok(())
+    }
+}
