@@ -40,7 +40,7 @@ pub enum SetKind {
 }
 
 /// The kernel set type, as `ipset create NAME TYPE` spells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SetType {
     HashIp,
     HashIpPort,

@@ -1,0 +1,83 @@
+//! ipsets: kube-proxy's sets and their entries.
+//!
+//! [`NetlinkIpsets`] programs the kernel over ipset's netlink protocol;
+//! [`ModelIpsets`] holds sets in memory and fails where the kernel does.
+//! The scenarios in `contract` hold the two to the same results.
+
+#[cfg(any(test, feature = "kernel-tests"))]
+pub mod contract;
+mod model;
+mod netlink;
+mod real;
+#[cfg(test)]
+mod tests;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    future::Future,
+};
+
+pub use self::{model::ModelIpsets, real::NetlinkIpsets};
+use super::KernelError;
+pub use crate::desired::{SetEntry, SetType};
+
+/// A set as the proxy creates it (kube-proxy's options: family, hash
+/// size 1024, maxelem 65536; bitmap:port with range 0-65535).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetSpec {
+    pub name: String,
+    pub set_type: SetType,
+    pub ipv6: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetState {
+    pub spec: SetSpec,
+    pub entries: BTreeSet<SetEntry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IpsetOp {
+    Create(SetSpec),
+    Destroy(String),
+    Flush(String),
+    Add(String, SetEntry),
+    Delete(String, SetEntry),
+}
+
+impl IpsetOp {
+    /// What an error about this operation names: the set, and the
+    /// element in `ipset save` syntax.
+    pub fn object(&self) -> String {
+        match self {
+            IpsetOp::Create(spec) => spec.name.clone(),
+            IpsetOp::Destroy(name) | IpsetOp::Flush(name) => name.clone(),
+            IpsetOp::Add(name, entry) | IpsetOp::Delete(name, entry) => {
+                format!("{name} {entry}")
+            }
+        }
+    }
+}
+
+/// The family of a listed set when the kernel does not keep one: a
+/// bitmap:port set has no family, so (as kube-proxy names them) the
+/// `KUBE-6-` prefix is what says it serves IPv6.
+pub(crate) fn family_of_listed(set_type: SetType, name: &str) -> Option<bool> {
+    match set_type {
+        SetType::BitmapPort => Some(name.starts_with("KUBE-6-")),
+        _ => None,
+    }
+}
+
+pub trait Ipsets {
+    /// Every set whose name starts with `prefix` (`KUBE-`), with entries.
+    fn dump(
+        &mut self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<BTreeMap<String, SetState>, KernelError>> + Send;
+
+    fn apply(
+        &mut self,
+        ops: &[IpsetOp],
+    ) -> impl Future<Output = Vec<Result<(), KernelError>>> + Send;
+}
