@@ -1,7 +1,7 @@
 # Entry points. The guest targets are self-contained: each installs what it
 # needs (tests/vm/deps.sh) and caches the kernel under target/vm/.
 
-.PHONY: test fmt-check lint unit bench vm-test vm-shell vm-kernel
+.PHONY: test fmt-check lint unit bench bench-ipvs vm-test vm-shell vm-kernel
 
 # Crates whose kernel tests vm-test runs; empty means every workspace crate
 # with a `kernel-tests` feature. VM_TEST_ARGS go to each test binary (a name
@@ -27,6 +27,12 @@ unit:
 # Benchmarks print their ratios against a baseline from the same run.
 bench:
 	cargo bench --bench tracker
+
+# ipvs-sys against ipvsadm -R / -Sn on the same rules, in the guest.
+# BENCH_SERVICES (default 10000) x BENCH_DESTS (10); see
+# ipvs-sys/examples/vs_ipvsadm.rs.
+bench-ipvs:
+	tests/vm/bench-ipvs.sh
 
 # Builds the kernel tests and runs them in the real-kernel guest
 # (tests/vm/README.md).

@@ -80,17 +80,22 @@ macro_rules! contract_tests {
     )*};
 }
 
-contract_tests!(
-    programs_services_and_real_servers,
-    duplicates_are_refused_with_eexist,
-    missing_objects_are_not_found,
-    updates_change_settings_and_keep_real_servers,
-    deletes_remove_services_with_their_real_servers,
-    a_failure_does_not_stop_the_batch,
-    unknown_scheduler_is_not_found,
-    real_server_of_the_other_family_is_invalid,
-    weight_above_int_max_is_refused,
-);
+/// Named `ipvs_contract::*` so that a filter on `ipvs` selects them.
+mod ipvs_contract {
+    use super::*;
+
+    contract_tests!(
+        programs_services_and_real_servers,
+        duplicates_are_refused_with_eexist,
+        missing_objects_are_not_found,
+        updates_change_settings_and_keep_real_servers,
+        deletes_remove_services_with_their_real_servers,
+        a_failure_does_not_stop_the_batch,
+        unknown_scheduler_is_not_found,
+        real_server_of_the_other_family_is_invalid,
+        weight_above_int_max_is_refused,
+    );
+}
 
 /// The full dump over several connections reads the same table.
 #[test]
@@ -98,7 +103,7 @@ contract_tests!(
     not(feature = "kernel-tests"),
     ignore = "needs the real-kernel guest: run `make vm-test`"
 )]
-fn dump_over_several_connections() {
+fn ipvs_dump_over_several_connections() {
     #[cfg(feature = "kernel-tests")]
     with_kernel(3, |mut ipvs| async move {
         contract::programs_services_and_real_servers(&mut ipvs).await
@@ -112,7 +117,7 @@ fn dump_over_several_connections() {
     not(feature = "kernel-tests"),
     ignore = "needs the real-kernel guest: run `make vm-test`"
 )]
-fn dump_skips_fwmark_services() {
+fn ipvs_dump_skips_fwmark_services() {
     with_kernel(1, |mut ipvs| async move {
         ipvsadm(&["-A", "-f", "7", "-s", "rr"]);
         ipvsadm(&["-a", "-f", "7", "-r", "198.19.9.1:0", "-m"]);
@@ -134,7 +139,7 @@ fn dump_skips_fwmark_services() {
     not(feature = "kernel-tests"),
     ignore = "needs the real-kernel guest: run `make vm-test`"
 )]
-fn ipvsadm_sees_what_kube_proxy_programs() {
+fn ipvs_as_ipvsadm_sees_it_is_what_kube_proxy_programs() {
     with_kernel(1, |mut ipvs| async move {
         let sticky =
             ServiceSpec::new(tcp("198.18.10.1", 80), "rr", Some(10800));

@@ -333,7 +333,8 @@ fn assert_objects(results: &[Result<(), KernelError>], objects: &[&str]) {
     assert_eq!(got, objects, "objects named by the errors");
 }
 
-/// The kernel keeps weights in a signed int and refuses larger ones.
+/// The kernel keeps weights in a signed int and refuses larger ones with
+/// ERANGE (not EINVAL).
 pub async fn weight_above_int_max_is_refused<K: Ipvs>(k: &mut K) {
     let svc = spec(tcp("198.18.8.1", 80), "rr", None);
     let backend = dest("198.19.8.1", 8080);
@@ -343,7 +344,8 @@ pub async fn weight_above_int_max_is_refused<K: Ipvs>(k: &mut K) {
         IpvsOp::AddDest(svc.key, weighted(backend, i32::MAX as u32)),
         IpvsOp::UpdateDest(svc.key, weighted(backend, u32::MAX)),
     ];
-    apply_expecting(k, &ops, &[OK, EINVAL, OK, EINVAL]).await;
+    let erange = Err((ErrorKind::Other, Some(super::model::ERANGE)));
+    apply_expecting(k, &ops, &[OK, erange, OK, erange]).await;
     let max = state(i32::MAX as u32);
     assert_dump(k, &table(vec![(svc, vec![(backend, max)])])).await;
 }

@@ -15,14 +15,17 @@ const KERNEL_SCHEDULERS: [&str; 14] = [
     "fo", "ovf", "twos",
 ];
 
-/// The kernel refuses weights that do not fit its signed int.
+/// The kernel keeps weights in a signed int and answers ERANGE for one
+/// that turns negative there (seen in the guest, 6.1).
 const MAX_WEIGHT: u32 = i32::MAX as u32;
+pub(super) const ERANGE: i32 = 34;
 
 /// The IPVS table in memory. Every operation fails where the kernel's
 /// does, with the kernel's errno: EEXIST for a duplicate service or real
 /// server, ESRCH for a missing service (whatever the operation), ENOENT
 /// for a missing real server or an unknown scheduler, EINVAL for a real
-/// server of the other address family.
+/// server of the other address family, ERANGE for a weight above
+/// `i32::MAX`.
 #[derive(Debug, Clone)]
 pub struct IpvsModel {
     table: IpvsTable,
@@ -194,10 +197,12 @@ fn check_dest(
         ));
     }
     if dest.weight > MAX_WEIGHT {
-        return Err(KernelError::invalid(
+        return Err(KernelError::new(
+            ErrorKind::Other,
             object(),
             format!("weight {} above {MAX_WEIGHT}", dest.weight),
-        ));
+        )
+        .with_errno(ERANGE));
     }
     Ok(())
 }
