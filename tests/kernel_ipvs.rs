@@ -82,7 +82,8 @@ macro_rules! contract_tests {
 
 /// Named `ipvs_contract::*` so that a filter on `ipvs` selects them.
 mod ipvs_contract {
-    use super::*;
+    #[cfg(feature = "kernel-tests")]
+    use super::{contract, with_kernel};
 
     contract_tests!(
         programs_services_and_real_servers,
