@@ -17,7 +17,21 @@ use kube_ipvs_proxy::{
         self, Cli, Command, Config, ConfigArgs, OutputFormat, PlanArgs,
         Resolved, RunArgs,
     },
-    daemon::{self, LogBackend},
+    daemon,
+    kernel::{
+        addresses::NetlinkAddresses,
+        ipsets::NetlinkIpsets,
+        iptables::{
+            real::{RealIptables, Variant},
+            Family,
+        },
+        ipvs::NetlinkIpvs,
+        sysctl::{self, KernelVersion, ProcSysctls, SysctlConfig},
+    },
+    proxier::{
+        iptables::{RulesSettings, WithIptables},
+        Proxier, ProxierConfig,
+    },
     server::{self, ProxyHealth, ServiceHealthServer, SyncReporter},
     source::{self, SourceEvent},
     sync::{self, NodeSettings, SyncState},
@@ -113,13 +127,11 @@ const STATE_FILE_POLL: Duration = Duration::from_millis(500);
 
 async fn run_proxy(config: Config, cleanup: bool) -> anyhow::Result<()> {
     if cleanup {
-        // Nothing is programmed into the kernel yet, so there is nothing
-        // of ours to remove.
-        tracing::info!("--cleanup: nothing to remove");
-        return Ok(());
+        return clean_up(&config).await;
     }
     let node_name = config.node_name(&hostname());
     tracing::info!(node = %node_name, "starting");
+    let backend = kernel_backend(&config).await?;
     let source: BoxStream<'static, SourceEvent> = match &config.state_file {
         Some(path) => {
             source::file::watch(path.clone(), STATE_FILE_POLL).boxed()
@@ -144,12 +156,107 @@ async fn run_proxy(config: Config, cleanup: bool) -> anyhow::Result<()> {
     daemon::run(
         source,
         state,
-        LogBackend,
+        backend,
         config.ipvs.min_sync_period,
         config.ipvs.sync_period,
         reporter,
     )
     .await?;
+    Ok(())
+}
+
+type KernelBackend = WithIptables<
+    Proxier<NetlinkIpvs, NetlinkAddresses, NetlinkIpsets>,
+    RealIptables,
+>;
+
+/// Opens the kernel facilities, sets IPVS mode's sysctls, and makes sure
+/// kube-ipvs0 and the sets exist. Nothing is flushed: the first sync reads
+/// the kernel and applies the difference, so connections through existing
+/// virtual servers survive a restart.
+async fn kernel_backend(config: &Config) -> anyhow::Result<KernelBackend> {
+    set_sysctls(config);
+    let ipvs = NetlinkIpvs::connect().context("IPVS")?;
+    let addresses = NetlinkAddresses::new().context("kube-ipvs0 addresses")?;
+    let ipsets = NetlinkIpsets::new().context("ipsets")?;
+    let mut proxier = Proxier::new(
+        ipvs,
+        addresses,
+        ipsets,
+        ProxierConfig::from_config(config),
+    );
+    let report = proxier.start().await;
+    for error in report.failed() {
+        tracing::warn!(%error, "start-up");
+    }
+    let iptables = RealIptables::new(Variant::detect().await);
+    let random_fully = iptables.supports_random_fully().await;
+    Ok(WithIptables::new(
+        proxier,
+        iptables,
+        RulesSettings::from_config(config, random_fully),
+    ))
+}
+
+/// IPVS mode's sysctls, written only where they differ. A failure is
+/// logged and the proxy goes on, as upstream does.
+fn set_sysctls(config: &Config) {
+    let mut sysctls = ProcSysctls::new();
+    let kernel = match KernelVersion::running(&mut sysctls) {
+        Ok(kernel) => kernel,
+        Err(error) => {
+            tracing::warn!(%error, "cannot read the kernel version; sysctls left alone");
+            return;
+        }
+    };
+    let wanted = SysctlConfig {
+        strict_arp: config.ipvs.strict_arp,
+    };
+    for result in sysctl::ensure(&mut sysctls, &wanted, kernel) {
+        match result {
+            Ok(change) => tracing::info!(
+                sysctl = change.path,
+                from = %change.from,
+                to = change.to,
+                "set"
+            ),
+            Err(error) => tracing::warn!(%error, "sysctl not set"),
+        }
+    }
+}
+
+/// `--cleanup`: removes our iptables chains and jumps first (sets they
+/// reference cannot be destroyed), then our virtual servers, kube-ipvs0
+/// and our sets, and nothing that is not ours.
+async fn clean_up(config: &Config) -> anyhow::Result<()> {
+    let mut iptables = RealIptables::new(Variant::detect().await);
+    let (report, kept) = kube_ipvs_proxy::kernel::iptables::apply::cleanup(
+        &mut iptables,
+        &[Family::V4, Family::V6],
+    )
+    .await;
+    for (family, table, error) in &report.errors {
+        tracing::warn!(%family, table, %error, "iptables cleanup");
+    }
+    for (family, table, chain) in kept {
+        tracing::warn!(%family, table, chain, "chain still referenced by a rule that is not ours; flushed and kept");
+    }
+    let mut proxier = Proxier::new(
+        NetlinkIpvs::connect().context("IPVS")?,
+        NetlinkAddresses::new().context("kube-ipvs0 addresses")?,
+        NetlinkIpsets::new().context("ipsets")?,
+        ProxierConfig::from_config(config),
+    );
+    let report = proxier.cleanup().await;
+    let failures: Vec<_> = report.failed().collect();
+    for error in &failures {
+        tracing::warn!(%error, "cleanup");
+    }
+    tracing::info!(
+        operations = report.op_count(),
+        failures = failures.len(),
+        "cleanup done"
+    );
     Ok(())
 }
 

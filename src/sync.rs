@@ -105,6 +105,7 @@ pub fn node_context(
         // common case; dual-stack needs the node's addresses.
         ipv4: has_v4 || !has_v6,
         ipv6: has_v6,
+        pod_cidrs: node.map(|n| n.pod_cidrs.clone()).unwrap_or_default(),
     }
 }
 

@@ -111,4 +111,7 @@ pub struct NodeContext {
     pub ipv6: bool,
     /// Whether the IPv4 side runs (false only on IPv6-only nodes).
     pub ipv4: bool,
+    /// The node's `spec.podCIDRs`: local-traffic detection under
+    /// `detectLocalMode: NodeCIDR` reads them.
+    pub pod_cidrs: Vec<ipnet::IpNet>,
 }

@@ -15,6 +15,7 @@
 //! reconcile compares it with the kernel and repairs whatever failed.
 
 pub mod graceful;
+pub mod iptables;
 pub mod plan;
 #[cfg(test)]
 mod tests;

@@ -299,6 +299,7 @@ fn ctx() -> NodeContext {
         scheduler: "rr".into(),
         ipv4: true,
         ipv6: false,
+        pod_cidrs: vec![],
     }
 }
 

@@ -25,6 +25,7 @@ fn ctx(f: impl FnOnce(&mut NodeContext)) -> NodeContext {
         scheduler: "rr".into(),
         ipv4: true,
         ipv6: false,
+        pod_cidrs: vec![],
     };
     f(&mut c);
     c
