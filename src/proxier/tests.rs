@@ -1,10 +1,11 @@
-//! The proxier against small strict kernel doubles.
+//! The proxier against the kernel facilities' in-memory models
+//! (`AddressesModel`, `ModelIpsets`), which the contract tests hold to
+//! the real kernel: they refuse what the kernel refuses (EEXIST on a
+//! duplicate add, ENOENT/ENODEV/EADDRNOTAVAIL on a missing object)
+//! rather than forgive it.
 //!
-//! TODO(after merge): switch these to the facilities' in-memory models
-//! (`kernel::{ipvs,addresses,ipsets}::model`), which are held to the real
-//! kernel by their contract tests, and delete the doubles below. They
-//! already refuse what the kernel refuses (EEXIST on a duplicate add,
-//! ENOENT on a missing object) rather than forgive it.
+//! TODO(after merge): IPVS is still a local strict double until the
+//! facility's model (`kernel::ipvs::model`) is in main.
 
 use std::{
     future::{ready, Future},
@@ -19,7 +20,8 @@ use super::*;
 use crate::{
     desired::{NodeContext, SetEntry},
     kernel::{
-        ipsets::{SetSpec, SetState},
+        addresses::AddressesModel,
+        ipsets::{ModelIpsets, SetSpec},
         ipvs::{DestKey, DestSpec, DestState, IpvsTable, ServiceEntry},
     },
     model::{
@@ -131,145 +133,7 @@ impl Ipvs for TestIpvs {
     }
 }
 
-#[derive(Debug, Default)]
-struct TestAddresses {
-    link: Option<BTreeSet<IpAddr>>,
-    local: Vec<IpAddr>,
-}
-
-impl Addresses for TestAddresses {
-    fn ensure_dummy(
-        &mut self,
-        _link: &str,
-    ) -> impl Future<Output = Result<(), KernelError>> + Send {
-        self.link.get_or_insert_with(BTreeSet::new);
-        ready(Ok(()))
-    }
-
-    fn delete_link(
-        &mut self,
-        link: &str,
-    ) -> impl Future<Output = Result<(), KernelError>> + Send {
-        ready(
-            self.link
-                .take()
-                .map(|_| ())
-                .ok_or_else(|| KernelError::not_found(link)),
-        )
-    }
-
-    fn list(
-        &mut self,
-        _link: &str,
-    ) -> impl Future<Output = Result<BTreeSet<IpAddr>, KernelError>> + Send
-    {
-        ready(Ok(self.link.clone().unwrap_or_default()))
-    }
-
-    fn local_addresses(
-        &mut self,
-        _except_link: &str,
-    ) -> impl Future<Output = Result<Vec<IpAddr>, KernelError>> + Send {
-        ready(Ok(self.local.clone()))
-    }
-
-    fn apply(
-        &mut self,
-        link: &str,
-        ops: &[AddressOp],
-    ) -> impl Future<Output = Vec<OpResult>> + Send {
-        let results = ops
-            .iter()
-            .map(|op| {
-                let addrs = self
-                    .link
-                    .as_mut()
-                    .ok_or_else(|| KernelError::not_found(link))?;
-                match op {
-                    AddressOp::Add(a) if !addrs.insert(*a) => {
-                        Err(KernelError::exists(a))
-                    }
-                    AddressOp::Delete(a) if !addrs.remove(a) => {
-                        Err(KernelError::not_found(a))
-                    }
-                    _ => Ok(()),
-                }
-            })
-            .collect();
-        ready(results)
-    }
-}
-
-#[derive(Debug, Default)]
-struct TestIpsets {
-    sets: BTreeMap<String, SetState>,
-}
-
-impl TestIpsets {
-    fn apply_one(&mut self, op: &IpsetOp) -> OpResult {
-        let missing = |n: &str| KernelError::not_found(n);
-        match op {
-            IpsetOp::Create(spec) => {
-                if self.sets.contains_key(&spec.name) {
-                    return Err(KernelError::exists(&spec.name));
-                }
-                self.sets.insert(
-                    spec.name.clone(),
-                    SetState {
-                        spec: spec.clone(),
-                        entries: BTreeSet::new(),
-                    },
-                );
-            }
-            IpsetOp::Destroy(n) => {
-                self.sets.remove(n).ok_or_else(|| missing(n))?;
-            }
-            IpsetOp::Flush(n) => self
-                .sets
-                .get_mut(n)
-                .ok_or_else(|| missing(n))?
-                .entries
-                .clear(),
-            IpsetOp::Add(n, e) => {
-                let set = self.sets.get_mut(n).ok_or_else(|| missing(n))?;
-                if !set.entries.insert(e.clone()) {
-                    return Err(KernelError::exists(e));
-                }
-            }
-            IpsetOp::Delete(n, e) => {
-                let set = self.sets.get_mut(n).ok_or_else(|| missing(n))?;
-                if !set.entries.remove(e) {
-                    return Err(KernelError::not_found(e));
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Ipsets for TestIpsets {
-    fn dump(
-        &mut self,
-        prefix: &str,
-    ) -> impl Future<Output = Result<BTreeMap<String, SetState>, KernelError>> + Send
-    {
-        ready(Ok(self
-            .sets
-            .iter()
-            .filter(|(n, _)| n.starts_with(prefix))
-            .map(|(n, s)| (n.clone(), s.clone()))
-            .collect()))
-    }
-
-    fn apply(
-        &mut self,
-        ops: &[IpsetOp],
-    ) -> impl Future<Output = Vec<OpResult>> + Send {
-        ready(ops.iter().map(|op| self.apply_one(op)).collect())
-    }
-}
-
-type TestProxier = Proxier<TestIpvs, TestAddresses, TestIpsets>;
+type TestProxier = Proxier<TestIpvs, AddressesModel, ModelIpsets>;
 
 const NODE_IP: &str = "198.18.100.1";
 
@@ -280,11 +144,8 @@ fn ip(s: &str) -> IpAddr {
 fn proxier() -> TestProxier {
     Proxier::new(
         TestIpvs::default(),
-        TestAddresses {
-            link: None,
-            local: vec![ip(NODE_IP)],
-        },
-        TestIpsets::default(),
+        AddressesModel::new().with_link("eth0", [ip(NODE_IP)]),
+        ModelIpsets::new(),
         ProxierConfig::default(),
     )
 }
@@ -416,12 +277,15 @@ fn ipvs_lines(p: &mut TestProxier) -> Vec<String> {
 
 fn link(p: &mut TestProxier) -> Option<Vec<IpAddr>> {
     let (_, addrs, _) = p.handles();
-    addrs.link.as_ref().map(|l| l.iter().copied().collect())
+    addrs
+        .links
+        .get(DUMMY_LINK)
+        .map(|l| l.addresses.iter().copied().collect())
 }
 
 fn set_entries(p: &mut TestProxier, name: &str) -> Vec<String> {
     let (_, _, sets) = p.handles();
-    sets.sets
+    sets.sets()
         .get(name)
         .map(|s| s.entries.iter().map(SetEntry::to_string).collect())
         .unwrap_or_default()
@@ -437,10 +301,10 @@ fn start_creates_link_and_sets_and_deletes_nothing() {
             80,
             &[("198.19.0.5", weight(1, 3))],
         )]);
-        sets.apply_one(&IpsetOp::Create(plan::set_spec(
+        let created = block_on(sets.apply(&[IpsetOp::Create(plan::set_spec(
             crate::desired::SetName::v4(crate::desired::SetKind::ClusterIp),
-        )))
-        .unwrap();
+        ))]));
+        assert!(created.iter().all(Result::is_ok), "{created:?}");
     }
     let report = block_on(p.start());
     assert!(report.is_ok(), "{report:?}");
@@ -478,7 +342,15 @@ fn first_full_reconcile_keeps_live_servers_restores_weights_and_drains() {
             // Somebody else's.
             entry("198.18.200.1", 80, &[("198.19.9.9", weight(1, 0))]),
         ]);
-        addrs.link = Some([ip("198.18.0.10"), ip("198.18.0.20")].into());
+        block_on(addrs.ensure_dummy(DUMMY_LINK)).unwrap();
+        let bound = block_on(addrs.apply(
+            DUMMY_LINK,
+            &[
+                AddressOp::Add(ip("198.18.0.10")),
+                AddressOp::Add(ip("198.18.0.20")),
+            ],
+        ));
+        assert!(bound.iter().all(Result::is_ok), "{bound:?}");
     }
     block_on(p.start());
     let mut cluster = Cluster::default();
@@ -674,17 +546,12 @@ fn cleanup_removes_what_is_ours_and_nothing_else() {
             80,
             &[("198.19.9.9", weight(1, 0))],
         )]);
-        sets.sets.insert(
-            "KUBE-SOMEONE-ELSE".into(),
-            SetState {
-                spec: SetSpec {
-                    name: "KUBE-SOMEONE-ELSE".into(),
-                    set_type: crate::desired::SetType::HashIp,
-                    ipv6: false,
-                },
-                entries: BTreeSet::new(),
-            },
-        );
+        let created = block_on(sets.apply(&[IpsetOp::Create(SetSpec {
+            name: "KUBE-SOMEONE-ELSE".into(),
+            set_type: crate::desired::SetType::HashIp,
+            ipv6: false,
+        })]));
+        assert!(created.iter().all(Result::is_ok), "{created:?}");
     }
     assert_eq!(ipvs_lines(&mut p).len(), 3);
 
@@ -702,7 +569,10 @@ fn cleanup_removes_what_is_ours_and_nothing_else() {
     );
     assert_eq!(link(&mut fresh), None);
     let (_, _, sets) = fresh.handles();
-    assert_eq!(sets.sets.keys().collect::<Vec<_>>(), ["KUBE-SOMEONE-ELSE"]);
+    assert_eq!(
+        sets.sets().keys().collect::<Vec<_>>(),
+        ["KUBE-SOMEONE-ELSE"]
+    );
     // Nothing left of ours: a second cleanup has nothing to do.
     let again = block_on(fresh.cleanup());
     assert!(again.is_ok(), "{again:?}");
