@@ -1,7 +1,7 @@
 # Entry points. The guest targets are self-contained: each installs what it
 # needs (tests/vm/deps.sh) and caches the kernel under target/vm/.
 
-.PHONY: demo test fmt-check lint unit bench bench-ipsets vm-test vm-shell vm-kernel
+.PHONY: demo test fmt-check lint unit bench bench-ipsets bench-ipvs vm-test vm-shell vm-kernel
 
 # Crates whose kernel tests vm-test runs; empty means every workspace crate
 # with a `kernel-tests` feature. VM_TEST_ARGS go to each test binary (a name
@@ -40,6 +40,12 @@ bench:
 # kernel in a private network namespace (needs root and ipset).
 bench-ipsets:
 	cargo bench --bench ipsets
+
+# ipvs-sys against ipvsadm -R / -Sn on the same rules, in the guest.
+# BENCH_SERVICES (default 10000) x BENCH_DESTS (10); see
+# ipvs-sys/examples/vs_ipvsadm.rs.
+bench-ipvs:
+	tests/vm/bench-ipvs.sh
 
 # Builds the kernel tests and runs them in the real-kernel guest
 # (tests/vm/README.md).

@@ -108,11 +108,7 @@ pub fn spec_of(
     scheduler: &str,
     persistence: Option<u32>,
 ) -> ServiceSpec {
-    ServiceSpec {
-        key,
-        scheduler: scheduler.to_string(),
-        persistence,
-    }
+    ServiceSpec::new(key, scheduler, persistence)
 }
 
 fn dests(vs: &VirtualServer) -> BTreeMap<DestKey, u32> {

@@ -26,7 +26,7 @@ pub struct Destination {
     /// 0 is allowed for fwmark services (the packet's port is kept).
     pub port: u16,
     pub fwd_method: ForwardMethod,
-    /// The kernel refuses weights above `i32::MAX` with EINVAL.
+    /// The kernel refuses weights above `i32::MAX` with ERANGE.
     pub weight: u32,
     /// Upper connection threshold; 0 is unlimited.
     pub upper_threshold: u32,

@@ -1,4 +1,15 @@
 //! IPVS virtual and real servers.
+//!
+//! [`NetlinkIpvs`] programs the kernel through `ipvs-sys`; [`IpvsModel`]
+//! is the in-memory stand-in for tests, held to the kernel's answers by
+//! the scenarios in `contract`.
+
+#[cfg(any(test, feature = "kernel-tests"))]
+pub mod contract;
+mod model;
+mod real;
+#[cfg(test)]
+mod tests;
 
 use std::{
     collections::BTreeMap,
@@ -7,8 +18,15 @@ use std::{
     net::{IpAddr, SocketAddr},
 };
 
+pub use model::IpvsModel;
+pub use real::NetlinkIpvs;
+
 use super::KernelError;
 pub use crate::desired::VirtualServerKey as ServiceKey;
+
+/// The scheduler whose flag kube-proxy sets (see
+/// [`ServiceSpec::hash_source_port`]).
+pub const MAGLEV_SCHEDULER: &str = "mh";
 
 /// A virtual server as the proxy programs it: masquerade forwarding,
 /// `persistence` for ClientIP affinity (netmask /32 or /128, as
@@ -19,6 +37,43 @@ pub struct ServiceSpec {
     pub scheduler: String,
     /// Persistence timeout in seconds.
     pub persistence: Option<u32>,
+    /// The scheduler's second flag (`IP_VS_SVC_F_SCHED2`, shown by
+    /// ipvsadm as `mh-port` or `sh-port`): hash the client's port as well
+    /// as its address. kube-proxy sets it on every virtual server when the
+    /// scheduler is `mh`, and only then ([`ServiceSpec::new`] does the
+    /// same); it is part of the spec so that a dump shows it.
+    pub hash_source_port: bool,
+}
+
+impl ServiceSpec {
+    /// The spec kube-proxy would program: the scheduler's flag follows
+    /// from the scheduler.
+    pub fn new(
+        key: ServiceKey,
+        scheduler: impl Into<String>,
+        persistence: Option<u32>,
+    ) -> Self {
+        let scheduler = scheduler.into();
+        Self {
+            key,
+            hash_source_port: scheduler == MAGLEV_SCHEDULER,
+            scheduler,
+            persistence,
+        }
+    }
+}
+
+/// `TCP 198.18.0.10:80`, `UDP [2001:db8::1]:53`: how errors and logs name
+/// a virtual server (the same as ipvs-sys and ipvsadm).
+impl fmt::Display for ServiceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} {}",
+            self.protocol.as_str(),
+            SocketAddr::new(self.address, self.port)
+        )
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -72,6 +127,28 @@ pub enum IpvsOp {
     DeleteDest(ServiceKey, DestKey),
 }
 
+impl IpvsOp {
+    /// The object the operation acts on, as its error names it:
+    /// `TCP 198.18.0.10:80` or `198.19.0.5:8080 in TCP 198.18.0.10:80`.
+    pub fn object(&self) -> String {
+        match self {
+            IpvsOp::AddService(spec) | IpvsOp::UpdateService(spec) => {
+                spec.key.to_string()
+            }
+            IpvsOp::DeleteService(key) => key.to_string(),
+            IpvsOp::AddDest(service, dest)
+            | IpvsOp::UpdateDest(service, dest) => {
+                dest_object(service, &dest.key)
+            }
+            IpvsOp::DeleteDest(service, dest) => dest_object(service, dest),
+        }
+    }
+}
+
+pub(crate) fn dest_object(service: &ServiceKey, dest: &DestKey) -> String {
+    format!("{dest} in {service}")
+}
+
 pub trait Ipvs {
     /// Reads every service and its real servers.
     fn dump(
@@ -79,7 +156,8 @@ pub trait Ipvs {
     ) -> impl Future<Output = Result<IpvsTable, KernelError>> + Send;
 
     /// Reads the real servers of one service: graceful termination polls
-    /// draining services this way without dumping the whole table.
+    /// draining services this way without dumping the whole table. A
+    /// missing service has none (the kernel answers with an empty dump).
     fn dests(
         &mut self,
         service: &ServiceKey,

@@ -1,0 +1,338 @@
+//! IPVS through generic netlink (ipvs-sys): no process per operation, a
+//! whole apply in flight at once.
+
+use std::{collections::BTreeMap, io};
+
+use futures::{future, StreamExt};
+use ipvs_sys::{
+    Destination, ForwardMethod, Handle, Protocol as IpvsProtocol, Service,
+    ServiceFlags,
+};
+use tracing::warn;
+
+use super::{
+    DestKey, DestSpec, DestState, Ipvs, IpvsOp, IpvsTable, ServiceEntry,
+    ServiceKey, ServiceSpec,
+};
+use crate::{
+    kernel::{ErrorKind, KernelError},
+    model::Protocol,
+};
+
+/// What dumps and connection errors name.
+const TABLE_OBJECT: &str = "IPVS table";
+
+/// IPVS in the running kernel.
+///
+/// Writes go through one netlink connection, as one ipvs-sys batch per
+/// [`Ipvs::apply`]. A socket runs one dump at a time, so reading every
+/// service's real servers takes one dump per service in turn; extra
+/// connections ([`NetlinkIpvs::connect_with`]) let those dumps overlap.
+#[derive(Debug, Clone)]
+pub struct NetlinkIpvs {
+    handle: Handle,
+    /// Connections for real-server dumps, `handle` first.
+    dumpers: Vec<Handle>,
+    window: usize,
+}
+
+impl NetlinkIpvs {
+    /// Opens one netlink connection and spawns its task on the current
+    /// tokio runtime. IPVS itself is looked up on first use: a kernel
+    /// without it fails then, with [`ErrorKind::Unavailable`].
+    pub fn connect() -> Result<Self, KernelError> {
+        Self::connect_with(1)
+    }
+
+    /// Like [`NetlinkIpvs::connect`], with `dump_connections` (at least
+    /// one) connections sharing the real-server dumps of a full dump.
+    pub fn connect_with(dump_connections: usize) -> Result<Self, KernelError> {
+        let mut dumpers = Vec::new();
+        for _ in 0..dump_connections.max(1) {
+            dumpers.push(open()?);
+        }
+        let handle = dumpers
+            .first()
+            .cloned()
+            .ok_or_else(|| transport("no connection opened"))?;
+        Ok(Self {
+            handle,
+            dumpers,
+            window: ipvs_sys::DEFAULT_WINDOW,
+        })
+    }
+
+    /// On an existing ipvs-sys handle (its connection already running).
+    pub fn from_handle(handle: Handle) -> Self {
+        Self {
+            dumpers: vec![handle.clone()],
+            handle,
+            window: ipvs_sys::DEFAULT_WINDOW,
+        }
+    }
+
+    /// At most `window` writes awaiting their acknowledgement at once.
+    #[must_use]
+    pub fn with_window(mut self, window: usize) -> Self {
+        self.window = window.max(1);
+        self
+    }
+
+    pub fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    async fn list_services(&self) -> Result<Vec<ServiceSpec>, KernelError> {
+        let mut replies = self.handle.service().list().execute();
+        let mut specs = Vec::new();
+        while let Some(reply) = replies.next().await {
+            match reply {
+                Ok(service) => specs.extend(from_service(&service)),
+                // One entry the decoder cannot read (a newer kernel's
+                // address family?) must not hide the rest of the table.
+                Err(err @ ipvs_sys::Error::Decode { .. }) => {
+                    warn!(error = %err, "skipping an unreadable IPVS service")
+                }
+                Err(err) => return Err(kernel_error(TABLE_OBJECT, &err)),
+            }
+        }
+        Ok(specs)
+    }
+}
+
+fn open() -> Result<Handle, KernelError> {
+    let (conn, handle, _) = ipvs_sys::new_connection()
+        .map_err(|err| transport(format!("netlink socket: {err}")))?;
+    tokio::spawn(conn);
+    Ok(handle)
+}
+
+fn transport(message: impl Into<String>) -> KernelError {
+    KernelError::new(ErrorKind::Transport, TABLE_OBJECT, message)
+}
+
+/// The real servers of one service, through `handle`.
+async fn list_dests(
+    handle: &Handle,
+    service: &ServiceKey,
+) -> Result<BTreeMap<DestKey, DestState>, KernelError> {
+    let mut replies = handle.dest(to_key(service)).list().execute();
+    let mut dests = BTreeMap::new();
+    while let Some(reply) = replies.next().await {
+        match reply {
+            Ok(dest) => {
+                let (key, state) = from_destination(&dest);
+                dests.insert(key, state);
+            }
+            Err(err @ ipvs_sys::Error::Decode { .. }) => {
+                warn!(
+                    service = %service, error = %err,
+                    "skipping an unreadable IPVS real server"
+                )
+            }
+            Err(err) => {
+                return Err(kernel_error(
+                    format!("real servers of {service}"),
+                    &err,
+                ))
+            }
+        }
+    }
+    Ok(dests)
+}
+
+impl Ipvs for NetlinkIpvs {
+    async fn dump(&mut self) -> Result<IpvsTable, KernelError> {
+        let specs = self.list_services().await?;
+        // Service i goes to connection i mod n; each connection's dumps
+        // run in turn, the connections side by side.
+        let lanes = self.dumpers.len().max(1);
+        let per_lane = self.dumpers.iter().enumerate().map(|(lane, handle)| {
+            let mine: Vec<&ServiceSpec> =
+                specs.iter().skip(lane).step_by(lanes).collect();
+            async move {
+                let mut out = Vec::with_capacity(mine.len());
+                for spec in mine {
+                    out.push((spec, list_dests(handle, &spec.key).await?));
+                }
+                Ok::<_, KernelError>(out)
+            }
+        });
+        let mut table = IpvsTable::default();
+        for lane in future::join_all(per_lane).await {
+            for (spec, dests) in lane? {
+                table.services.insert(
+                    spec.key,
+                    ServiceEntry {
+                        spec: spec.clone(),
+                        dests,
+                    },
+                );
+            }
+        }
+        Ok(table)
+    }
+
+    async fn dests(
+        &mut self,
+        service: &ServiceKey,
+    ) -> Result<BTreeMap<DestKey, DestState>, KernelError> {
+        list_dests(&self.handle, service).await
+    }
+
+    async fn apply(&mut self, ops: &[IpvsOp]) -> Vec<Result<(), KernelError>> {
+        let mut batch = self.handle.batch().window(self.window);
+        for op in ops {
+            match op {
+                IpvsOp::AddService(spec) => {
+                    batch.add_service(&to_service(spec));
+                }
+                IpvsOp::UpdateService(spec) => {
+                    batch.set_service(&to_service(spec));
+                }
+                IpvsOp::DeleteService(key) => {
+                    batch.del_service(to_key(key));
+                }
+                IpvsOp::AddDest(service, dest) => {
+                    batch.add_dest(to_key(service), &to_destination(dest));
+                }
+                IpvsOp::UpdateDest(service, dest) => {
+                    batch.set_dest(to_key(service), &to_destination(dest));
+                }
+                IpvsOp::DeleteDest(service, dest) => {
+                    let dest = Destination::new(dest.address, dest.port);
+                    batch.del_dest(to_key(service), &dest);
+                }
+            }
+        }
+        match batch.execute().await {
+            Ok(results) => ops
+                .iter()
+                .zip(results)
+                .map(|(op, result)| {
+                    result.map_err(|err| kernel_error(op.object(), &err))
+                })
+                .collect(),
+            // Nothing was sent (IPVS missing): every operation failed so.
+            Err(err) => ops
+                .iter()
+                .map(|op| Err(kernel_error(op.object(), &err)))
+                .collect(),
+        }
+    }
+}
+
+/// An ipvs-sys error as the facility-independent [`KernelError`], naming
+/// our object and keeping the errno.
+pub(crate) fn kernel_error(
+    object: impl std::fmt::Display,
+    err: &ipvs_sys::Error,
+) -> KernelError {
+    let operation = err.operation().map(|op| op.as_str()).unwrap_or("ipvs");
+    match err {
+        ipvs_sys::Error::Kernel { errno, .. } => {
+            let kind = if err.is_exists() {
+                ErrorKind::Exists
+            } else if err.is_not_found() {
+                ErrorKind::NotFound
+            } else if err.is_invalid() {
+                ErrorKind::Invalid
+            } else {
+                ErrorKind::Other
+            };
+            let reason = io::Error::from_raw_os_error(*errno);
+            KernelError::new(kind, object, format!("{operation}: {reason}"))
+                .with_errno(*errno)
+        }
+        ipvs_sys::Error::IpvsUnavailable => {
+            KernelError::new(ErrorKind::Unavailable, object, err.to_string())
+        }
+        ipvs_sys::Error::InvalidRequest { reason, .. } => KernelError::new(
+            ErrorKind::Invalid,
+            object,
+            format!("{operation}: {reason}"),
+        ),
+        _ => KernelError::new(ErrorKind::Transport, object, err.to_string()),
+    }
+}
+
+pub(crate) fn to_key(key: &ServiceKey) -> ipvs_sys::ServiceKey {
+    let protocol = match key.protocol {
+        Protocol::Tcp => IpvsProtocol::Tcp,
+        Protocol::Udp => IpvsProtocol::Udp,
+        Protocol::Sctp => IpvsProtocol::Sctp,
+    };
+    ipvs_sys::ServiceKey::Inet {
+        protocol,
+        address: key.address,
+        port: key.port,
+    }
+}
+
+/// The service kube-proxy's libipvs call sends: the address's full
+/// netmask (0xffffffff, or 128 for IPv6), persistence as the flag plus
+/// its timeout, and the `mh` scheduler's source-port flag.
+pub(crate) fn to_service(spec: &ServiceSpec) -> Service {
+    let mut service =
+        Service::new(to_key(&spec.key)).with_scheduler(&spec.scheduler);
+    if let Some(timeout) = spec.persistence {
+        service = service.persistent(timeout);
+    }
+    if spec.hash_source_port {
+        service.flags |= ServiceFlags::MH_PORT;
+    }
+    service
+}
+
+/// Our view of a kernel service; `None` for those we never program
+/// (fwmark services, other protocols).
+pub(crate) fn from_service(service: &Service) -> Option<ServiceSpec> {
+    let ipvs_sys::ServiceKey::Inet {
+        protocol,
+        address,
+        port,
+    } = service.key
+    else {
+        return None;
+    };
+    let protocol = match protocol {
+        IpvsProtocol::Tcp => Protocol::Tcp,
+        IpvsProtocol::Udp => Protocol::Udp,
+        IpvsProtocol::Sctp => Protocol::Sctp,
+        _ => return None,
+    };
+    let flags = service.flags;
+    Some(ServiceSpec {
+        key: ServiceKey {
+            address,
+            port,
+            protocol,
+        },
+        scheduler: service.scheduler.clone(),
+        persistence: flags
+            .contains(ServiceFlags::PERSISTENT)
+            .then_some(service.timeout),
+        hash_source_port: flags.contains(ServiceFlags::MH_PORT),
+    })
+}
+
+pub(crate) fn to_destination(dest: &DestSpec) -> Destination {
+    Destination::new(dest.key.address, dest.key.port)
+        .with_fwd_method(ForwardMethod::Masquerade)
+        .with_weight(dest.weight)
+}
+
+pub(crate) fn from_destination(dest: &Destination) -> (DestKey, DestState) {
+    let conns = dest.conns.unwrap_or_default();
+    (
+        DestKey {
+            address: dest.address,
+            port: dest.port,
+        },
+        DestState {
+            weight: dest.weight,
+            active_conns: conns.active,
+            inactive_conns: conns.inactive,
+        },
+    )
+}
