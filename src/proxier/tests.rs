@@ -1,17 +1,12 @@
 //! The proxier against the kernel facilities' in-memory models
-//! (`AddressesModel`, `ModelIpsets`), which the contract tests hold to
-//! the real kernel: they refuse what the kernel refuses (EEXIST on a
-//! duplicate add, ENOENT/ENODEV/EADDRNOTAVAIL on a missing object)
-//! rather than forgive it.
-//!
-//! TODO(after merge): IPVS is still a local strict double until the
-//! facility's model (`kernel::ipvs::model`) is in main.
+//! (`IpvsModel`, `AddressesModel`, `ModelIpsets`), which the contract
+//! tests hold to the real kernel: they refuse what the kernel refuses
+//! (EEXIST on a duplicate add, ESRCH/ENOENT/ENODEV/EADDRNOTAVAIL on a
+//! missing object) rather than forgive it. State a test starts from is
+//! put in through the facility's trait where the kernel would take it
+//! that way.
 
-use std::{
-    future::{ready, Future},
-    net::IpAddr,
-    sync::Arc,
-};
+use std::{net::IpAddr, sync::Arc};
 
 use futures::executor::block_on;
 use pretty_assertions::assert_eq;
@@ -22,7 +17,9 @@ use crate::{
     kernel::{
         addresses::AddressesModel,
         ipsets::{ModelIpsets, SetSpec},
-        ipvs::{DestKey, DestSpec, DestState, IpvsTable, ServiceEntry},
+        ipvs::{
+            DestKey, DestSpec, DestState, IpvsModel, IpvsTable, ServiceEntry,
+        },
     },
     model::{
         fixtures::{self, TestRecorder},
@@ -31,109 +28,42 @@ use crate::{
     },
 };
 
+/// The IPVS model with faults injected: the listed operations fail with
+/// EINVAL, as a kernel refusing them would, and never reach the model.
+/// Everything else is the model's answer, errno for errno.
 #[derive(Debug, Default)]
-struct TestIpvs {
-    table: IpvsTable,
-    /// Operations that fail with EINVAL, as a kernel refusing them.
+struct RefusingIpvs {
+    model: IpvsModel,
     refuse: Vec<IpvsOp>,
 }
 
-impl TestIpvs {
-    fn apply_one(&mut self, op: &IpvsOp) -> OpResult {
-        if self.refuse.contains(op) {
-            return Err(KernelError::invalid(format!("{op:?}"), "refused"));
-        }
-        let name = |k: &ServiceKey| plan::service_name(k);
-        let services = &mut self.table.services;
-        match op {
-            IpvsOp::AddService(spec) => {
-                if services.contains_key(&spec.key) {
-                    return Err(KernelError::exists(name(&spec.key)));
-                }
-                services.insert(
-                    spec.key,
-                    ServiceEntry {
-                        spec: spec.clone(),
-                        dests: BTreeMap::new(),
-                    },
-                );
-            }
-            IpvsOp::UpdateService(spec) => {
-                let entry = services
-                    .get_mut(&spec.key)
-                    .ok_or_else(|| KernelError::not_found(name(&spec.key)))?;
-                entry.spec = spec.clone();
-            }
-            IpvsOp::DeleteService(key) => {
-                services
-                    .remove(key)
-                    .ok_or_else(|| KernelError::not_found(name(key)))?;
-            }
-            IpvsOp::AddDest(key, dest) => {
-                let entry = services
-                    .get_mut(key)
-                    .ok_or_else(|| KernelError::not_found(name(key)))?;
-                if entry.dests.contains_key(&dest.key) {
-                    return Err(KernelError::exists(dest.key));
-                }
-                entry.dests.insert(
-                    dest.key,
-                    DestState {
-                        weight: dest.weight,
-                        ..DestState::default()
-                    },
-                );
-            }
-            IpvsOp::UpdateDest(key, dest) => {
-                let state = services
-                    .get_mut(key)
-                    .and_then(|e| e.dests.get_mut(&dest.key))
-                    .ok_or_else(|| KernelError::not_found(dest.key))?;
-                state.weight = dest.weight;
-            }
-            IpvsOp::DeleteDest(key, dest) => {
-                services
-                    .get_mut(key)
-                    .and_then(|e| e.dests.remove(dest))
-                    .ok_or_else(|| KernelError::not_found(dest))?;
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Ipvs for TestIpvs {
-    fn dump(
-        &mut self,
-    ) -> impl Future<Output = Result<IpvsTable, KernelError>> + Send {
-        ready(Ok(self.table.clone()))
+impl Ipvs for RefusingIpvs {
+    async fn dump(&mut self) -> Result<IpvsTable, KernelError> {
+        self.model.dump().await
     }
 
-    fn dests(
+    async fn dests(
         &mut self,
         service: &ServiceKey,
-    ) -> impl Future<Output = Result<BTreeMap<DestKey, DestState>, KernelError>> + Send
-    {
-        ready(
-            self.table
-                .services
-                .get(service)
-                .map(|e| e.dests.clone())
-                .ok_or_else(|| {
-                    KernelError::not_found(plan::service_name(service))
-                }),
-        )
+    ) -> Result<BTreeMap<DestKey, DestState>, KernelError> {
+        self.model.dests(service).await
     }
 
-    fn apply(
-        &mut self,
-        ops: &[IpvsOp],
-    ) -> impl Future<Output = Vec<OpResult>> + Send {
-        ready(ops.iter().map(|op| self.apply_one(op)).collect())
+    async fn apply(&mut self, ops: &[IpvsOp]) -> Vec<OpResult> {
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops {
+            if self.refuse.contains(op) {
+                results.push(Err(KernelError::invalid(op.object(), "refused")));
+            } else {
+                results
+                    .extend(self.model.apply(std::slice::from_ref(op)).await);
+            }
+        }
+        results
     }
 }
 
-type TestProxier = Proxier<TestIpvs, AddressesModel, ModelIpsets>;
+type TestProxier = Proxier<RefusingIpvs, AddressesModel, ModelIpsets>;
 
 const NODE_IP: &str = "198.18.100.1";
 
@@ -143,7 +73,7 @@ fn ip(s: &str) -> IpAddr {
 
 fn proxier() -> TestProxier {
     Proxier::new(
-        TestIpvs::default(),
+        RefusingIpvs::default(),
         AddressesModel::new().with_link("eth0", [ip(NODE_IP)]),
         ModelIpsets::new(),
         ProxierConfig::default(),
@@ -257,7 +187,8 @@ fn weight(w: u32, active: u32) -> DestState {
 /// server.
 fn ipvs_lines(p: &mut TestProxier) -> Vec<String> {
     let (ipvs, _, _) = p.handles();
-    ipvs.table
+    ipvs.model
+        .table()
         .services
         .values()
         .map(|e| {
@@ -296,11 +227,14 @@ fn start_creates_link_and_sets_and_deletes_nothing() {
     let mut p = proxier();
     {
         let (ipvs, _, sets) = p.handles();
-        ipvs.table.services.extend([entry(
-            "198.18.0.10",
-            80,
-            &[("198.19.0.5", weight(1, 3))],
-        )]);
+        ipvs.model = IpvsModel::with_table(IpvsTable {
+            services: [entry(
+                "198.18.0.10",
+                80,
+                &[("198.19.0.5", weight(1, 3))],
+            )]
+            .into(),
+        });
         let created = block_on(sets.apply(&[IpsetOp::Create(plan::set_spec(
             crate::desired::SetName::v4(crate::desired::SetKind::ClusterIp),
         ))]));
@@ -325,23 +259,26 @@ fn first_full_reconcile_keeps_live_servers_restores_weights_and_drains() {
     let mut p = proxier();
     {
         let (ipvs, addrs, _) = p.handles();
-        ipvs.table.services.extend([
-            // An earlier run's service: one real server left at weight
-            // 0 that is still wanted, one gone with connections.
-            entry(
-                "198.18.0.10",
-                80,
-                &[
-                    ("198.19.0.5", weight(0, 0)),
-                    ("198.19.0.6", weight(1, 0)),
-                    ("198.19.0.9", weight(1, 4)),
-                ],
-            ),
-            // A service deleted while the proxy was down.
-            entry("198.18.0.20", 80, &[("198.19.0.7", weight(1, 0))]),
-            // Somebody else's.
-            entry("198.18.200.1", 80, &[("198.19.9.9", weight(1, 0))]),
-        ]);
+        ipvs.model = IpvsModel::with_table(IpvsTable {
+            services: [
+                // An earlier run's service: one real server left at weight
+                // 0 that is still wanted, one gone with connections.
+                entry(
+                    "198.18.0.10",
+                    80,
+                    &[
+                        ("198.19.0.5", weight(0, 0)),
+                        ("198.19.0.6", weight(1, 0)),
+                        ("198.19.0.9", weight(1, 4)),
+                    ],
+                ),
+                // A service deleted while the proxy was down.
+                entry("198.18.0.20", 80, &[("198.19.0.7", weight(1, 0))]),
+                // Somebody else's.
+                entry("198.18.200.1", 80, &[("198.19.9.9", weight(1, 0))]),
+            ]
+            .into(),
+        });
         block_on(addrs.ensure_dummy(DUMMY_LINK)).unwrap();
         let bound = block_on(addrs.apply(
             DUMMY_LINK,
@@ -415,27 +352,9 @@ fn sync_applies_only_the_change_and_drains_removed_tcp_servers() {
 
     // Still connected: stays. Idle: deleted at the next poll.
     let web = key("198.18.0.1", 80);
-    p.handles()
-        .0
-        .table
-        .services
-        .get_mut(&web)
-        .unwrap()
-        .dests
-        .get_mut(&dk("198.19.0.5"))
-        .unwrap()
-        .active_conns = 2;
+    assert!(p.handles().0.model.set_conns(&web, &dk("198.19.0.5"), 2, 0));
     assert_eq!(block_on(p.poll_graceful(Instant::now())).op_count(), 0);
-    p.handles()
-        .0
-        .table
-        .services
-        .get_mut(&web)
-        .unwrap()
-        .dests
-        .get_mut(&dk("198.19.0.5"))
-        .unwrap()
-        .active_conns = 0;
+    assert!(p.handles().0.model.set_conns(&web, &dk("198.19.0.5"), 0, 0));
     let polled = block_on(p.poll_graceful(Instant::now()));
     assert_eq!(polled.op_count(), 1);
     assert!(polled.is_ok());
@@ -541,11 +460,18 @@ fn cleanup_removes_what_is_ours_and_nothing_else() {
     block_on(p.full_reconcile(&cluster.desired()));
     {
         let (ipvs, _, sets) = p.handles();
-        ipvs.table.services.extend([entry(
-            "198.18.200.1",
-            80,
-            &[("198.19.9.9", weight(1, 0))],
-        )]);
+        let foreign = key("198.18.200.1", 80);
+        let added = block_on(ipvs.apply(&[
+            IpvsOp::AddService(plan::spec_of(foreign, "rr", None)),
+            IpvsOp::AddDest(
+                foreign,
+                DestSpec {
+                    key: dk("198.19.9.9"),
+                    weight: 1,
+                },
+            ),
+        ]));
+        assert!(added.iter().all(Result::is_ok), "{added:?}");
         let created = block_on(sets.apply(&[IpsetOp::Create(SetSpec {
             name: "KUBE-SOMEONE-ELSE".into(),
             set_type: crate::desired::SetType::HashIp,
@@ -625,7 +551,7 @@ fn iptables_hook_is_empty_until_wired() {
 
 mod incremental_matches_full {
     //! Whatever the sequence of changes, incremental syncs never make the
-    //! kernel refuse an operation (the doubles refuse what the kernel
+    //! kernel refuse an operation (the models refuse what the kernel
     //! refuses), and leave nothing for a full reconcile to repair.
 
     use proptest::prelude::*;
@@ -736,11 +662,15 @@ mod incremental_matches_full {
                 name(*service)
             }
             Step::Drain => {
-                for entry in p.handles().0.table.services.values_mut() {
-                    for state in entry.dests.values_mut() {
-                        state.active_conns = 0;
-                        state.inactive_conns = 0;
-                    }
+                let model = &mut p.handles().0.model;
+                let dests: Vec<(ServiceKey, DestKey)> = model
+                    .table()
+                    .services
+                    .iter()
+                    .flat_map(|(s, e)| e.dests.keys().map(|d| (*s, *d)))
+                    .collect();
+                for (service, dest) in &dests {
+                    prop_assert!(model.set_conns(service, dest, 0, 0));
                 }
                 let report = block_on(p.poll_graceful(Instant::now()));
                 prop_assert!(report.is_ok(), "{report:?}");
