@@ -1,16 +1,12 @@
-//! The proxier against small strict kernel doubles.
-//!
-//! TODO(after merge): switch these to the facilities' in-memory models
-//! (`kernel::{ipvs,addresses,ipsets}::model`), which are held to the real
-//! kernel by their contract tests, and delete the doubles below. They
-//! already refuse what the kernel refuses (EEXIST on a duplicate add,
-//! ENOENT on a missing object) rather than forgive it.
+//! The proxier against the kernel facilities' in-memory models
+//! (`IpvsModel`, `AddressesModel`, `ModelIpsets`), which the contract
+//! tests hold to the real kernel: they refuse what the kernel refuses
+//! (EEXIST on a duplicate add, ESRCH/ENOENT/ENODEV/EADDRNOTAVAIL on a
+//! missing object) rather than forgive it. State a test starts from is
+//! put in through the facility's trait where the kernel would take it
+//! that way.
 
-use std::{
-    future::{ready, Future},
-    net::IpAddr,
-    sync::Arc,
-};
+use std::{net::IpAddr, sync::Arc};
 
 use futures::executor::block_on;
 use pretty_assertions::assert_eq;
@@ -19,8 +15,11 @@ use super::*;
 use crate::{
     desired::{NodeContext, SetEntry},
     kernel::{
-        ipsets::{SetSpec, SetState},
-        ipvs::{DestKey, DestSpec, DestState, IpvsTable, ServiceEntry},
+        addresses::AddressesModel,
+        ipsets::{ModelIpsets, SetSpec},
+        ipvs::{
+            DestKey, DestSpec, DestState, IpvsModel, IpvsTable, ServiceEntry,
+        },
     },
     model::{
         fixtures::{self, TestRecorder},
@@ -29,247 +28,42 @@ use crate::{
     },
 };
 
+/// The IPVS model with faults injected: the listed operations fail with
+/// EINVAL, as a kernel refusing them would, and never reach the model.
+/// Everything else is the model's answer, errno for errno.
 #[derive(Debug, Default)]
-struct TestIpvs {
-    table: IpvsTable,
-    /// Operations that fail with EINVAL, as a kernel refusing them.
+struct RefusingIpvs {
+    model: IpvsModel,
     refuse: Vec<IpvsOp>,
 }
 
-impl TestIpvs {
-    fn apply_one(&mut self, op: &IpvsOp) -> OpResult {
-        if self.refuse.contains(op) {
-            return Err(KernelError::invalid(format!("{op:?}"), "refused"));
-        }
-        let name = |k: &ServiceKey| plan::service_name(k);
-        let services = &mut self.table.services;
-        match op {
-            IpvsOp::AddService(spec) => {
-                if services.contains_key(&spec.key) {
-                    return Err(KernelError::exists(name(&spec.key)));
-                }
-                services.insert(
-                    spec.key,
-                    ServiceEntry {
-                        spec: spec.clone(),
-                        dests: BTreeMap::new(),
-                    },
-                );
-            }
-            IpvsOp::UpdateService(spec) => {
-                let entry = services
-                    .get_mut(&spec.key)
-                    .ok_or_else(|| KernelError::not_found(name(&spec.key)))?;
-                entry.spec = spec.clone();
-            }
-            IpvsOp::DeleteService(key) => {
-                services
-                    .remove(key)
-                    .ok_or_else(|| KernelError::not_found(name(key)))?;
-            }
-            IpvsOp::AddDest(key, dest) => {
-                let entry = services
-                    .get_mut(key)
-                    .ok_or_else(|| KernelError::not_found(name(key)))?;
-                if entry.dests.contains_key(&dest.key) {
-                    return Err(KernelError::exists(dest.key));
-                }
-                entry.dests.insert(
-                    dest.key,
-                    DestState {
-                        weight: dest.weight,
-                        ..DestState::default()
-                    },
-                );
-            }
-            IpvsOp::UpdateDest(key, dest) => {
-                let state = services
-                    .get_mut(key)
-                    .and_then(|e| e.dests.get_mut(&dest.key))
-                    .ok_or_else(|| KernelError::not_found(dest.key))?;
-                state.weight = dest.weight;
-            }
-            IpvsOp::DeleteDest(key, dest) => {
-                services
-                    .get_mut(key)
-                    .and_then(|e| e.dests.remove(dest))
-                    .ok_or_else(|| KernelError::not_found(dest))?;
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Ipvs for TestIpvs {
-    fn dump(
-        &mut self,
-    ) -> impl Future<Output = Result<IpvsTable, KernelError>> + Send {
-        ready(Ok(self.table.clone()))
+impl Ipvs for RefusingIpvs {
+    async fn dump(&mut self) -> Result<IpvsTable, KernelError> {
+        self.model.dump().await
     }
 
-    fn dests(
+    async fn dests(
         &mut self,
         service: &ServiceKey,
-    ) -> impl Future<Output = Result<BTreeMap<DestKey, DestState>, KernelError>> + Send
-    {
-        ready(
-            self.table
-                .services
-                .get(service)
-                .map(|e| e.dests.clone())
-                .ok_or_else(|| {
-                    KernelError::not_found(plan::service_name(service))
-                }),
-        )
+    ) -> Result<BTreeMap<DestKey, DestState>, KernelError> {
+        self.model.dests(service).await
     }
 
-    fn apply(
-        &mut self,
-        ops: &[IpvsOp],
-    ) -> impl Future<Output = Vec<OpResult>> + Send {
-        ready(ops.iter().map(|op| self.apply_one(op)).collect())
-    }
-}
-
-#[derive(Debug, Default)]
-struct TestAddresses {
-    link: Option<BTreeSet<IpAddr>>,
-    local: Vec<IpAddr>,
-}
-
-impl Addresses for TestAddresses {
-    fn ensure_dummy(
-        &mut self,
-        _link: &str,
-    ) -> impl Future<Output = Result<(), KernelError>> + Send {
-        self.link.get_or_insert_with(BTreeSet::new);
-        ready(Ok(()))
-    }
-
-    fn delete_link(
-        &mut self,
-        link: &str,
-    ) -> impl Future<Output = Result<(), KernelError>> + Send {
-        ready(
-            self.link
-                .take()
-                .map(|_| ())
-                .ok_or_else(|| KernelError::not_found(link)),
-        )
-    }
-
-    fn list(
-        &mut self,
-        _link: &str,
-    ) -> impl Future<Output = Result<BTreeSet<IpAddr>, KernelError>> + Send
-    {
-        ready(Ok(self.link.clone().unwrap_or_default()))
-    }
-
-    fn local_addresses(
-        &mut self,
-        _except_link: &str,
-    ) -> impl Future<Output = Result<Vec<IpAddr>, KernelError>> + Send {
-        ready(Ok(self.local.clone()))
-    }
-
-    fn apply(
-        &mut self,
-        link: &str,
-        ops: &[AddressOp],
-    ) -> impl Future<Output = Vec<OpResult>> + Send {
-        let results = ops
-            .iter()
-            .map(|op| {
-                let addrs = self
-                    .link
-                    .as_mut()
-                    .ok_or_else(|| KernelError::not_found(link))?;
-                match op {
-                    AddressOp::Add(a) if !addrs.insert(*a) => {
-                        Err(KernelError::exists(a))
-                    }
-                    AddressOp::Delete(a) if !addrs.remove(a) => {
-                        Err(KernelError::not_found(a))
-                    }
-                    _ => Ok(()),
-                }
-            })
-            .collect();
-        ready(results)
-    }
-}
-
-#[derive(Debug, Default)]
-struct TestIpsets {
-    sets: BTreeMap<String, SetState>,
-}
-
-impl TestIpsets {
-    fn apply_one(&mut self, op: &IpsetOp) -> OpResult {
-        let missing = |n: &str| KernelError::not_found(n);
-        match op {
-            IpsetOp::Create(spec) => {
-                if self.sets.contains_key(&spec.name) {
-                    return Err(KernelError::exists(&spec.name));
-                }
-                self.sets.insert(
-                    spec.name.clone(),
-                    SetState {
-                        spec: spec.clone(),
-                        entries: BTreeSet::new(),
-                    },
-                );
-            }
-            IpsetOp::Destroy(n) => {
-                self.sets.remove(n).ok_or_else(|| missing(n))?;
-            }
-            IpsetOp::Flush(n) => self
-                .sets
-                .get_mut(n)
-                .ok_or_else(|| missing(n))?
-                .entries
-                .clear(),
-            IpsetOp::Add(n, e) => {
-                let set = self.sets.get_mut(n).ok_or_else(|| missing(n))?;
-                if !set.entries.insert(e.clone()) {
-                    return Err(KernelError::exists(e));
-                }
-            }
-            IpsetOp::Delete(n, e) => {
-                let set = self.sets.get_mut(n).ok_or_else(|| missing(n))?;
-                if !set.entries.remove(e) {
-                    return Err(KernelError::not_found(e));
-                }
+    async fn apply(&mut self, ops: &[IpvsOp]) -> Vec<OpResult> {
+        let mut results = Vec::with_capacity(ops.len());
+        for op in ops {
+            if self.refuse.contains(op) {
+                results.push(Err(KernelError::invalid(op.object(), "refused")));
+            } else {
+                results
+                    .extend(self.model.apply(std::slice::from_ref(op)).await);
             }
         }
-        Ok(())
+        results
     }
 }
 
-impl Ipsets for TestIpsets {
-    fn dump(
-        &mut self,
-        prefix: &str,
-    ) -> impl Future<Output = Result<BTreeMap<String, SetState>, KernelError>> + Send
-    {
-        ready(Ok(self
-            .sets
-            .iter()
-            .filter(|(n, _)| n.starts_with(prefix))
-            .map(|(n, s)| (n.clone(), s.clone()))
-            .collect()))
-    }
-
-    fn apply(
-        &mut self,
-        ops: &[IpsetOp],
-    ) -> impl Future<Output = Vec<OpResult>> + Send {
-        ready(ops.iter().map(|op| self.apply_one(op)).collect())
-    }
-}
-
-type TestProxier = Proxier<TestIpvs, TestAddresses, TestIpsets>;
+type TestProxier = Proxier<RefusingIpvs, AddressesModel, ModelIpsets>;
 
 const NODE_IP: &str = "198.18.100.1";
 
@@ -279,12 +73,9 @@ fn ip(s: &str) -> IpAddr {
 
 fn proxier() -> TestProxier {
     Proxier::new(
-        TestIpvs::default(),
-        TestAddresses {
-            link: None,
-            local: vec![ip(NODE_IP)],
-        },
-        TestIpsets::default(),
+        RefusingIpvs::default(),
+        AddressesModel::new().with_link("eth0", [ip(NODE_IP)]),
+        ModelIpsets::new(),
         ProxierConfig::default(),
     )
 }
@@ -397,7 +188,8 @@ fn weight(w: u32, active: u32) -> DestState {
 /// server.
 fn ipvs_lines(p: &mut TestProxier) -> Vec<String> {
     let (ipvs, _, _) = p.handles();
-    ipvs.table
+    ipvs.model
+        .table()
         .services
         .values()
         .map(|e| {
@@ -417,12 +209,15 @@ fn ipvs_lines(p: &mut TestProxier) -> Vec<String> {
 
 fn link(p: &mut TestProxier) -> Option<Vec<IpAddr>> {
     let (_, addrs, _) = p.handles();
-    addrs.link.as_ref().map(|l| l.iter().copied().collect())
+    addrs
+        .links
+        .get(DUMMY_LINK)
+        .map(|l| l.addresses.iter().copied().collect())
 }
 
 fn set_entries(p: &mut TestProxier, name: &str) -> Vec<String> {
     let (_, _, sets) = p.handles();
-    sets.sets
+    sets.sets()
         .get(name)
         .map(|s| s.entries.iter().map(SetEntry::to_string).collect())
         .unwrap_or_default()
@@ -433,15 +228,18 @@ fn start_creates_link_and_sets_and_deletes_nothing() {
     let mut p = proxier();
     {
         let (ipvs, _, sets) = p.handles();
-        ipvs.table.services.extend([entry(
-            "198.18.0.10",
-            80,
-            &[("198.19.0.5", weight(1, 3))],
-        )]);
-        sets.apply_one(&IpsetOp::Create(plan::set_spec(
+        ipvs.model = IpvsModel::with_table(IpvsTable {
+            services: [entry(
+                "198.18.0.10",
+                80,
+                &[("198.19.0.5", weight(1, 3))],
+            )]
+            .into(),
+        });
+        let created = block_on(sets.apply(&[IpsetOp::Create(plan::set_spec(
             crate::desired::SetName::v4(crate::desired::SetKind::ClusterIp),
-        )))
-        .unwrap();
+        ))]));
+        assert!(created.iter().all(Result::is_ok), "{created:?}");
     }
     let report = block_on(p.start());
     assert!(report.is_ok(), "{report:?}");
@@ -462,24 +260,35 @@ fn first_full_reconcile_keeps_live_servers_restores_weights_and_drains() {
     let mut p = proxier();
     {
         let (ipvs, addrs, _) = p.handles();
-        ipvs.table.services.extend([
-            // An earlier run's service: one real server left at weight
-            // 0 that is still wanted, one gone with connections.
-            entry(
-                "198.18.0.10",
-                80,
-                &[
-                    ("198.19.0.5", weight(0, 0)),
-                    ("198.19.0.6", weight(1, 0)),
-                    ("198.19.0.9", weight(1, 4)),
-                ],
-            ),
-            // A service deleted while the proxy was down.
-            entry("198.18.0.20", 80, &[("198.19.0.7", weight(1, 0))]),
-            // Somebody else's.
-            entry("198.18.200.1", 80, &[("198.19.9.9", weight(1, 0))]),
-        ]);
-        addrs.link = Some([ip("198.18.0.10"), ip("198.18.0.20")].into());
+        ipvs.model = IpvsModel::with_table(IpvsTable {
+            services: [
+                // An earlier run's service: one real server left at weight
+                // 0 that is still wanted, one gone with connections.
+                entry(
+                    "198.18.0.10",
+                    80,
+                    &[
+                        ("198.19.0.5", weight(0, 0)),
+                        ("198.19.0.6", weight(1, 0)),
+                        ("198.19.0.9", weight(1, 4)),
+                    ],
+                ),
+                // A service deleted while the proxy was down.
+                entry("198.18.0.20", 80, &[("198.19.0.7", weight(1, 0))]),
+                // Somebody else's.
+                entry("198.18.200.1", 80, &[("198.19.9.9", weight(1, 0))]),
+            ]
+            .into(),
+        });
+        block_on(addrs.ensure_dummy(DUMMY_LINK)).unwrap();
+        let bound = block_on(addrs.apply(
+            DUMMY_LINK,
+            &[
+                AddressOp::Add(ip("198.18.0.10")),
+                AddressOp::Add(ip("198.18.0.20")),
+            ],
+        ));
+        assert!(bound.iter().all(Result::is_ok), "{bound:?}");
     }
     block_on(p.start());
     let mut cluster = Cluster::default();
@@ -544,27 +353,9 @@ fn sync_applies_only_the_change_and_drains_removed_tcp_servers() {
 
     // Still connected: stays. Idle: deleted at the next poll.
     let web = key("198.18.0.1", 80);
-    p.handles()
-        .0
-        .table
-        .services
-        .get_mut(&web)
-        .unwrap()
-        .dests
-        .get_mut(&dk("198.19.0.5"))
-        .unwrap()
-        .active_conns = 2;
+    assert!(p.handles().0.model.set_conns(&web, &dk("198.19.0.5"), 2, 0));
     assert_eq!(block_on(p.poll_graceful(Instant::now())).op_count(), 0);
-    p.handles()
-        .0
-        .table
-        .services
-        .get_mut(&web)
-        .unwrap()
-        .dests
-        .get_mut(&dk("198.19.0.5"))
-        .unwrap()
-        .active_conns = 0;
+    assert!(p.handles().0.model.set_conns(&web, &dk("198.19.0.5"), 0, 0));
     let polled = block_on(p.poll_graceful(Instant::now()));
     assert_eq!(polled.op_count(), 1);
     assert!(polled.is_ok());
@@ -670,22 +461,24 @@ fn cleanup_removes_what_is_ours_and_nothing_else() {
     block_on(p.full_reconcile(&cluster.desired()));
     {
         let (ipvs, _, sets) = p.handles();
-        ipvs.table.services.extend([entry(
-            "198.18.200.1",
-            80,
-            &[("198.19.9.9", weight(1, 0))],
-        )]);
-        sets.sets.insert(
-            "KUBE-SOMEONE-ELSE".into(),
-            SetState {
-                spec: SetSpec {
-                    name: "KUBE-SOMEONE-ELSE".into(),
-                    set_type: crate::desired::SetType::HashIp,
-                    ipv6: false,
+        let foreign = key("198.18.200.1", 80);
+        let added = block_on(ipvs.apply(&[
+            IpvsOp::AddService(plan::spec_of(foreign, "rr", None)),
+            IpvsOp::AddDest(
+                foreign,
+                DestSpec {
+                    key: dk("198.19.9.9"),
+                    weight: 1,
                 },
-                entries: BTreeSet::new(),
-            },
-        );
+            ),
+        ]));
+        assert!(added.iter().all(Result::is_ok), "{added:?}");
+        let created = block_on(sets.apply(&[IpsetOp::Create(SetSpec {
+            name: "KUBE-SOMEONE-ELSE".into(),
+            set_type: crate::desired::SetType::HashIp,
+            ipv6: false,
+        })]));
+        assert!(created.iter().all(Result::is_ok), "{created:?}");
     }
     assert_eq!(ipvs_lines(&mut p).len(), 3);
 
@@ -703,7 +496,10 @@ fn cleanup_removes_what_is_ours_and_nothing_else() {
     );
     assert_eq!(link(&mut fresh), None);
     let (_, _, sets) = fresh.handles();
-    assert_eq!(sets.sets.keys().collect::<Vec<_>>(), ["KUBE-SOMEONE-ELSE"]);
+    assert_eq!(
+        sets.sets().keys().collect::<Vec<_>>(),
+        ["KUBE-SOMEONE-ELSE"]
+    );
     // Nothing left of ours: a second cleanup has nothing to do.
     let again = block_on(fresh.cleanup());
     assert!(again.is_ok(), "{again:?}");
@@ -756,7 +552,7 @@ fn iptables_hook_is_empty_until_wired() {
 
 mod incremental_matches_full {
     //! Whatever the sequence of changes, incremental syncs never make the
-    //! kernel refuse an operation (the doubles refuse what the kernel
+    //! kernel refuse an operation (the models refuse what the kernel
     //! refuses), and leave nothing for a full reconcile to repair.
 
     use proptest::prelude::*;
@@ -867,11 +663,15 @@ mod incremental_matches_full {
                 name(*service)
             }
             Step::Drain => {
-                for entry in p.handles().0.table.services.values_mut() {
-                    for state in entry.dests.values_mut() {
-                        state.active_conns = 0;
-                        state.inactive_conns = 0;
-                    }
+                let model = &mut p.handles().0.model;
+                let dests: Vec<(ServiceKey, DestKey)> = model
+                    .table()
+                    .services
+                    .iter()
+                    .flat_map(|(s, e)| e.dests.keys().map(|d| (*s, *d)))
+                    .collect();
+                for (service, dest) in &dests {
+                    prop_assert!(model.set_conns(service, dest, 0, 0));
                 }
                 let report = block_on(p.poll_graceful(Instant::now()));
                 prop_assert!(report.is_ok(), "{report:?}");
