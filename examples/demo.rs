@@ -42,8 +42,17 @@ fn main() -> anyhow::Result<()> {
     ))?;
 
     banner("kube-ipvs-proxy --state cluster.yaml");
-    let mut proxy = Proxy::start(&state, &work.join("proxy.log"))?;
-    wait_for("7 virtual servers", || Ok(count_services()? == 7))?;
+    let log = work.join("proxy.log");
+    let mut proxy = Proxy::start(&state, &log)?;
+    // Every service, on every local address for NodePorts (the pods'
+    // gateway 198.19.0.1 included, as kube-proxy does).
+    let started =
+        wait_for("the virtual servers", || Ok(count_services()? >= 7));
+    if started.is_err() {
+        eprintln!("proxy log:\n{}", std::fs::read_to_string(&log)?);
+        print!("{}", sh("ipvsadm -Ln; ip -brief addr; ipset list -n")?);
+    }
+    started?;
 
     banner("ipvsadm -Ln");
     print!("{}", sh("ipvsadm -Ln")?);
@@ -69,8 +78,12 @@ fn main() -> anyhow::Result<()> {
 
     banner("edit: scale web down (delete Pod web-2 from the state file)");
     write_atomically(&state, &without_pod(&text, "web-2")?)?;
-    wait_for("web to have one real server", || {
-        Ok(sh("ipvsadm -Ln -t 198.18.0.10:80")?.matches("->").count() == 2)
+    // web-2 just served connections that IPVS still counts (TIME_WAIT):
+    // graceful termination sets it to weight 0 and deletes it once they
+    // are gone, so new connections go to web-1 meanwhile.
+    wait_for("web-2 to take no new connections", || {
+        let table = sh("ipvsadm -Ln -t 198.18.0.10:80")?;
+        Ok(weight_of(&table, "198.19.0.3:8080").unwrap_or(0) == 0)
     })?;
     print!("{}", sh("ipvsadm -Ln -t 198.18.0.10:80")?);
     println!(
@@ -97,16 +110,20 @@ fn pod_specs(text: &str) -> anyhow::Result<Vec<PodSpec>> {
         let name = pod["metadata"]["name"].as_str().context("pod name")?;
         let ip: Ipv4Addr =
             pod["status"]["podIP"].as_str().context("podIP")?.parse()?;
-        let mut spec = PodSpec::new(name).ip(ip);
+        let mut ports = std::collections::BTreeSet::new();
         for container in
             pod["spec"]["containers"].as_array().into_iter().flatten()
         {
             for port in container["ports"].as_array().into_iter().flatten() {
                 let p =
                     port["containerPort"].as_u64().context("containerPort")?;
-                spec = spec.port(u16::try_from(p)?);
+                ports.insert(u16::try_from(p)?);
             }
         }
+        // testpod answers TCP and UDP on each port: one listen per number.
+        let spec = ports
+            .into_iter()
+            .fold(PodSpec::new(name).ip(ip), PodSpec::port);
         specs.push(spec);
     }
     Ok(specs)
@@ -135,6 +152,15 @@ fn write_atomically(path: &Path, text: &str) -> anyhow::Result<()> {
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path)?;
     Ok(())
+}
+
+/// The weight `ipvsadm -Ln` shows for a real server, if it is listed.
+fn weight_of(table: &str, real_server: &str) -> Option<u32> {
+    table
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.get(1) == Some(&real_server))
+        .and_then(|f| f.get(3)?.parse().ok())
 }
 
 fn count_services() -> anyhow::Result<usize> {
