@@ -6,92 +6,21 @@
 
 use std::{
     hint::black_box,
-    net::Ipv4Addr,
     sync::Arc,
     time::{Duration, Instant, SystemTime},
 };
 
 use criterion::{criterion_group, Criterion};
-use k8s_openapi::{
-    api::{
-        core::v1::{Service, ServicePort, ServiceSpec},
-        discovery::v1::{
-            Endpoint, EndpointConditions, EndpointPort, EndpointSlice,
-        },
-    },
-    apimachinery::pkg::apis::meta::v1::ObjectMeta,
-};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube_ipvs_proxy::{
     proxier::plan::Ledger,
     source::store::ObjectChange,
     sync::{NodeSettings, SyncState},
 };
 
-const ENDPOINTS_PER_SERVICE: usize = 10;
+mod fixtures;
 
-fn addr(base: [u8; 2], n: usize) -> String {
-    let n = n % 65536;
-    Ipv4Addr::new(base[0], base[1], (n / 256) as u8, (n % 256) as u8)
-        .to_string()
-}
-
-fn service(i: usize) -> Service {
-    Service {
-        metadata: ObjectMeta {
-            name: Some(format!("svc-{i}")),
-            namespace: Some("bench".into()),
-            ..Default::default()
-        },
-        spec: Some(ServiceSpec {
-            cluster_ip: Some(addr([198, 18], i)),
-            cluster_ips: Some(vec![addr([198, 18], i)]),
-            ports: Some(vec![ServicePort {
-                name: Some("http".into()),
-                port: 80,
-                protocol: Some("TCP".into()),
-                ..Default::default()
-            }]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-fn slice(i: usize, ready_up_to: usize) -> EndpointSlice {
-    EndpointSlice {
-        metadata: ObjectMeta {
-            name: Some(format!("svc-{i}-abcde")),
-            namespace: Some("bench".into()),
-            labels: Some(
-                [(
-                    "kubernetes.io/service-name".to_string(),
-                    format!("svc-{i}"),
-                )]
-                .into(),
-            ),
-            ..Default::default()
-        },
-        address_type: "IPv4".into(),
-        ports: Some(vec![EndpointPort {
-            name: Some("http".into()),
-            port: Some(8080),
-            protocol: Some("TCP".into()),
-            ..Default::default()
-        }]),
-        endpoints: (0..ENDPOINTS_PER_SERVICE)
-            .map(|j| Endpoint {
-                addresses: vec![addr([198, 19], i * ENDPOINTS_PER_SERVICE + j)],
-                conditions: Some(EndpointConditions {
-                    ready: Some(j < ready_up_to),
-                    ..Default::default()
-                }),
-                node_name: Some(format!("node-{}", j % 3)),
-                ..Default::default()
-            })
-            .collect(),
-    }
-}
-
+use fixtures::{service, slice, ENDPOINTS_PER_SERVICE};
 struct Loaded {
     state: SyncState,
     ledger: Ledger,

@@ -269,6 +269,38 @@ impl SyncState {
         }
     }
 
+    /// Applies every object of a snapshot as newly added (nodes first, so
+    /// the first sync already knows the node): what a first listing of a
+    /// state file amounts to.
+    pub fn apply_snapshot(&mut self, snapshot: &Snapshot) -> ChangeOutcome {
+        let changes = snapshot
+            .nodes
+            .iter()
+            .map(|n| ObjectChange::Node {
+                previous: None,
+                current: Some(n.clone().into()),
+            })
+            .chain(snapshot.services.iter().map(|s| ObjectChange::Service {
+                previous: None,
+                current: Some(s.clone().into()),
+            }))
+            .chain(snapshot.endpoint_slices.iter().map(|s| {
+                ObjectChange::EndpointSlice {
+                    previous: None,
+                    current: Some(s.clone().into()),
+                }
+            }));
+        let mut outcome = ChangeOutcome::Unchanged;
+        for change in changes {
+            match self.apply(&change) {
+                ChangeOutcome::Unchanged => {}
+                ChangeOutcome::NeedsSync => outcome = ChangeOutcome::NeedsSync,
+                restart @ ChangeOutcome::Restart(_) => return restart,
+            }
+        }
+        outcome
+    }
+
     pub fn pending(&self) -> usize {
         self.services.pending() + self.endpoints.pending()
     }
@@ -300,27 +332,8 @@ pub fn plan(
 ) -> Plan {
     let mut state =
         SyncState::new(node_name, settings.clone(), None, SystemTime::now());
-    let changes = snapshot
-        .nodes
-        .iter()
-        .map(|n| ObjectChange::Node {
-            previous: None,
-            current: Some(n.clone().into()),
-        })
-        .chain(snapshot.services.iter().map(|s| ObjectChange::Service {
-            previous: None,
-            current: Some(s.clone().into()),
-        }))
-        .chain(snapshot.endpoint_slices.iter().map(|s| {
-            ObjectChange::EndpointSlice {
-                previous: None,
-                current: Some(s.clone().into()),
-            }
-        }));
-    for change in changes {
-        // A one-shot plan has no earlier podCIDRs to conflict with.
-        let _ = state.apply(&change);
-    }
+    // A one-shot plan has no earlier podCIDRs to conflict with.
+    let _ = state.apply_snapshot(snapshot);
     state.sync();
     state.desired().snapshot()
 }

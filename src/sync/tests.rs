@@ -342,21 +342,7 @@ fn a_sync_recomputes_only_what_changed() {
         None,
         SystemTime::now(),
     );
-    for n in &snapshot.nodes {
-        state.apply(&ObjectChange::Node {
-            previous: None,
-            current: Some(Arc::new(n.clone())),
-        });
-    }
-    for s in &snapshot.services {
-        state.apply(&ObjectChange::Service {
-            previous: None,
-            current: Some(Arc::new(s.clone())),
-        });
-    }
-    for s in &snapshot.endpoint_slices {
-        state.apply(&slice_change(None, Some(s)));
-    }
+    assert_eq!(state.apply_snapshot(&snapshot), ChangeOutcome::NeedsSync);
     let first = state.sync();
     assert_eq!(first.deltas.len(), 4, "web, dns x2, shop");
     assert_eq!(state.pending(), 0);

@@ -19,24 +19,7 @@ fn loaded_state() -> (SyncState, file::Snapshot) {
         None,
         SystemTime::now(),
     );
-    for n in &snapshot.nodes {
-        state.apply(&ObjectChange::Node {
-            previous: None,
-            current: Some(Arc::new(n.clone())),
-        });
-    }
-    for s in &snapshot.services {
-        state.apply(&ObjectChange::Service {
-            previous: None,
-            current: Some(Arc::new(s.clone())),
-        });
-    }
-    for s in &snapshot.endpoint_slices {
-        state.apply(&ObjectChange::EndpointSlice {
-            previous: None,
-            current: Some(Arc::new(s.clone())),
-        });
-    }
+    state.apply_snapshot(&snapshot);
     (state, snapshot)
 }
 
