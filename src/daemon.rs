@@ -146,7 +146,7 @@ pub enum DaemonError {
 /// check node ports).
 pub async fn run<S, B>(
     source: S,
-    mut state: SyncState,
+    state: SyncState,
     backend: B,
     min_sync_period: Duration,
     sync_period: Duration,
@@ -164,7 +164,6 @@ where
     // The state is shared by the feeding task and the sync; each holds the
     // lock only for in-memory work, never across an await.
     let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    state.sync(); // nothing yet; primes the desired state's context
     let state = Arc::new(Mutex::new(state));
 
     let feeder = {
