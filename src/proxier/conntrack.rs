@@ -94,7 +94,7 @@ where
         }
         if !report.errors.is_empty() {
             return Err(BackendError(format!(
-                "{} stale UDP conntrack entr(ies) could not be deleted",
+                "stale UDP conntrack entries not deleted: {}",
                 report.errors.len()
             )));
         }
