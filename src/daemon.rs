@@ -14,6 +14,7 @@ use tracing::{error, info, info_span, warn, Instrument};
 
 use crate::{
     desired::DesiredState,
+    kernel::conntrack::UdpServing,
     runner::{BoundedFrequencyRunner, SyncReason, SyncTrigger},
     server::SyncReporter,
     source::{store::Stores, SourceEvent},
@@ -68,6 +69,19 @@ pub struct SyncBatch {
     /// with the kernel: the first, the periodic ones (every syncPeriod)
     /// and retries after a failure. `None` on incremental syncs.
     pub desired: Option<DesiredState>,
+    /// Every UDP service's serving endpoints, on the syncs after which
+    /// stale UDP conntrack entries must go: those that changed UDP
+    /// endpoints or removed a UDP service, and the retry of such a sync.
+    /// `None` otherwise, so that other syncs build nothing.
+    pub udp_serving: Option<UdpServing>,
+}
+
+/// Whether the sync changed what UDP clients may be stuck on: upstream
+/// cleans conntrack after every sync; the trackers tell us when it can
+/// matter.
+fn needs_conntrack_cleanup(outcome: &SyncOutcome) -> bool {
+    outcome.endpoints.conntrack_cleanup_required
+        || !outcome.services.deleted_udp_cluster_ips.is_empty()
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -217,6 +231,9 @@ where
     // since the last full one: the runner's periodic sync alone would
     // never come while changes keep arriving.
     let full_due = Arc::new(Mutex::new(FullReconcile::default()));
+    // A cleanup asked for by a sync whose apply failed is owed to the
+    // next one: the retry's outcome no longer says that UDP changed.
+    let cleanup_owed = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sync_loop = {
         let backend = Arc::clone(&backend);
         runner.run_loop(move |trigger: SyncTrigger| {
@@ -229,6 +246,7 @@ where
             let ready = Arc::clone(&ready);
             let backend = Arc::clone(&backend);
             let full_due = Arc::clone(&full_due);
+            let cleanup_owed = Arc::clone(&cleanup_owed);
             let handle = handle.clone();
             let reporter = reporter.clone();
             async move {
@@ -252,11 +270,22 @@ where
                         state.set_local_addresses(local);
                     }
                     let outcome = state.sync();
+                    let owed = cleanup_owed
+                        .swap(false, std::sync::atomic::Ordering::SeqCst);
+                    let udp_serving = (owed
+                        || needs_conntrack_cleanup(&outcome))
+                    .then(|| {
+                        UdpServing::from_maps(
+                            state.service_map(),
+                            state.endpoints_map(),
+                        )
+                    });
                     SyncBatch {
                         trigger,
                         outcome,
                         service_ports: state.desired().len(),
                         desired: full.then(|| state.desired().clone()),
+                        udp_serving,
                     }
                 };
                 let result = backend.apply(&batch).await;
@@ -267,6 +296,10 @@ where
                 }
                 if let Err(e) = result {
                     warn!(error = %e, "sync failed; retrying");
+                    if batch.udp_serving.is_some() {
+                        cleanup_owed
+                            .store(true, std::sync::atomic::Ordering::SeqCst);
+                    }
                     full_due
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)

@@ -20,6 +20,7 @@ use kube_ipvs_proxy::{
     daemon,
     kernel::{
         addresses::NetlinkAddresses,
+        conntrack::NetlinkConntrack,
         ipsets::NetlinkIpsets,
         iptables::{
             real::{RealIptables, Variant},
@@ -29,6 +30,7 @@ use kube_ipvs_proxy::{
         sysctl::{self, KernelVersion, ProcSysctls, SysctlConfig},
     },
     proxier::{
+        conntrack::WithConntrack,
         iptables::{RulesSettings, WithIptables},
         Proxier, ProxierConfig,
     },
@@ -165,9 +167,12 @@ async fn run_proxy(config: Config, cleanup: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-type KernelBackend = WithIptables<
-    Proxier<NetlinkIpvs, NetlinkAddresses, NetlinkIpsets>,
-    RealIptables,
+type KernelBackend = WithConntrack<
+    WithIptables<
+        Proxier<NetlinkIpvs, NetlinkAddresses, NetlinkIpsets>,
+        RealIptables,
+    >,
+    NetlinkConntrack,
 >;
 
 /// Opens the kernel facilities, sets IPVS mode's sysctls, and makes sure
@@ -179,6 +184,7 @@ async fn kernel_backend(config: &Config) -> anyhow::Result<KernelBackend> {
     let ipvs = NetlinkIpvs::connect().context("IPVS")?;
     let addresses = NetlinkAddresses::new().context("kube-ipvs0 addresses")?;
     let ipsets = NetlinkIpsets::new().context("ipsets")?;
+    let conntrack = NetlinkConntrack::new().context("conntrack")?;
     let mut proxier = Proxier::new(
         ipvs,
         addresses,
@@ -191,11 +197,12 @@ async fn kernel_backend(config: &Config) -> anyhow::Result<KernelBackend> {
     }
     let iptables = RealIptables::new(Variant::detect().await);
     let random_fully = iptables.supports_random_fully().await;
-    Ok(WithIptables::new(
+    let with_rules = WithIptables::new(
         proxier,
         iptables,
         RulesSettings::from_config(config, random_fully),
-    ))
+    );
+    Ok(WithConntrack::new(with_rules, conntrack))
 }
 
 /// IPVS mode's sysctls, written only where they differ. A failure is

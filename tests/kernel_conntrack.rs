@@ -243,3 +243,79 @@ async fn removed_endpoint() -> Result<()> {
     assert!(ours(ct.dump_udp().await?).is_empty());
     Ok(())
 }
+
+/// The sync-time wiring on the real table: a batch carrying the UDP
+/// services' serving endpoints removes, after the inner backend applied,
+/// the flow answered by an endpoint that no longer serves, and keeps the
+/// live one.
+#[tokio::test]
+#[cfg_attr(
+    not(feature = "kernel-tests"),
+    ignore = "needs the real-kernel guest: run `make vm-test`"
+)]
+async fn with_conntrack_cleans_after_a_sync() -> Result<()> {
+    use kube_ipvs_proxy::{
+        daemon::{Backend, LogBackend, SyncBatch},
+        desired::{DesiredState, NodeContext},
+        proxier::conntrack::WithConntrack,
+        runner::{SyncReason, SyncTrigger},
+        sync::SyncOutcome,
+    };
+    guest::require();
+    // Another frontend than the contract's, whose test runs alongside.
+    let live = contract::nat_flow(
+        "198.18.9.2:40011",
+        "198.18.9.101:53",
+        "198.19.9.11:5353",
+    );
+    let stale = contract::nat_flow(
+        "198.18.9.2:40012",
+        "198.18.9.101:53",
+        "198.19.9.12:5353",
+    );
+    let mut ct = NetlinkConntrack::new()?;
+    let _ = ct.delete(&[live, stale]).await;
+    for flow in [live, stale] {
+        conntrack_insert(&flow)?;
+    }
+    let dns = ServicePortInfo {
+        cluster_ips: vec![IpAddr::V4(Ipv4Addr::new(198, 18, 9, 101))],
+        port: 53,
+        protocol: Protocol::Udp,
+        node_port: 0,
+        session_affinity_timeout: None,
+        external_ips: vec![],
+        load_balancer_vips: vec![],
+        load_balancer_source_ranges: vec![],
+        external_policy_local: false,
+        internal_policy_local: false,
+        health_check_node_port: 0,
+        is_load_balancer: false,
+    };
+    let mut serving = UdpServing::new();
+    serving.add_service(&dns, &[endpoint(Ipv4Addr::new(198, 19, 9, 11))]);
+    let batch = SyncBatch {
+        trigger: SyncTrigger {
+            seq: 1,
+            reason: SyncReason::Requested,
+        },
+        outcome: SyncOutcome::default(),
+        service_ports: 1,
+        desired: Some(DesiredState::new(NodeContext {
+            ipv4: true,
+            ..NodeContext::default()
+        })),
+        udp_serving: Some(serving),
+    };
+    let mut backend = WithConntrack::new(LogBackend, ct);
+    let applied = backend.apply(&batch).await;
+    let mut ct = NetlinkConntrack::new()?;
+    let dumped = ct.dump_udp().await?;
+    let _ = ct.delete(&[live]).await;
+    if let Err(e) = applied {
+        bail!("apply: {e}");
+    }
+    assert!(dumped.contains(&live), "{live} missing from {dumped:?}");
+    assert!(!dumped.contains(&stale), "{stale} still in {dumped:?}");
+    Ok(())
+}

@@ -14,6 +14,7 @@
 //! ledger records what was asked for, not what succeeded: the next full
 //! reconcile compares it with the kernel and repairs whatever failed.
 
+pub mod conntrack;
 pub mod graceful;
 pub mod iptables;
 pub mod plan;

@@ -526,6 +526,7 @@ fn backend_apply_reconciles_fully_when_given_the_desired_state() {
             },
             service_ports: 1,
             desired,
+            udp_serving: None,
         };
     // Before any full reconcile an incremental sync cannot be trusted:
     // it applies, and asks for a retry (which comes with everything).

@@ -33,6 +33,7 @@ fn batch(state: &mut SyncState, seq: u64, full: bool) -> SyncBatch {
         outcome,
         service_ports: state.desired().len(),
         desired: full.then(|| state.desired().clone()),
+        udp_serving: None,
     }
 }
 

@@ -1,0 +1,169 @@
+//! UDP conntrack cleanup on top of any backend. After a sync whose
+//! trackers saw UDP endpoints change or a UDP service go, the daemon hands
+//! over the serving endpoints of every UDP service ([`UdpServing`]), and
+//! once the kernel is programmed the flows answered by an endpoint that no
+//! longer serves are deleted, so that their clients reach a live one.
+//! Syncs that touch no UDP service carry nothing and dump nothing.
+
+use std::{net::IpAddr, time::Instant};
+
+use tracing::{debug, warn};
+
+use crate::{
+    daemon::{Backend, BackendError, SyncBatch},
+    kernel::{
+        conntrack::{clean_stale_udp_flows, Conntrack, Flow, UdpServing},
+        KernelError,
+    },
+    metrics::{
+        events::{ConntrackReconciled, InternalEvent},
+        IpFamily,
+    },
+};
+
+#[cfg(test)]
+mod tests;
+
+pub struct WithConntrack<B, C> {
+    inner: B,
+    conntrack: C,
+    /// The node's families, from the last full sync's context: each gets
+    /// its reconciler metrics, as upstream runs one cleanup per family.
+    families: Vec<IpFamily>,
+}
+
+impl<B, C> WithConntrack<B, C> {
+    pub fn new(inner: B, conntrack: C) -> Self {
+        Self {
+            inner,
+            conntrack,
+            families: Vec::new(),
+        }
+    }
+
+    pub fn inner(&self) -> &B {
+        &self.inner
+    }
+
+    pub fn conntrack(&self) -> &C {
+        &self.conntrack
+    }
+}
+
+impl<B, C> WithConntrack<B, C>
+where
+    C: Conntrack + Send,
+{
+    async fn clean(
+        &mut self,
+        serving: &UdpServing,
+    ) -> Result<(), BackendError> {
+        let started = Instant::now();
+        let mut counting = Counting {
+            inner: &mut self.conntrack,
+            deleted_v4: 0,
+            deleted_v6: 0,
+        };
+        let result = clean_stale_udp_flows(&mut counting, serving).await;
+        let (deleted_v4, deleted_v6) =
+            (counting.deleted_v4, counting.deleted_v6);
+        let duration = started.elapsed();
+        for family in &self.families {
+            let deleted = match family {
+                IpFamily::V4 => deleted_v4,
+                IpFamily::V6 => deleted_v6,
+            };
+            ConntrackReconciled {
+                family: *family,
+                duration,
+                deleted,
+            }
+            .emit();
+        }
+        let report = result.map_err(|e| {
+            BackendError(format!("UDP conntrack entries not listed: {e}"))
+        })?;
+        debug!(
+            dumped = report.dumped,
+            deleted = report.deleted,
+            already_gone = report.already_gone,
+            "stale UDP flows cleaned"
+        );
+        for error in &report.errors {
+            warn!(%error, "stale UDP flow not deleted");
+        }
+        if !report.errors.is_empty() {
+            return Err(BackendError(format!(
+                "stale UDP conntrack entries not deleted: {}",
+                report.errors.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl<B, C> Backend for WithConntrack<B, C>
+where
+    B: Backend,
+    C: Conntrack + Send + 'static,
+{
+    async fn apply(&mut self, batch: &SyncBatch) -> Result<(), BackendError> {
+        if let Some(desired) = &batch.desired {
+            let ctx = desired.context();
+            self.families =
+                [(ctx.ipv4, IpFamily::V4), (ctx.ipv6, IpFamily::V6)]
+                    .into_iter()
+                    .filter_map(|(on, family)| on.then_some(family))
+                    .collect();
+        }
+        self.inner.apply(batch).await?;
+        // Only once the kernel sends new flows to the serving endpoints:
+        // deleting earlier would let a client's next datagram recreate
+        // the entry towards the endpoint that is going away. A failed
+        // apply leaves the cleanup to the retry, which the daemon gives
+        // the serving endpoints again.
+        match &batch.udp_serving {
+            Some(serving) => self.clean(serving).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn local_addresses(&mut self) -> Option<Vec<IpAddr>> {
+        self.inner.local_addresses().await
+    }
+
+    fn poll_interval(&self) -> Option<std::time::Duration> {
+        self.inner.poll_interval()
+    }
+
+    async fn poll(&mut self) {
+        self.inner.poll().await
+    }
+}
+
+/// Counts the successful deletes per family on their way through, for
+/// the per-family metrics the shared cleanup does not split.
+struct Counting<'a, C> {
+    inner: &'a mut C,
+    deleted_v4: u64,
+    deleted_v6: u64,
+}
+
+impl<C: Conntrack + Send> Conntrack for Counting<'_, C> {
+    async fn dump_udp(&mut self) -> Result<Vec<Flow>, KernelError> {
+        self.inner.dump_udp().await
+    }
+
+    async fn delete(&mut self, flows: &[Flow]) -> Vec<Result<(), KernelError>> {
+        let results = self.inner.delete(flows).await;
+        for (flow, result) in flows.iter().zip(&results) {
+            if result.is_ok() {
+                match IpFamily::of(flow.original.dst.ip()) {
+                    IpFamily::V4 => self.deleted_v4 += 1,
+                    IpFamily::V6 => self.deleted_v6 += 1,
+                }
+            }
+        }
+        results
+    }
+}
