@@ -300,6 +300,7 @@ mod proxy_traffic {
             [PodSpec::new("drift-1").ip("198.19.6.2".parse()?).port(8080)];
         let mut cluster = Cluster::new("drift", &pods, &state)?;
         cluster.start_proxy(&["--ipvs-sync-period", "5s"])?;
+        const PERIOD: Duration = Duration::from_secs(5);
         let address_of_b =
             || -> anyhow::Result<bool> {
                 Ok(sh("ip -o addr show dev kube-ipvs0")?
@@ -311,6 +312,7 @@ mod proxy_traffic {
                 && address_of_b()?)
         })?;
 
+        let logged = cluster.log()?.len();
         sh("ipvsadm -D -t 198.18.6.10:80 && \
             ip addr del 198.18.6.11/32 dev kube-ipvs0")?;
         let broken = Instant::now();
@@ -323,9 +325,23 @@ mod proxy_traffic {
                     && address_of_b()?,
             )
         })?;
-        // One period, plus the slow guest's time to notice and apply.
+        // The first periodic sync comes at most one period after the
+        // break; the second period is room for the slow guest (each poll
+        // above starts processes), not for a missed sync.
         let took = broken.elapsed();
-        assert!(took < Duration::from_secs(8), "repaired after {took:?}");
+        let log = cluster.log()?;
+        assert!(
+            took < 2 * PERIOD,
+            "repaired after {took:?}; proxy log:\n{log}"
+        );
+        let repairs: Vec<_> = log
+            .get(logged..)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("periodic") && l.contains("reconcile"))
+            .filter(|l| !l.contains("operations=0"))
+            .collect();
+        assert!(!repairs.is_empty(), "no periodic repair logged:\n{log}");
 
         for vip in ["198.18.6.10:80", "198.18.6.11:80"] {
             let tally = tcp_tally(vip.parse()?, 2, TIMEOUT)?;
@@ -436,7 +452,7 @@ mod proxy_traffic {
             let log = cluster.log()?;
             Ok(log
                 .get(before..)
-                .is_some_and(|l| l.contains("sync applied")))
+                .is_some_and(|l| l.contains("full reconcile applied")))
         })?;
         thread::sleep(Duration::from_secs(2));
         stop.store(true, Ordering::Relaxed);
@@ -661,8 +677,9 @@ mod harness {
                 .arg(&self.state)
                 .args(["--hostname-override", NODE])
                 .args(args)
-                // Debug for the proxier: it logs each apply ("sync applied").
+                // Debug for the proxier: it logs each apply ("... applied").
                 .env("RUST_LOG", "info,kube_ipvs_proxy::proxier=debug")
+                .env("NO_COLOR", "1")
                 .stdout(Stdio::null())
                 .stderr(log)
                 .spawn()
@@ -690,8 +707,21 @@ mod harness {
             Ok(())
         }
 
+        /// The proxy's log so far, without colours.
         pub fn log(&self) -> anyhow::Result<String> {
-            Ok(std::fs::read_to_string(&self.log)?)
+            let raw = std::fs::read_to_string(&self.log)?;
+            let mut plain = String::with_capacity(raw.len());
+            let mut rest = raw.as_str();
+            while let Some(at) = rest.find('\x1b') {
+                plain.push_str(rest.get(..at).unwrap_or_default());
+                let tail = rest.get(at..).unwrap_or_default();
+                rest = tail
+                    .find('m')
+                    .and_then(|m| tail.get(m + 1..))
+                    .unwrap_or("");
+            }
+            plain.push_str(rest);
+            Ok(plain)
         }
 
         /// Polls `done` until it holds; on timeout the error carries the
