@@ -220,15 +220,16 @@ mod proxy_traffic {
         let mut cluster = Cluster::new("cleanup", &pods, &state)?;
         cluster.add_foreign(FOREIGN, FOREIGN_REAL)?;
         cluster.start_proxy(&[])?;
-        cluster.wait_for("the ClusterIP and the NodePort", || {
-            Ok(real_servers("-t", "198.18.5.10:80")?.len() == 1
-                && real_servers("-t", &format!("{NODE_IP}:30085"))?.len() == 1)
-        })?;
-        // What cleanup must remove is there, so its absence afterwards means
+        // iptables is written after IPVS: wait for both, so that what
+        // cleanup must remove is there and its absence afterwards means
         // something.
-        assert!(kube_sets()?.iter().any(|s| s.starts_with("KUBE-")));
+        cluster.wait_for("the services, the sets and the chains", || {
+            Ok(real_servers("-t", "198.18.5.10:80")?.len() == 1
+                && real_servers("-t", &format!("{NODE_IP}:30085"))?.len() == 1
+                && !kube_sets()?.is_empty()
+                && kube_chains()?.iter().any(|c| c.contains("KUBE-SERVICES")))
+        })?;
         assert!(link_exists("kube-ipvs0")?);
-        assert!(!kube_chains()?.is_empty(), "no KUBE- chains to clean up");
 
         cluster.stop_proxy();
         cluster.cleanup()?;
