@@ -270,6 +270,7 @@ where
                         state.set_local_addresses(local);
                     }
                     let outcome = state.sync();
+                    reporter.changed(&state, &outcome);
                     let owed = cleanup_owed
                         .swap(false, std::sync::atomic::Ordering::SeqCst);
                     let udp_serving = (owed

@@ -4,17 +4,12 @@
 
 use std::{
     collections::BTreeSet,
-    sync::{
-        atomic::{AtomicBool, Ordering},
-        Arc, Mutex, PoisonError,
-    },
+    sync::{Arc, Mutex, PoisonError},
     time::{Duration, SystemTime},
 };
 
 use super::{
-    health::ProxyHealth,
-    service_health::{health_check_node_ports, local_ready_endpoints},
-    ServiceHealthServer,
+    health::ProxyHealth, service_health::HealthCheckIndex, ServiceHealthServer,
 };
 use crate::{
     metrics::{
@@ -32,7 +27,7 @@ use crate::{
 pub struct SyncReporter {
     health: Arc<ProxyHealth>,
     service_health: Option<ServiceHealthServer>,
-    synced_once: Arc<AtomicBool>,
+    health_checks: Arc<Mutex<HealthCheckIndex>>,
     no_local: Arc<Mutex<NoLocalEndpointsTracker>>,
 }
 
@@ -52,7 +47,7 @@ impl SyncReporter {
         Self {
             health,
             service_health,
-            synced_once: Arc::new(AtomicBool::new(false)),
+            health_checks: Arc::default(),
             no_local: Arc::default(),
         }
     }
@@ -102,6 +97,14 @@ impl SyncReporter {
                 }
             }
         }
+    }
+
+    /// A sync checked changes out of the trackers: the state derived from
+    /// them (no-local-endpoints counts, health check ports) follows here,
+    /// from the changed ports only, whether or not the kernel apply then
+    /// succeeds: these describe the cluster, not the kernel, and changes
+    /// not seen now would never be seen again.
+    pub fn changed(&self, state: &SyncState, outcome: &SyncOutcome) {
         self.count_no_local_endpoints(state, outcome);
         self.sync_health_checks(state, outcome);
     }
@@ -132,20 +135,29 @@ impl SyncReporter {
         tracker.emit();
     }
 
-    /// Health check ports follow the services; walking the service map
-    /// is skipped when no service or endpoint changed and no earlier
-    /// listen failed.
+    /// Health check ports follow the services: the index takes the
+    /// changed ports, and the servers are touched only when it moved or
+    /// an earlier listen failed.
     fn sync_health_checks(&self, state: &SyncState, outcome: &SyncOutcome) {
         let Some(server) = &self.service_health else {
             return;
         };
-        let first = !self.synced_once.swap(true, Ordering::SeqCst);
-        let changed = !outcome.services.changed_ports.is_empty()
-            || !outcome.endpoints.changed_ports.is_empty();
-        if first || changed || server.retry_pending() {
-            server.sync_services(&health_check_node_ports(state.service_map()));
-            server
-                .sync_endpoints(&local_ready_endpoints(state.endpoints_map()));
+        let mut index = self
+            .health_checks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let moved = index.update(
+            outcome
+                .services
+                .changed_ports
+                .iter()
+                .chain(&outcome.endpoints.changed_ports),
+            state.service_map(),
+            state.endpoints_map(),
+        );
+        if moved || server.retry_pending() {
+            server.sync_services(&index.wanted());
+            server.sync_endpoints(&index.local_counts());
         }
     }
 

@@ -23,7 +23,7 @@ use axum::{
 use super::{health::ProxyHealth, listen, Server, ServerError};
 use crate::{
     metrics::events::{HealthCheckListenFailed, InternalEvent},
-    model::{EndpointsMap, NamespacedName, ServicePortMap},
+    model::{EndpointsMap, NamespacedName, ServicePortMap, ServicePortName},
 };
 
 /// The header Google Cloud's weighted load balancing reads the node's
@@ -284,6 +284,128 @@ fn body(service: &NamespacedName, count: usize, proxy_healthy: bool) -> String {
     )
 }
 
+/// Health check ports and local ready endpoint counts, kept from the ports
+/// each sync changed so that keeping the health check servers current
+/// never walks the whole cluster. [`health_check_node_ports`] and
+/// [`local_ready_endpoints`] compute the same from scratch.
+#[derive(Debug, Default)]
+pub struct HealthCheckIndex {
+    /// Per service port: its health check port, when it has one.
+    port_of: HashMap<ServicePortName, u16>,
+    /// Per service port: its distinct local ready endpoints.
+    local_of: HashMap<ServicePortName, Vec<SocketAddr>>,
+    /// Per service: how many of its ports name each health check port
+    /// (all of them name the same one; counted so removal is exact).
+    ports: HashMap<NamespacedName, HashMap<u16, usize>>,
+    /// Per service: how many of its ports list each local endpoint.
+    local: HashMap<NamespacedName, HashMap<SocketAddr, usize>>,
+}
+
+impl HealthCheckIndex {
+    /// Recomputes the given service ports' contributions. Returns whether
+    /// anything the health check servers show changed.
+    pub fn update<'a>(
+        &mut self,
+        changed: impl IntoIterator<Item = &'a ServicePortName>,
+        services: &ServicePortMap,
+        endpoints: &EndpointsMap,
+    ) -> bool {
+        let mut moved = false;
+        for name in changed {
+            let port = services
+                .get(name)
+                .map(|info| info.health_check_node_port)
+                .filter(|&p| p != 0);
+            if self.port_of.get(name).copied() != port {
+                moved = true;
+                if let Some(old) = self.port_of.remove(name) {
+                    release(&mut self.ports, &name.service, &old);
+                }
+                if let Some(new) = port {
+                    self.port_of.insert(name.clone(), new);
+                    acquire(&mut self.ports, &name.service, new);
+                }
+            }
+
+            let mut local: Vec<SocketAddr> = endpoints
+                .get(name)
+                .into_iter()
+                .flatten()
+                .filter(|ep| ep.is_local && ep.ready)
+                .map(|ep| SocketAddr::new(ep.ip, ep.port))
+                .collect();
+            local.sort();
+            local.dedup();
+            let old = self.local_of.remove(name).unwrap_or_default();
+            if old != local {
+                moved = true;
+            }
+            for addr in &old {
+                release(&mut self.local, &name.service, addr);
+            }
+            for addr in &local {
+                acquire(&mut self.local, &name.service, *addr);
+            }
+            if !local.is_empty() {
+                self.local_of.insert(name.clone(), local);
+            }
+        }
+        moved
+    }
+
+    /// The health check port of every service that has one.
+    pub fn wanted(&self) -> HashMap<NamespacedName, u16> {
+        self.ports
+            .iter()
+            .filter_map(|(name, ports)| {
+                ports.keys().next().map(|&p| (name.clone(), p))
+            })
+            .collect()
+    }
+
+    /// Local ready endpoints of the services that have a health check:
+    /// the only counts the servers show.
+    pub fn local_counts(&self) -> HashMap<NamespacedName, usize> {
+        self.ports
+            .keys()
+            .map(|name| {
+                (name.clone(), self.local.get(name).map_or(0, HashMap::len))
+            })
+            .collect()
+    }
+}
+
+fn acquire<K: std::hash::Hash + Eq>(
+    map: &mut HashMap<NamespacedName, HashMap<K, usize>>,
+    service: &NamespacedName,
+    key: K,
+) {
+    *map.entry(service.clone())
+        .or_default()
+        .entry(key)
+        .or_default() += 1;
+}
+
+fn release<K: std::hash::Hash + Eq>(
+    map: &mut HashMap<NamespacedName, HashMap<K, usize>>,
+    service: &NamespacedName,
+    key: &K,
+) {
+    let Some(keys) = map.get_mut(service) else {
+        return;
+    };
+    if let Some(count) = keys.get_mut(key) {
+        *count -= 1;
+        if *count == 0 {
+            keys.remove(key);
+        }
+    }
+    if keys.is_empty() {
+        map.remove(service);
+    }
+}
+
+#[cfg(test)]
 /// The health check port of every service that has one (upstream's
 /// `ServicePortMap.HealthCheckNodePorts`): ETP=Local load balancers.
 pub fn health_check_node_ports(
@@ -296,6 +418,7 @@ pub fn health_check_node_ports(
         .collect()
 }
 
+#[cfg(test)]
 /// Local ready endpoints per service (upstream's
 /// `EndpointsMap.LocalReadyEndpoints`): distinct `ip:port` across the
 /// service's ports.

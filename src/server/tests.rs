@@ -625,13 +625,87 @@ fn health_check_ports_and_local_endpoints_come_from_the_maps() {
     );
 }
 
+#[test]
+fn the_health_check_index_follows_changed_ports_like_a_full_walk() {
+    use super::service_health::HealthCheckIndex;
+
+    let nsn = |name: &str| NamespacedName::new("shop", name);
+    let port = |name: &str, p: &str| {
+        ServicePortName::new("shop", name, p, Protocol::Tcp)
+    };
+    let local = |ip: &str, p: u16| ep(ip, p, |e| e.is_local = true);
+    let mut services = HashMap::from([
+        (
+            port("web", "http"),
+            Arc::new(port_info(|i| i.health_check_node_port = 31000)),
+        ),
+        (
+            port("web", "https"),
+            Arc::new(port_info(|i| i.health_check_node_port = 31000)),
+        ),
+        (port("api", "http"), Arc::new(port_info(|_| {}))),
+    ]);
+    let mut endpoints = HashMap::from([
+        (
+            port("web", "http"),
+            vec![local("198.19.0.1", 80), ep("198.19.1.1", 80, |_| {})],
+        ),
+        (
+            port("web", "https"),
+            vec![local("198.19.0.1", 443), local("198.19.0.2", 443)],
+        ),
+        (port("api", "http"), vec![local("198.19.0.9", 80)]),
+    ]);
+    // What a full walk says, for the services that have a health check.
+    let full = |s: &crate::model::ServicePortMap,
+                e: &crate::model::EndpointsMap| {
+        let wanted = health_check_node_ports(s);
+        let local = local_ready_endpoints(e);
+        let counts: HashMap<NamespacedName, usize> = wanted
+            .keys()
+            .map(|n| (n.clone(), local.get(n).copied().unwrap_or(0)))
+            .collect();
+        (wanted, counts)
+    };
+
+    let mut index = HealthCheckIndex::default();
+    let all: Vec<ServicePortName> = services.keys().cloned().collect();
+    assert!(index.update(&all, &services, &endpoints));
+    assert_eq!(
+        (index.wanted(), index.local_counts()),
+        full(&services, &endpoints)
+    );
+    assert_eq!(index.local_counts(), HashMap::from([(nsn("web"), 3)]));
+
+    // Nothing new for these ports: nothing moves.
+    assert!(!index.update(&all, &services, &endpoints));
+
+    // The https port goes: its endpoints leave the count, the health
+    // check stays for the other port.
+    services.remove(&port("web", "https"));
+    endpoints.remove(&port("web", "https"));
+    assert!(index.update([&port("web", "https")], &services, &endpoints));
+    assert_eq!(
+        (index.wanted(), index.local_counts()),
+        full(&services, &endpoints)
+    );
+    assert_eq!(index.local_counts(), HashMap::from([(nsn("web"), 1)]));
+
+    // The last port with a health check goes: none is wanted any more.
+    services.remove(&port("web", "http"));
+    endpoints.remove(&port("web", "http"));
+    assert!(index.update([&port("web", "http")], &services, &endpoints));
+    assert!(index.wanted().is_empty());
+    assert!(index.local_counts().is_empty());
+}
+
 /// The example ETP=Local load balancer, its health check moved to
 /// `port`, fed through a sync state as the daemon does.
 fn load_balancer_state(
     port: u16,
 ) -> (crate::sync::SyncState, k8s_openapi::api::core::v1::Node) {
     use crate::{
-        source::{file, store::ObjectChange},
+        source::file,
         sync::{NodeSettings, SyncState},
     };
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -649,26 +723,7 @@ fn load_balancer_state(
         SystemTime::now(),
     );
     let node = snapshot.nodes[0].clone();
-    let changes = snapshot
-        .nodes
-        .iter()
-        .map(|n| ObjectChange::Node {
-            previous: None,
-            current: Some(Arc::new(n.clone())),
-        })
-        .chain(snapshot.services.iter().map(|s| ObjectChange::Service {
-            previous: None,
-            current: Some(Arc::new(s.clone())),
-        }))
-        .chain(snapshot.endpoint_slices.iter().map(|s| {
-            ObjectChange::EndpointSlice {
-                previous: None,
-                current: Some(Arc::new(s.clone())),
-            }
-        }));
-    for change in changes {
-        state.apply(&change);
-    }
+    state.apply_snapshot(&snapshot);
     (state, node)
 }
 
@@ -689,6 +744,7 @@ async fn reporter_keeps_health_and_health_check_ports_in_step_with_syncs() {
     reporter.queued();
     clock.set(T0 + 1, 0);
     let outcome = state.sync();
+    reporter.changed(&state, &outcome);
     reporter.synced(&state, &outcome, Duration::from_millis(2));
     let after_first = health.health();
     assert!(after_first.healthy);
@@ -707,6 +763,7 @@ async fn reporter_keeps_health_and_health_check_ports_in_step_with_syncs() {
     drop(blocker);
     let outcome = state.sync();
     assert!(outcome.deltas.is_empty());
+    reporter.changed(&state, &outcome);
     reporter.synced(&state, &outcome, Duration::from_millis(1));
     let addr = only_addr(&server, &shop);
     let reply = get(addr, "/").await.expect("probe");
@@ -732,6 +789,7 @@ async fn reporter_keeps_health_and_health_check_ports_in_step_with_syncs() {
     });
     assert!(health.node_eligible());
     let outcome = state.sync();
+    reporter.changed(&state, &outcome);
     reporter.synced(&state, &outcome, Duration::from_millis(1));
     assert!(!health.node_eligible());
 }
