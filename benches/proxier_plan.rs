@@ -6,61 +6,34 @@
 
 use std::{
     hint::black_box,
-    sync::Arc,
-    time::{Duration, Instant, SystemTime},
+    time::{Duration, Instant},
 };
 
 use criterion::{criterion_group, Criterion};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube_ipvs_proxy::{
-    proxier::plan::Ledger,
-    source::store::ObjectChange,
-    sync::{NodeSettings, SyncState},
-};
+use kube_ipvs_proxy::{proxier::plan::Ledger, sync::SyncState};
 
 mod fixtures;
 
-use fixtures::{service, slice, ENDPOINTS_PER_SERVICE};
+use fixtures::{loaded_state, median, Flip};
 struct Loaded {
     state: SyncState,
     ledger: Ledger,
-    versions: [Arc<EndpointSlice>; 2],
-    flip: usize,
+    flip: Flip,
 }
 
 /// Loads `services` services and plans the cold sync; returns the
 /// loaded state, the cold plan's operation count and its planning time.
 fn load(services: usize) -> (Loaded, usize, Duration) {
-    let mut state = SyncState::new(
-        "node-0",
-        NodeSettings::default(),
-        None,
-        SystemTime::now(),
-    );
-    for i in 0..services {
-        state.apply(&ObjectChange::Service {
-            previous: None,
-            current: Some(Arc::new(service(i))),
-        });
-        state.apply(&ObjectChange::EndpointSlice {
-            previous: None,
-            current: Some(Arc::new(slice(i, ENDPOINTS_PER_SERVICE))),
-        });
-    }
+    let mut state = loaded_state(services);
     let outcome = state.sync();
     let mut ledger = Ledger::new();
     let start = Instant::now();
     let ops = ledger.plan(&outcome.deltas).len();
     let cold = start.elapsed();
-    let target = services / 2;
     let loaded = Loaded {
         state,
         ledger,
-        versions: [
-            Arc::new(slice(target, ENDPOINTS_PER_SERVICE)),
-            Arc::new(slice(target, ENDPOINTS_PER_SERVICE - 1)),
-        ],
-        flip: 0,
+        flip: Flip::new(services),
     };
     (loaded, ops, cold)
 }
@@ -68,13 +41,7 @@ fn load(services: usize) -> (Loaded, usize, Duration) {
 impl Loaded {
     /// One readiness flip of one endpoint, synced and planned.
     fn one_change(&mut self) -> usize {
-        let previous = self.versions[self.flip].clone();
-        self.flip ^= 1;
-        let current = self.versions[self.flip].clone();
-        self.state.apply(&ObjectChange::EndpointSlice {
-            previous: Some(previous),
-            current: Some(current),
-        });
+        self.state.apply(&self.flip.next_change());
         let outcome = self.state.sync();
         let ops = self.ledger.plan(&outcome.deltas);
         assert_eq!(ops.ipvs.len(), 1, "one real server added or removed");
@@ -94,18 +61,9 @@ fn bench(c: &mut Criterion) {
 }
 
 fn median_change(loaded: &mut Loaded, samples: usize) -> Duration {
-    for _ in 0..100 {
-        loaded.one_change();
-    }
-    let mut times: Vec<Duration> = (0..samples)
-        .map(|_| {
-            let start = Instant::now();
-            black_box(loaded.one_change());
-            start.elapsed()
-        })
-        .collect();
-    times.sort();
-    times[times.len() / 2]
+    median(samples, || {
+        black_box(loaded.one_change());
+    })
 }
 
 criterion_group!(benches, bench);

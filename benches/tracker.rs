@@ -3,68 +3,32 @@
 //! (tracker update, checkout, recomputation of the changed port). The
 //! design goal is that both sizes cost the same; the ratio is printed.
 
-use std::{
-    hint::black_box,
-    sync::Arc,
-    time::{Duration, Instant, SystemTime},
-};
+use std::{hint::black_box, time::Duration};
 
 use criterion::{criterion_group, Criterion};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube_ipvs_proxy::{
-    source::store::ObjectChange,
-    sync::{NodeSettings, SyncState},
-};
+use kube_ipvs_proxy::sync::SyncState;
 
 mod fixtures;
 
-use fixtures::{service, slice, ENDPOINTS_PER_SERVICE};
+use fixtures::{loaded_state, median, Flip};
 struct Loaded {
     state: SyncState,
-    /// The slice of the service that changes, in its two versions.
-    versions: [Arc<EndpointSlice>; 2],
-    flip: usize,
+    flip: Flip,
 }
 
 fn load(services: usize) -> Loaded {
-    let mut state = SyncState::new(
-        "node-0",
-        NodeSettings::default(),
-        None,
-        SystemTime::now(),
-    );
-    for i in 0..services {
-        state.apply(&ObjectChange::Service {
-            previous: None,
-            current: Some(Arc::new(service(i))),
-        });
-        state.apply(&ObjectChange::EndpointSlice {
-            previous: None,
-            current: Some(Arc::new(slice(i, ENDPOINTS_PER_SERVICE))),
-        });
-    }
+    let mut state = loaded_state(services);
     state.sync();
-    let target = services / 2;
     Loaded {
         state,
-        versions: [
-            Arc::new(slice(target, ENDPOINTS_PER_SERVICE)),
-            Arc::new(slice(target, ENDPOINTS_PER_SERVICE - 1)),
-        ],
-        flip: 0,
+        flip: Flip::new(services),
     }
 }
 
 impl Loaded {
     /// One readiness flip of one endpoint, synced.
     fn one_change(&mut self) -> usize {
-        let previous = self.versions[self.flip].clone();
-        self.flip ^= 1;
-        let current = self.versions[self.flip].clone();
-        self.state.apply(&ObjectChange::EndpointSlice {
-            previous: Some(previous),
-            current: Some(current),
-        });
+        self.state.apply(&self.flip.next_change());
         let outcome = self.state.sync();
         assert_eq!(outcome.deltas.len(), 1, "exactly one port changes");
         outcome.deltas.len()
@@ -82,22 +46,11 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-/// The median of many single changes, measured outside criterion so the
-/// two sizes can be compared directly in one run.
 fn median_change(services: usize, samples: usize) -> Duration {
     let mut loaded = load(services);
-    for _ in 0..100 {
-        loaded.one_change();
-    }
-    let mut times: Vec<Duration> = (0..samples)
-        .map(|_| {
-            let start = Instant::now();
-            black_box(loaded.one_change());
-            start.elapsed()
-        })
-        .collect();
-    times.sort();
-    times[times.len() / 2]
+    median(samples, || {
+        black_box(loaded.one_change());
+    })
 }
 
 criterion_group!(benches, bench);
