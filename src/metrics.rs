@@ -92,46 +92,16 @@ pub fn network_programming_buckets() -> Vec<f64> {
     buckets
 }
 
-/// The IP family a proxier serves: the `ip_family` label of upstream's
-/// sync metrics and the key of `/healthz`'s per-family status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum IpFamily {
-    V4,
-    V6,
-}
+pub use crate::model::IpFamily;
 
-impl IpFamily {
-    /// The Kubernetes API's spelling (`v1.IPFamily`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            IpFamily::V4 => "IPv4",
-            IpFamily::V6 => "IPv6",
-        }
+/// The families a node context programs, IPv4 first.
+pub fn active_families(ctx: &crate::desired::NodeContext) -> Vec<IpFamily> {
+    let mut families = Vec::with_capacity(2);
+    if ctx.ipv4 {
+        families.push(IpFamily::V4);
     }
-
-    pub fn of(ip: std::net::IpAddr) -> Self {
-        if ip.is_ipv4() {
-            IpFamily::V4
-        } else {
-            IpFamily::V6
-        }
+    if ctx.ipv6 {
+        families.push(IpFamily::V6);
     }
-
-    /// The families a node context programs, IPv4 first.
-    pub fn active(ctx: &crate::desired::NodeContext) -> Vec<IpFamily> {
-        let mut families = Vec::with_capacity(2);
-        if ctx.ipv4 {
-            families.push(IpFamily::V4);
-        }
-        if ctx.ipv6 {
-            families.push(IpFamily::V6);
-        }
-        families
-    }
-}
-
-impl std::fmt::Display for IpFamily {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
+    families
 }

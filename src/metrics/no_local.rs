@@ -50,7 +50,7 @@ impl NoLocalEndpointsTracker {
         endpoints: &EndpointsMap,
         ctx: &NodeContext,
     ) {
-        let families = IpFamily::active(ctx);
+        let families = crate::metrics::active_families(ctx);
         let names: BTreeSet<ServicePortName> = if families != self.families {
             self.families = families;
             services.keys().chain(self.ports.keys()).cloned().collect()

@@ -6,6 +6,7 @@ pub mod convert;
 mod endpoint;
 #[cfg(test)]
 pub(crate) mod fixtures;
+mod ip_family;
 mod node;
 mod protocol;
 mod service;
@@ -15,6 +16,7 @@ pub use convert::{
     EndpointSliceInfo, InvalidObject, InvalidReason, ObjectKind,
 };
 pub use endpoint::{EndpointInfo, EndpointsMap};
+pub use ip_family::IpFamily;
 pub use node::NodeInfo;
 pub use protocol::Protocol;
 pub use service::{

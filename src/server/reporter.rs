@@ -15,7 +15,6 @@ use crate::{
     metrics::{
         events::{InternalEvent, NetworkProgrammed, SyncCompleted, SyncQueued},
         no_local::NoLocalEndpointsTracker,
-        IpFamily,
     },
     model::ServicePortName,
     sync::{SyncOutcome, SyncState},
@@ -73,7 +72,8 @@ impl SyncReporter {
         outcome: &SyncOutcome,
         duration: Duration,
     ) {
-        let families = IpFamily::active(state.desired().context());
+        let families =
+            crate::metrics::active_families(state.desired().context());
         self.health.set_families(&families);
         self.health.updated();
         self.health

@@ -172,7 +172,7 @@ pub async fn apply_and_verify<K: Iptables>(
     for family in families(input) {
         let section = out
             .split("# ")
-            .filter(|s| s.starts_with(family.label()))
+            .filter(|s| s.starts_with(family.as_str()))
             .collect::<String>();
         for j in JUMPS {
             let line = format!("-A {} {}", j.from, j.spec());

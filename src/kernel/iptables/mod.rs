@@ -16,7 +16,7 @@
 //! table back and repairs flushed chains and missing jumps. `--cleanup`
 //! calls [`apply::cleanup`].
 
-use std::{fmt, future::Future, net::IpAddr};
+use std::future::Future;
 
 use super::KernelError;
 
@@ -36,35 +36,8 @@ pub use rules::{
     FamilyInput, LocalDetector, NoNodeAccess, Payload, RulesInput,
 };
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Family {
-    V4,
-    V6,
-}
-
-impl Family {
-    pub fn of(addr: IpAddr) -> Self {
-        if addr.is_ipv6() {
-            Family::V6
-        } else {
-            Family::V4
-        }
-    }
-
-    /// The `ip_family` label value upstream's metrics use.
-    pub fn label(self) -> &'static str {
-        match self {
-            Family::V4 => "IPv4",
-            Family::V6 => "IPv6",
-        }
-    }
-}
-
-impl fmt::Display for Family {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.label())
-    }
-}
+/// Which of iptables and ip6tables.
+pub use crate::model::IpFamily as Family;
 
 pub trait Iptables {
     /// `iptables-save -t TABLE` (or ip6tables) output.

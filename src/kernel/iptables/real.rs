@@ -10,10 +10,7 @@ use std::{
 use super::{Family, Iptables};
 use crate::{
     kernel::{ErrorKind, KernelError},
-    metrics::{
-        events::{InternalEvent, IptablesRestoreFailed},
-        IpFamily,
-    },
+    metrics::events::{InternalEvent, IptablesRestoreFailed},
 };
 
 /// Which iptables binaries to run.
@@ -279,10 +276,7 @@ impl Iptables for RealIptables {
             Err(e) => KernelError::new(ErrorKind::Transport, &object, e),
         };
         IptablesRestoreFailed {
-            family: match family {
-                Family::V4 => IpFamily::V4,
-                Family::V6 => IpFamily::V6,
-            },
+            family,
             error: &err,
         }
         .emit();
