@@ -446,15 +446,16 @@ mod proxy_traffic {
         cluster.stop_proxy();
         thread::sleep(Duration::from_millis(500));
         let before = cluster.log()?.len();
+        // Returns once the new process has read the kernel and applied the
+        // state.
         cluster.start_proxy(&[])?;
-        // The new process has read the kernel and applied the state once it
-        // logs so.
-        cluster.wait_for("the restarted proxy's first sync", || {
-            let log = cluster.log()?;
-            Ok(log
+        assert!(
+            cluster
+                .log()?
                 .get(before..)
-                .is_some_and(|l| l.contains("full reconcile applied")))
-        })?;
+                .is_some_and(|l| l.contains("full reconcile applied")),
+            "the restarted proxy reconciled the kernel it found"
+        );
         thread::sleep(Duration::from_secs(2));
         stop.store(true, Ordering::Relaxed);
         let (ok, failed) = client
@@ -668,6 +669,10 @@ mod harness {
             Ok(())
         }
 
+        /// Starts the proxy and returns once its first sync has been
+        /// applied in full. Waiting for IPVS alone is not enough: a
+        /// connection made while the rest of that sync (addresses, sets,
+        /// iptables) is still being written can be reset.
         pub fn start_proxy(&mut self, args: &[&str]) -> anyhow::Result<()> {
             let log = std::fs::OpenOptions::new()
                 .create(true)
@@ -686,7 +691,7 @@ mod harness {
                 .spawn()
                 .with_context(|| format!("starting {PROXY}"))?;
             self.proxy = Some(child);
-            Ok(())
+            self.wait_for("the proxy's first complete sync", first_sync_done)
         }
 
         pub fn stop_proxy(&mut self) {
@@ -763,6 +768,26 @@ mod harness {
             }
             let _ = sh("ip link del node0");
         }
+    }
+
+    /// Whether the running proxy reports a completed sync: its
+    /// `kubeproxy_sync_proxy_rules_last_timestamp_seconds` is set only
+    /// once a sync's whole batch (IPVS, addresses, sets, iptables) is in.
+    fn first_sync_done() -> anyhow::Result<bool> {
+        let metrics = "127.0.0.1:10249".parse()?;
+        let (status, body) = testkit::http_get(metrics, "/metrics", TIMEOUT)?;
+        if status != 200 {
+            bail!("GET /metrics answered {status}");
+        }
+        Ok(body
+            .lines()
+            .filter(|l| {
+                l.starts_with(
+                    "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+                )
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .any(|at| at > 0.0))
     }
 
     /// The real servers of one virtual server (`-t`/`-u` and its

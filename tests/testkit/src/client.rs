@@ -7,7 +7,7 @@
 //! again instead of being scheduled.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::time::Duration;
 
@@ -46,6 +46,43 @@ pub fn tcp_tally(
         streams.push(reader);
     }
     Ok(tally)
+}
+
+/// One `GET path` on `addr`: the status code and the body. Enough for the
+/// proxy's own servers (`/metrics`, `/healthz`) without an HTTP client
+/// library in the tests. HTTP/1.0, so the answer is never chunked and ends
+/// when the server closes.
+pub fn http_get(
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> Result<(u16, String), Error> {
+    let what = || format!("GET {path} from");
+    let traffic = |source| Error::Traffic {
+        what: what(),
+        addr,
+        source,
+    };
+    let mut stream =
+        TcpStream::connect_timeout(&addr, timeout).map_err(traffic)?;
+    stream.set_read_timeout(Some(timeout)).map_err(traffic)?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")
+        .map_err(traffic)?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).map_err(traffic)?;
+    let text = String::from_utf8_lossy(&raw);
+    let bad = || Error::BadAnswer {
+        what: what(),
+        addr,
+        answer: text.chars().take(200).collect(),
+    };
+    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(bad)?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(bad)?;
+    Ok((status, body.to_string()))
 }
 
 /// Sends one datagram to `addr` from each of `n` sockets and reads the
