@@ -3,6 +3,7 @@
 //! (EX_USAGE) and one line naming the field or flag.
 
 use std::{
+    net::IpAddr,
     path::Path,
     process::ExitCode,
     sync::Arc,
@@ -17,7 +18,7 @@ use kube_ipvs_proxy::{
         self, Cli, Command, Config, ConfigArgs, OutputFormat, PlanArgs,
         Resolved, RunArgs,
     },
-    daemon,
+    daemon::{self, Backend},
     kernel::{
         addresses::NetlinkAddresses,
         conntrack::NetlinkConntrack,
@@ -34,7 +35,9 @@ use kube_ipvs_proxy::{
         iptables::{RulesSettings, WithIptables},
         Proxier, ProxierConfig,
     },
-    server::{self, ProxyHealth, ServiceHealthServer, SyncReporter},
+    server::{
+        self, service_health, ProxyHealth, ServiceHealthServer, SyncReporter,
+    },
     source::{self, SourceEvent},
     sync::{self, NodeSettings, SyncState},
 };
@@ -133,7 +136,7 @@ async fn run_proxy(config: Config, cleanup: bool) -> anyhow::Result<()> {
     }
     let node_name = config.node_name(&hostname());
     tracing::info!(node = %node_name, "starting");
-    let backend = kernel_backend(&config).await?;
+    let mut backend = kernel_backend(&config).await?;
     let source: BoxStream<'static, SourceEvent> = match &config.state_file {
         Some(path) => {
             source::file::watch(path.clone(), STATE_FILE_POLL).boxed()
@@ -148,7 +151,11 @@ async fn run_proxy(config: Config, cleanup: bool) -> anyhow::Result<()> {
             .boxed()
         }
     };
-    let reporter = start_servers(&config)?;
+    let health_addresses = service_health::listen_addresses(
+        &config.node_port_addresses,
+        &backend.local_addresses().await.unwrap_or_default(),
+    );
+    let reporter = start_servers(&config, health_addresses)?;
     let state = SyncState::new(
         node_name,
         NodeSettings::from_config(&config),
@@ -273,7 +280,10 @@ const METRICS_UPKEEP: Duration = Duration::from_secs(5);
 /// Starts the healthz and metrics servers (an empty bind address
 /// disables one) and the health check node port servers. A port that
 /// is taken is retried in the background, never fatal.
-fn start_servers(config: &Config) -> anyhow::Result<SyncReporter> {
+fn start_servers(
+    config: &Config,
+    health_addresses: Vec<IpAddr>,
+) -> anyhow::Result<SyncReporter> {
     // Upstream's health timeout: a queued update may wait two periods.
     let health = Arc::new(ProxyHealth::new(2 * config.ipvs.sync_period));
     if let Some(address) = config.healthz_bind_address {
@@ -292,9 +302,8 @@ fn start_servers(config: &Config) -> anyhow::Result<SyncReporter> {
             server::metrics::router(handle),
         );
     }
-    // Every address, as upstream when nodePortAddresses is unset.
     let service_health =
-        ServiceHealthServer::new(Vec::new(), Arc::clone(&health))?;
+        ServiceHealthServer::new(health_addresses, Arc::clone(&health))?;
     Ok(SyncReporter::new(health, Some(service_health)))
 }
 

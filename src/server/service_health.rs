@@ -22,6 +22,7 @@ use axum::{
 
 use super::{health::ProxyHealth, listen, Server, ServerError};
 use crate::{
+    config::NodePortAddress,
     metrics::events::{HealthCheckListenFailed, InternalEvent},
     model::{EndpointsMap, NamespacedName, ServicePortMap, ServicePortName},
 };
@@ -55,6 +56,32 @@ struct Inner {
     runtime: tokio::runtime::Handle,
     services: Mutex<Services>,
     retry_pending: AtomicBool,
+}
+
+/// Where the health check servers listen, decided once at start-up as
+/// upstream does: the local addresses inside `nodePortAddresses`' ranges.
+/// Empty, meaning every address, when the setting is unset, when it names
+/// `primary` (the Node object, which says which address that is, is not
+/// known yet at start-up), or when no local address matches (upstream
+/// logs that and listens everywhere).
+pub fn listen_addresses(
+    wanted: &[NodePortAddress],
+    local: &[IpAddr],
+) -> Vec<IpAddr> {
+    let mut chosen = Vec::new();
+    for want in wanted {
+        match want {
+            NodePortAddress::Primary => return Vec::new(),
+            NodePortAddress::Cidr(net) => {
+                for ip in local.iter().filter(|ip| net.contains(*ip)) {
+                    if !chosen.contains(ip) {
+                        chosen.push(*ip);
+                    }
+                }
+            }
+        }
+    }
+    chosen
 }
 
 /// Cheap to clone. Listeners close when their service goes away or the

@@ -11,11 +11,14 @@ use std::io::{Read, Write};
 use super::{
     health::{Clock, ProxyHealth},
     healthz,
-    service_health::{health_check_node_ports, local_ready_endpoints},
+    service_health::{
+        health_check_node_ports, listen_addresses, local_ready_endpoints,
+    },
     timestamp::rfc3339_nano,
     Server, ServiceHealthServer,
 };
 use crate::{
+    config::NodePortAddress,
     metrics::{
         events::{InternalEvent, SyncCompleted},
         exporter, IpFamily,
@@ -910,5 +913,48 @@ async fn the_daemon_reports_queued_and_applied_syncs() {
             text.lines().any(|l| l.starts_with(prefix)),
             "no {prefix:?} in\n{text}"
         );
+    }
+}
+
+#[test]
+fn health_checks_listen_on_the_node_port_addresses_that_exist_here() {
+    let local: Vec<std::net::IpAddr> =
+        ["198.18.100.1", "10.0.2.15", "2001:db8::1"]
+            .iter()
+            .map(|ip| ip.parse().expect("fixture address"))
+            .collect();
+    let cidr =
+        |net: &str| NodePortAddress::Cidr(net.parse().expect("fixture CIDR"));
+    let ip =
+        |ip: &str| -> std::net::IpAddr { ip.parse().expect("fixture address") };
+    let cases: Vec<(&str, Vec<NodePortAddress>, Vec<std::net::IpAddr>)> = vec![
+        ("unset: everywhere", vec![], vec![]),
+        (
+            "a range: its local addresses",
+            vec![cidr("198.18.0.0/15")],
+            vec![ip("198.18.100.1")],
+        ),
+        (
+            "two families, overlapping ranges: each address once",
+            vec![
+                cidr("198.18.100.0/24"),
+                cidr("198.18.0.0/15"),
+                cidr("2001:db8::/64"),
+            ],
+            vec![ip("198.18.100.1"), ip("2001:db8::1")],
+        ),
+        (
+            "no match: everywhere, as upstream",
+            vec![cidr("203.0.113.0/24")],
+            vec![],
+        ),
+        (
+            "primary: everywhere (the Node is not known yet)",
+            vec![cidr("198.18.0.0/15"), NodePortAddress::Primary],
+            vec![],
+        ),
+    ];
+    for (case, wanted, want) in cases {
+        assert_eq!(listen_addresses(&wanted, &local), want, "{case}");
     }
 }
