@@ -14,6 +14,7 @@
 #                            EndpointSlice; the proxy's RBAC
 #   control-plane.sh env     shell exports for the running control plane
 #   control-plane.sh stop    stop everything and remove the run folder
+#   control-plane.sh smoke   start, check, stop (stops on failure too)
 #
 # The run folder ($TARGET/e2e/control-plane, $TARGET being CARGO_TARGET_DIR
 # or target/) is outside /tmp on purpose: the guest hides the host's /tmp
@@ -341,10 +342,17 @@ EOF
     log "check: passed"
 }
 
+cmd_smoke() {
+    trap cmd_stop EXIT
+    cmd_start
+    cmd_check
+}
+
 case ${1:-} in
 start) cmd_start ;;
+smoke) cmd_smoke ;;
 stop) cmd_stop ;;
 env) cmd_env ;;
 check) cmd_check ;;
-*) die "usage: $0 start|check|env|stop" ;;
+*) die "usage: $0 start|check|env|stop|smoke" ;;
 esac
