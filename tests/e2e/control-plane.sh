@@ -266,13 +266,22 @@ slice_endpoints() {
         -o jsonpath='{range .items[*].endpoints[*]}{.addresses[0]}:{.conditions.ready}{"\n"}{end}'
 }
 
+# No kubelet confirms a Pod's deletion, so Pods bound to the node would stay
+# Terminating (and their namespace with them) unless force-deleted.
+delete_namespace() {
+    kubectl -n "$1" delete pods --all --grace-period=0 --force \
+        >/dev/null 2>&1 || true
+    kubectl delete namespace "$1" --ignore-not-found --wait="${2:-true}" \
+        >/dev/null
+}
+
 slice_has() { slice_endpoints "$1" "$2" | grep -qx "$3"; }
 
 cmd_check() {
     pid_alive kube-apiserver || die "not running; start it first"
     local ns=e2e-smoke pod_ip=198.19.0.2
     kubectl get --raw /readyz >/dev/null
-    kubectl delete namespace "$ns" --ignore-not-found --wait=true >/dev/null
+    delete_namespace "$ns"
     kubectl create namespace "$ns" >/dev/null
     wait_for "default ServiceAccount in $ns" 60 \
         kubectl -n "$ns" get serviceaccount default
@@ -338,7 +347,7 @@ EOF
     log "check: the proxy's ServiceAccount can watch its objects and nothing more"
 
     kubectl -n kube-system get daemonset kube-ipvs-proxy >/dev/null
-    kubectl delete namespace "$ns" --wait=false >/dev/null
+    delete_namespace "$ns"
     log "check: passed"
 }
 

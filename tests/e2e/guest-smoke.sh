@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The proxy in the real-kernel guest against the loopback control plane
+# (control-plane.sh): a Service with one ready Pod on the guest's node, the
+# proxy started with the ServiceAccount's kubeconfig through guestfwd, and
+# the virtual server it must program. Runs on the host; boots the guest.
+#
+#   tests/e2e/guest-smoke.sh        (control plane already started)
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+target=${CARGO_TARGET_DIR:-$repo/target}
+eval "$("$here/control-plane.sh" env)"
+ns=e2e-guest
+pod_ip=198.19.0.3
+
+log() { printf '%s guest-smoke: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+
+if [[ ${1:-} != --in-guest ]]; then
+    # Force: no kubelet would confirm the Pods' deletion.
+    kubectl -n "$ns" delete pods --all --grace-period=0 --force >/dev/null 2>&1 || true
+    kubectl delete namespace "$ns" --ignore-not-found --wait=true >/dev/null
+    kubectl create namespace "$ns" >/dev/null
+    until kubectl -n "$ns" get serviceaccount default >/dev/null 2>&1; do
+        sleep 0.5
+    done
+    kubectl -n "$ns" apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  selector: {app: web}
+  ports: [{name: http, port: 80, targetPort: 8080}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web-0, labels: {app: web}}
+spec:
+  nodeName: $E2E_NODE_NAME
+  containers: [{name: web, image: e2e.invalid/none}]
+YAML
+    kubectl -n "$ns" patch pod web-0 --subresource=status --type=merge \
+        -p "{\"status\":{\"phase\":\"Running\",\"podIP\":\"$pod_ip\",\"podIPs\":[{\"ip\":\"$pod_ip\"}],\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\"}]}}" >/dev/null
+    cluster_ip=$(kubectl -n "$ns" get service web -o jsonpath='{.spec.clusterIP}')
+    log "Service $ns/web is $cluster_ip; booting the guest"
+    cd "$repo"
+    VM_HOST_PORTS=6443 VM_TIMEOUT=300 \
+        VM_PASS_ENV="E2E_PROXY_KUBECONFIG E2E_NODE_NAME CARGO_TARGET_DIR E2E_VS E2E_RS" \
+        E2E_VS="$cluster_ip:80" E2E_RS="$pod_ip:8080" \
+        tests/vm/run tests/e2e/guest-smoke.sh --in-guest
+    exit
+fi
+
+# In the guest.
+kubectl=("$target/k8s/bin/kubectl" --kubeconfig "$E2E_PROXY_KUBECONFIG")
+"${kubectl[@]}" get services -A
+"${kubectl[@]}" auth whoami
+"$target/debug/kube-ipvs-proxy" --kubeconfig "$E2E_PROXY_KUBECONFIG" \
+    --hostname-override "$E2E_NODE_NAME" >/tmp/proxy.log 2>&1 &
+proxy=$!
+for _ in $(seq 120); do
+    if ipvsadm -Ln -t "$E2E_VS" 2>/dev/null | grep -q "$E2E_RS"; then break; fi
+    sleep 0.5
+done
+ipvsadm -Ln
+kill "$proxy"
+wait "$proxy" || true
+if ! ipvsadm -Ln -t "$E2E_VS" | grep -q "$E2E_RS"; then
+    tail -30 /tmp/proxy.log
+    log "FAILED: no real server $E2E_RS behind $E2E_VS"
+    exit 1
+fi
+log "passed: the proxy programmed the Service from the real API server"
