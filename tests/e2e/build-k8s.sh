@@ -7,14 +7,15 @@
 # The first build compiles most of Kubernetes and takes many minutes; the
 # binaries are kept and the build is skipped while they are newer than the
 # module's files, so later runs cost nothing. The module and build caches live
-# under $TARGET/k8s as well, so CI needs to cache that one folder.
+# under $E2E_K8S_DIR as well, so CI needs to cache that one folder (bin/ alone
+# is enough to skip the build).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 module="$here/k8s"
 target=${CARGO_TARGET_DIR:-$repo/target}
-out="$target/k8s"
+out=${E2E_K8S_DIR:-$target/k8s}
 bin="$out/bin"
 
 tools=(kube-apiserver kube-controller-manager kubectl kube-proxy etcd)

@@ -25,15 +25,15 @@
 #   proxy-host.kubeconfig   the same token, https://127.0.0.1:6443
 #   logs/                   each component's log
 #
-# Environment: E2E_APISERVER_PORT (6443), E2E_ETCD_PORT (23790; the peer
-# port is the next one), E2E_NODE_NAME (node-a), E2E_NODE_IP
-# (198.18.100.1), E2E_READY_TIMEOUT (180 seconds).
+# Environment: E2E_K8S_DIR (as build-k8s.sh), E2E_APISERVER_PORT (6443),
+# E2E_ETCD_PORT (23790; the peer port is the next one), E2E_NODE_NAME
+# (node-a), E2E_NODE_IP (198.18.100.1), E2E_READY_TIMEOUT (180 seconds).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$repo/target}
-bin="$target/k8s/bin"
+bin="${E2E_K8S_DIR:-$target/k8s}/bin"
 run="$target/e2e/control-plane"
 
 api_port=${E2E_APISERVER_PORT:-6443}
@@ -157,7 +157,8 @@ cmd_start() {
     if pid_alive kube-apiserver; then
         die "already running (run folder $run); stop it first"
     fi
-    command -v openssl >/dev/null || die "openssl is needed (apt-get install openssl)"
+    command -v openssl >/dev/null && command -v curl >/dev/null ||
+        "$repo/tests/vm/deps.sh" openssl curl
     "$here/build-k8s.sh"
     local port
     for port in "$api_port" "$etcd_port" "$etcd_peer_port"; do

@@ -45,14 +45,14 @@ YAML
     log "Service $ns/web is $cluster_ip; booting the guest"
     cd "$repo"
     VM_HOST_PORTS=6443 VM_TIMEOUT=300 \
-        VM_PASS_ENV="E2E_PROXY_KUBECONFIG E2E_NODE_NAME CARGO_TARGET_DIR E2E_VS E2E_RS" \
-        E2E_VS="$cluster_ip:80" E2E_RS="$pod_ip:8080" \
+        VM_PASS_ENV="E2E_PROXY_KUBECONFIG E2E_NODE_NAME CARGO_TARGET_DIR E2E_KUBECTL E2E_VS E2E_RS" \
+        E2E_KUBECTL=$(command -v kubectl) E2E_VS="$cluster_ip:80" E2E_RS="$pod_ip:8080" \
         tests/vm/run tests/e2e/guest-smoke.sh --in-guest
     exit
 fi
 
 # In the guest.
-kubectl=("$target/k8s/bin/kubectl" --kubeconfig "$E2E_PROXY_KUBECONFIG")
+kubectl=("$E2E_KUBECTL" --kubeconfig "$E2E_PROXY_KUBECONFIG")
 "${kubectl[@]}" get services -A
 "${kubectl[@]}" auth whoami
 "$target/debug/kube-ipvs-proxy" --kubeconfig "$E2E_PROXY_KUBECONFIG" \
