@@ -276,6 +276,12 @@ delete_namespace() {
         >/dev/null
 }
 
+ds_pod_exists() {
+    kubectl -n kube-system get pods -l app.kubernetes.io/name=kube-ipvs-proxy \
+        -o jsonpath='{.items[*].spec.affinity.nodeAffinity}' |
+        grep -q "$node_name"
+}
+
 slice_has() { slice_endpoints "$1" "$2" | grep -qx "$3"; }
 
 cmd_check() {
@@ -347,7 +353,11 @@ EOF
     fi
     log "check: the proxy's ServiceAccount can watch its objects and nothing more"
 
-    kubectl -n kube-system get daemonset kube-ipvs-proxy >/dev/null
+    # The DaemonSet controller made its Pod for the node, so the Pod spec
+    # passed admission (privileged, system-node-critical, its
+    # ServiceAccount). Without a scheduler and a kubelet it stays Pending.
+    wait_for "the DaemonSet's Pod for $node_name" 60 ds_pod_exists
+    log "check: the DaemonSet's Pod was admitted"
     delete_namespace "$ns"
     log "check: passed"
 }
