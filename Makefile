@@ -78,7 +78,8 @@ e2e-control-plane:
 
 # The proxy in the real-kernel guest against that control plane, through
 # guestfwd with its ServiceAccount's token: one Service, one ready Pod, the
-# virtual server and real server it must program.
+# virtual server and real server it must program; the API server stopped
+# (the kernel state stays) and back (a readiness change reaches the kernel).
 e2e-guest-smoke:
 	tests/vm/deps.sh
 	cargo build --bin kube-ipvs-proxy

@@ -15,6 +15,16 @@
 #   control-plane.sh env     shell exports for the running control plane
 #   control-plane.sh stop    stop everything and remove the run folder
 #   control-plane.sh smoke   start, check, stop (stops on failure too)
+#   control-plane.sh apiserver-stop | apiserver-start
+#                            stop the API server alone (etcd and the
+#                            controller manager stay), start it again
+#
+# A test in the guest can ask for the last two itself: with
+# VM_HOST_PORTS="6443 6440" (E2E_VM_HOST_PORTS from `env`), a line
+# "apiserver-stop" or "apiserver-start" sent to 10.0.2.100:6440 runs it and
+# is answered "ok" or "error" (then the log) once done: the API server has
+# exited, or is ready again. The client must not shut its side down before
+# the answer (guestfwd's socat would give up on it).
 #
 # The run folder ($TARGET/e2e/control-plane, $TARGET being CARGO_TARGET_DIR
 # or target/) is outside /tmp on purpose: the guest hides the host's /tmp
@@ -23,11 +33,15 @@
 #   proxy.kubeconfig        the kube-ipvs-proxy ServiceAccount's token,
 #                           https://10.0.2.100:6443 (the guest's side)
 #   proxy-host.kubeconfig   the same token, https://127.0.0.1:6443
+#   admin-guest.kubeconfig  cluster admin, https://10.0.2.100:6443, for
+#                           tests in the guest that create and change
+#                           objects
 #   logs/                   each component's log
 #
 # Environment: E2E_K8S_DIR (as build-k8s.sh), E2E_APISERVER_PORT (6443),
-# E2E_ETCD_PORT (23790; the peer port is the next one), E2E_NODE_NAME
-# (node-a), E2E_NODE_IP (198.18.100.1), E2E_READY_TIMEOUT (180 seconds).
+# E2E_CONTROL_PORT (6440), E2E_ETCD_PORT (23790; the peer port is the next
+# one), E2E_NODE_NAME (node-a), E2E_NODE_IP (198.18.100.1),
+# E2E_READY_TIMEOUT (180 seconds).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -39,6 +53,7 @@ run="$target/e2e/control-plane"
 api_port=${E2E_APISERVER_PORT:-6443}
 etcd_port=${E2E_ETCD_PORT:-23790}
 etcd_peer_port=$((etcd_port + 1))
+control_port=${E2E_CONTROL_PORT:-6440}
 node_name=${E2E_NODE_NAME:-node-a}
 node_ip=${E2E_NODE_IP:-198.18.100.1}
 ready_timeout=${E2E_READY_TIMEOUT:-180}
@@ -74,7 +89,9 @@ pid_alive() { [[ -f "$run/$1.pid" ]] && kill -0 "$(cat "$run/$1.pid")" 2>/dev/nu
 spawn() {
     local name=$1
     shift
-    "$@" >"$run/logs/$name.log" 2>&1 &
+    # stdin from /dev/null: started from a control request, it would
+    # otherwise hold the request's socket open.
+    "$@" </dev/null >>"$run/logs/$name.log" 2>&1 &
     echo $! >"$run/$name.pid"
 }
 
@@ -153,32 +170,7 @@ apply_deploy() {
     kubectl apply -f "$repo/deploy/" >&2
 }
 
-cmd_start() {
-    if pid_alive kube-apiserver; then
-        die "already running (run folder $run); stop it first"
-    fi
-    command -v openssl >/dev/null && command -v curl >/dev/null ||
-        "$repo/tests/vm/deps.sh" openssl curl
-    "$here/build-k8s.sh"
-    local port
-    for port in "$api_port" "$etcd_port" "$etcd_peer_port"; do
-        port_free "$port" || die "127.0.0.1:$port is in use"
-    done
-    rm -rf "$run"
-    mkdir -p "$run/logs"
-    local start=$SECONDS
-    make_certs
-
-    log "starting etcd on 127.0.0.1:$etcd_port"
-    spawn etcd "$bin/etcd" --name e2e --data-dir "$run/etcd" \
-        --listen-client-urls "http://127.0.0.1:$etcd_port" \
-        --advertise-client-urls "http://127.0.0.1:$etcd_port" \
-        --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" \
-        --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer_port" \
-        --initial-cluster "e2e=http://127.0.0.1:$etcd_peer_port" \
-        --unsafe-no-fsync --log-level warn
-    wait_for "etcd" "$ready_timeout" curl -fsS "http://127.0.0.1:$etcd_port/health"
-
+start_apiserver() {
     log "starting kube-apiserver on 127.0.0.1:$api_port"
     local pki="$run/pki"
     # The advertised address is the guest's view of this server, so the
@@ -198,9 +190,91 @@ cmd_start() {
         --authorization-mode Node,RBAC \
         --allow-privileged=true \
         --profiling=false
+    wait_for "kube-apiserver /readyz" "$ready_timeout" kubectl get --raw /readyz
+}
+
+# Stops the process recorded as NAME: TERM, then KILL after GRACE seconds
+# (10 by default).
+stop_process() {
+    local pid grace=${2:-10}
+    [[ -f "$run/$1.pid" ]] || return 0
+    pid=$(cat "$run/$1.pid")
+    if kill "$pid" 2>/dev/null; then
+        for _ in $(seq $((grace * 5))); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.2
+        done
+        kill -9 "$pid" 2>/dev/null || true
+    fi
+    rm -f "$run/$1.pid"
+}
+
+cmd_apiserver_stop() {
+    pid_alive kube-apiserver || die "the API server is not running"
+    # It closes its port at once on TERM, then can take more than 10
+    # seconds to wind down its controllers; nobody needs those.
+    stop_process kube-apiserver 2
+    log "kube-apiserver stopped"
+}
+
+cmd_apiserver_start() {
+    [[ -f "$run/admin.kubeconfig" ]] || die "not started (no $run)"
+    pid_alive kube-apiserver && die "the API server is running"
+    local start=$SECONDS
+    start_apiserver
+    log "kube-apiserver ready again after $((SECONDS - start))s"
+}
+
+# One request on the control port (from the guest through guestfwd): a line
+# naming a command; answers "ok" or "error", then the command's log.
+cmd_control_request() {
+    local request
+    IFS= read -r request || exit 0
+    case ${request%$'\r'} in
+    apiserver-stop | apiserver-start)
+        if "$0" "${request%$'\r'}" 2>"$run/control.out"; then
+            echo ok
+        else
+            echo error
+        fi
+        cat "$run/control.out"
+        ;;
+    *) echo "error: unknown request (apiserver-stop, apiserver-start)" ;;
+    esac
+}
+
+cmd_start() {
+    if pid_alive kube-apiserver; then
+        die "already running (run folder $run); stop it first"
+    fi
+    command -v openssl >/dev/null && command -v curl >/dev/null ||
+        "$repo/tests/vm/deps.sh" openssl curl
+    "$here/build-k8s.sh"
+    local port
+    for port in "$api_port" "$etcd_port" "$etcd_peer_port" "$control_port"; do
+        port_free "$port" || die "127.0.0.1:$port is in use"
+    done
+    rm -rf "$run"
+    mkdir -p "$run/logs"
+    local start=$SECONDS
+    make_certs
+
+    log "starting etcd on 127.0.0.1:$etcd_port"
+    spawn etcd "$bin/etcd" --name e2e --data-dir "$run/etcd" \
+        --listen-client-urls "http://127.0.0.1:$etcd_port" \
+        --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+        --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+        --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+        --initial-cluster "e2e=http://127.0.0.1:$etcd_peer_port" \
+        --unsafe-no-fsync --log-level warn
+    wait_for "etcd" "$ready_timeout" curl -fsS "http://127.0.0.1:$etcd_port/health"
+
     write_kubeconfig "$run/admin.kubeconfig" \
         "https://127.0.0.1:$api_port" "$admin_token"
-    wait_for "kube-apiserver /readyz" "$ready_timeout" kubectl get --raw /readyz
+    write_kubeconfig "$run/admin-guest.kubeconfig" \
+        "https://$guest_host_ip:$api_port" "$admin_token"
+    start_apiserver
+    local pki="$run/pki"
     log "kube-apiserver ready after $((SECONDS - start))s"
 
     # Without a kubelet the Node never heartbeats: node lifecycle and
@@ -225,6 +299,13 @@ cmd_start() {
     register_node
     apply_deploy
 
+    # Lets a test in the guest stop and restart the API server.
+    # -t: a client that half-closes after its line still gets the answer,
+    # which comes only when the API server has stopped or is ready.
+    spawn control socat -t "$ready_timeout" \
+        "TCP-LISTEN:$control_port,bind=127.0.0.1,reuseaddr,fork" \
+        "EXEC:$here/control-plane.sh control-request"
+
     local token
     token=$(kubectl -n kube-system create token kube-ipvs-proxy --duration 24h)
     write_kubeconfig "$run/proxy.kubeconfig" \
@@ -235,18 +316,9 @@ cmd_start() {
 }
 
 cmd_stop() {
-    local name pid
-    for name in kube-controller-manager kube-apiserver etcd; do
-        [[ -f "$run/$name.pid" ]] || continue
-        pid=$(cat "$run/$name.pid")
-        if kill "$pid" 2>/dev/null; then
-            # Give it the time to shut down cleanly, then insist.
-            for _ in $(seq 50); do
-                kill -0 "$pid" 2>/dev/null || break
-                sleep 0.2
-            done
-            kill -9 "$pid" 2>/dev/null || true
-        fi
+    local name
+    for name in control kube-controller-manager kube-apiserver etcd; do
+        stop_process "$name"
     done
     rm -rf "$run"
     log "stopped"
@@ -257,6 +329,8 @@ cmd_env() {
     printf 'export KUBECONFIG=%q\n' "$run/admin.kubeconfig"
     printf 'export E2E_PROXY_KUBECONFIG=%q\n' "$run/proxy.kubeconfig"
     printf 'export E2E_PROXY_HOST_KUBECONFIG=%q\n' "$run/proxy-host.kubeconfig"
+    printf 'export E2E_ADMIN_GUEST_KUBECONFIG=%q\n' "$run/admin-guest.kubeconfig"
+    printf 'export E2E_VM_HOST_PORTS=%q\n' "$api_port $control_port"
     printf 'export E2E_NODE_NAME=%q\n' "$node_name"
     printf 'export PATH=%q:"$PATH"\n' "$bin"
 }
@@ -274,6 +348,14 @@ delete_namespace() {
         >/dev/null 2>&1 || true
     kubectl delete namespace "$1" --ignore-not-found --wait="${2:-true}" \
         >/dev/null
+}
+
+# A request on the control port, as a test in the guest makes it.
+control_request() {
+    exec 3<>"/dev/tcp/127.0.0.1/$control_port"
+    echo "$1" >&3
+    cat <&3
+    exec 3<&-
 }
 
 ds_pod_exists() {
@@ -359,6 +441,18 @@ EOF
     wait_for "the DaemonSet's Pod for $node_name" 60 ds_pod_exists
     log "check: the DaemonSet's Pod was admitted"
     delete_namespace "$ns"
+
+    # What a test in the guest does through guestfwd, here on loopback.
+    local answer
+    answer=$(control_request apiserver-stop)
+    [[ $answer == ok* ]] || die "control port, apiserver-stop: $answer"
+    if kubectl get --raw /readyz >/dev/null 2>&1; then
+        die "the API server still answers after apiserver-stop"
+    fi
+    answer=$(control_request apiserver-start)
+    [[ $answer == ok* ]] || die "control port, apiserver-start: $answer"
+    kubectl get --raw /readyz >/dev/null
+    log "check: the control port stops and restarts the API server"
     log "check: passed"
 }
 
@@ -371,8 +465,11 @@ cmd_smoke() {
 case ${1:-} in
 start) cmd_start ;;
 smoke) cmd_smoke ;;
+apiserver-stop) cmd_apiserver_stop ;;
+apiserver-start) cmd_apiserver_start ;;
+control-request) cmd_control_request ;;
 stop) cmd_stop ;;
 env) cmd_env ;;
 check) cmd_check ;;
-*) die "usage: $0 start|check|env|stop|smoke" ;;
+*) die "usage: $0 start|check|env|stop|smoke|apiserver-stop|apiserver-start" ;;
 esac
