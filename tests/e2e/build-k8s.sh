@@ -5,8 +5,8 @@
 # target/ in the repository).
 #
 # The first build compiles most of Kubernetes and takes many minutes; the
-# binaries are kept and the build is skipped while they are newer than the
-# module's files, so later runs cost nothing. The module and build caches live
+# binaries are kept and the build is skipped while the module's files (and
+# this script) are unchanged, so later runs cost nothing. The module and build caches live
 # under $E2E_K8S_DIR as well, so CI needs to cache that one folder (bin/ alone
 # is enough to skip the build).
 set -euo pipefail
@@ -20,18 +20,20 @@ bin="$out/bin"
 
 tools=(kube-apiserver kube-controller-manager kubectl kube-proxy etcd)
 inputs=("$module/go.mod" "$module/go.sum" "$module/etcd/main.go"
-    "${BASH_SOURCE[0]}")
+    "$here/build-k8s.sh")
 
 log() { printf '%s build-k8s: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
+# By content, not by time: a fresh clone's files are all newer than a build
+# shared through E2E_K8S_DIR.
+inputs_hash() { cat "${inputs[@]}" | sha256sum | cut -d' ' -f1; }
+
 up_to_date() {
-    local tool input
+    local tool
     for tool in "${tools[@]}"; do
         [[ -x "$bin/$tool" ]] || return 1
-        for input in "${inputs[@]}"; do
-            [[ "$bin/$tool" -nt "$input" ]] || return 1
-        done
     done
+    [[ "$(cat "$bin/.inputs" 2>/dev/null)" == "$(inputs_hash)" ]]
 }
 
 if [[ "${1:-}" != "--force" ]] && up_to_date; then
@@ -73,7 +75,5 @@ go build -ldflags="$ldflags" -o "$bin/" \
     k8s.io/kubernetes/cmd/kubectl \
     k8s.io/kubernetes/cmd/kube-proxy \
     ./etcd
-# go build leaves the mtime of an unchanged binary alone; the skip check
-# above compares against the inputs, so mark the binaries as fresh.
-for tool in "${tools[@]}"; do touch "$bin/$tool"; done
+inputs_hash >"$bin/.inputs"
 log "built ${tools[*]} into $bin in $((SECONDS - start))s"
