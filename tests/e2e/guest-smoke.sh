@@ -104,9 +104,16 @@ control apiserver-start
 log "the kernel state stayed while the API server was away"
 
 # A change after the return reaches the kernel: the Pod is no longer ready.
+# The transition time is what the EndpointSlice controller reports as the
+# change's trigger time, from which the proxy measures network programming.
+now=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 "$E2E_KUBECTL" --kubeconfig "$E2E_ADMIN_GUEST_KUBECONFIG" -n e2e-guest \
     patch pod web-0 --subresource=status --type=merge \
-    -p '{"status":{"conditions":[{"type":"Ready","status":"False"}]}}' >/dev/null
+    -p "{\"status\":{\"conditions\":[{\"type\":\"Ready\",\"status\":\"False\",\"lastTransitionTime\":\"$now\"}]}}" \
+    >/dev/null
+changed=$SECONDS
 wait_weight ""
-log "the proxy caught up after the API server returned"
+log "the proxy caught up after the API server returned: the real server left $((SECONDS - changed))s after the write"
+curl -fsS http://127.0.0.1:10249/metrics |
+    grep -E '^kubeproxy_network_programming_duration_seconds_(sum|count)' || true
 log "passed"
