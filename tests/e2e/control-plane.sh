@@ -243,6 +243,16 @@ cmd_control_request() {
     esac
 }
 
+start_failed() {
+    local f
+    for f in "$run"/logs/*.log; do
+        [[ -f $f ]] || continue
+        log "--- the end of $(basename "$f")"
+        tail -n 15 "$f" >&2
+    done
+    cmd_stop
+}
+
 cmd_start() {
     if pid_alive kube-apiserver; then
         die "already running (run folder $run); stop it first"
@@ -256,6 +266,8 @@ cmd_start() {
     done
     rm -rf "$run"
     mkdir -p "$run/logs"
+    # A start that fails shows why and leaves nothing running.
+    trap start_failed EXIT
     local start=$SECONDS
     make_certs
 
@@ -312,6 +324,7 @@ cmd_start() {
         "https://$guest_host_ip:$api_port" "$token"
     write_kubeconfig "$run/proxy-host.kubeconfig" \
         "https://127.0.0.1:$api_port" "$token"
+    trap - EXIT
     log "ready after $((SECONDS - start))s; run folder $run"
 }
 
