@@ -1,7 +1,8 @@
 # Entry points. The guest targets are self-contained: each installs what it
 # needs (tests/vm/deps.sh) and caches the kernel under target/vm/.
 
-.PHONY: demo test fmt-check lint unit bench bench-ipsets bench-ipvs vm-test vm-shell vm-kernel
+.PHONY: demo test fmt-check lint unit bench bench-ipsets bench-ipvs vm-test vm-shell vm-kernel \
+	e2e-k8s e2e-control-plane e2e-guest-smoke
 
 # Crates whose kernel tests vm-test runs; empty means every workspace crate
 # with a `kernel-tests` feature. VM_TEST_ARGS go to each test binary (a name
@@ -61,3 +62,26 @@ vm-shell:
 # in CI).
 vm-kernel:
 	tests/vm/prepare
+
+# Upstream kube-apiserver, kube-controller-manager, kubectl, kube-proxy and
+# etcd, built from the k8s.io/kubernetes Go module into target/k8s/bin (the
+# first build takes about 15 minutes on 2 cores; then nothing).
+e2e-k8s:
+	tests/e2e/build-k8s.sh
+
+# The real control plane on loopback, without a guest: applies deploy/
+# (server-side dry run, then for real), checks that the EndpointSlice
+# controller follows a Pod's status and that the proxy's RBAC is enough and
+# no more, stops (tests/e2e/control-plane.sh).
+e2e-control-plane:
+	tests/e2e/control-plane.sh smoke
+
+# The proxy in the real-kernel guest against that control plane, through
+# guestfwd with its ServiceAccount's token: one Service, one ready Pod, the
+# virtual server and real server it must program; the API server stopped
+# (the kernel state stays) and back (a readiness change reaches the kernel).
+e2e-guest-smoke:
+	tests/vm/deps.sh
+	cargo build --bin kube-ipvs-proxy
+	tests/e2e/control-plane.sh start
+	tests/e2e/guest-smoke.sh; rc=$$?; tests/e2e/control-plane.sh stop; exit $$rc

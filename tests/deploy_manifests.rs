@@ -1,0 +1,174 @@
+//! `deploy/kube-ipvs-proxy.yaml` as the proxy itself will read it: the
+//! ConfigMap's `KubeProxyConfiguration` and the DaemonSet's command line go
+//! through the same resolution as at start-up, and the paths and ports the
+//! manifest wires together must agree. (The API server validates the
+//! manifest itself: `tests/e2e/control-plane.sh start` applies it with a
+//! server-side dry run first.)
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser as _;
+use kube_ipvs_proxy::config::{self, Cli};
+use serde_json::Value;
+
+const MANIFEST: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/kube-ipvs-proxy.yaml");
+
+fn documents() -> Vec<Value> {
+    let text = std::fs::read_to_string(MANIFEST).expect("manifest readable");
+    serde_saphyr::from_multiple(&text).expect("manifest is valid YAML")
+}
+
+fn object<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    let found: Vec<&Value> =
+        docs.iter().filter(|d| d["kind"] == kind).collect();
+    assert_eq!(found.len(), 1, "exactly one {kind} in the manifest");
+    found[0]
+}
+
+fn str_at<'a>(value: &'a Value, pointer: &str) -> &'a str {
+    value
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_else(|| panic!("{pointer} is a string"))
+}
+
+fn container(docs: &[Value]) -> &Value {
+    &object(docs, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+}
+
+/// The container's command with `$(NODE_NAME)` expanded as the kubelet
+/// does from `spec.nodeName`.
+fn command_line(docs: &[Value], node: &str) -> Vec<String> {
+    let container = container(docs);
+    assert_eq!(
+        str_at(container, "/env/0/name"),
+        "NODE_NAME",
+        "NODE_NAME comes from the Pod's node"
+    );
+    assert_eq!(
+        str_at(container, "/env/0/valueFrom/fieldRef/fieldPath"),
+        "spec.nodeName"
+    );
+    container["command"]
+        .as_array()
+        .expect("a command")
+        .iter()
+        .map(|a| a.as_str().expect("string arguments"))
+        .map(|a| a.replace("$(NODE_NAME)", node))
+        .collect()
+}
+
+/// Where the container sees the file at `path`, if a ConfigMap volume
+/// holds it: (ConfigMap name, key).
+fn config_map_key(docs: &[Value], path: &Path) -> Option<(String, String)> {
+    let pod = &object(docs, "DaemonSet")["spec"]["template"]["spec"];
+    let mounts = container(docs)["volumeMounts"].as_array()?;
+    mounts.iter().find_map(|m| {
+        let key = path.strip_prefix(m["mountPath"].as_str()?).ok()?;
+        let volume = pod["volumes"]
+            .as_array()?
+            .iter()
+            .find(|v| v["name"] == m["name"])?;
+        let name = volume["configMap"]["name"].as_str()?;
+        Some((name.to_owned(), key.to_str()?.to_owned()))
+    })
+}
+
+fn config_map_data<'a>(docs: &'a [Value], name: &str, key: &str) -> &'a str {
+    let cm = object(docs, "ConfigMap");
+    assert_eq!(cm["metadata"]["name"], name, "the mounted ConfigMap");
+    str_at(cm, &format!("/data/{}", key.replace('/', "~1")))
+}
+
+#[test]
+fn the_daemonset_command_and_configmap_resolve_without_warnings() {
+    let docs = documents();
+    let cli = Cli::try_parse_from(command_line(&docs, "node-a"))
+        .expect("the proxy accepts the DaemonSet's flags");
+    assert!(cli.command.is_none(), "the DaemonSet runs the proxy");
+    let args = cli.run.config;
+    let path = args.config.clone().expect("--config is given");
+    let (cm, key) = config_map_key(&docs, &path)
+        .expect("--config is a file of a mounted ConfigMap");
+    let text = config_map_data(&docs, &cm, &key);
+
+    let resolved =
+        config::resolve(&args, Some(text)).expect("the configuration is valid");
+
+    assert_eq!(
+        resolved.warnings,
+        vec![],
+        "kubeadm's format, nothing unused"
+    );
+    let config = resolved.config;
+    assert_eq!(config.node_name("some-hostname"), "node-a");
+    assert_eq!(config.state_file, None, "reads the API server");
+
+    // The liveness probe asks the healthz server the configuration opens.
+    let healthz = config.healthz_bind_address.expect("healthz server on");
+    let probe = &container(&docs)["livenessProbe"]["httpGet"];
+    assert_eq!(probe["path"], "/livez");
+    assert_eq!(probe["port"], healthz.port());
+}
+
+#[test]
+fn the_kubeconfig_is_mounted_and_uses_the_service_account() {
+    let docs = documents();
+    let args = Cli::try_parse_from(command_line(&docs, "node-a"))
+        .expect("flags")
+        .run
+        .config;
+    let config_text = {
+        let path = args.config.clone().expect("--config");
+        let (cm, key) = config_map_key(&docs, &path).expect("mounted");
+        config_map_data(&docs, &cm, &key).to_owned()
+    };
+    let config = config::resolve(&args, Some(&config_text))
+        .expect("valid")
+        .config;
+    let kubeconfig_path: PathBuf = config
+        .kubeconfig
+        .expect("clientConnection.kubeconfig is set");
+    let (cm, key) = config_map_key(&docs, &kubeconfig_path)
+        .expect("the kubeconfig is in the mounted ConfigMap");
+
+    let kubeconfig =
+        kube::config::Kubeconfig::from_yaml(config_map_data(&docs, &cm, &key))
+            .expect("a kubeconfig kube-rs reads");
+
+    let user = kubeconfig.auth_infos[0].auth_info.as_ref().expect("a user");
+    assert_eq!(
+        user.token_file.as_deref(),
+        Some("/var/run/secrets/kubernetes.io/serviceaccount/token"),
+        "the Pod's own ServiceAccount token, refreshed by the kubelet"
+    );
+}
+
+#[test]
+fn the_daemonset_runs_as_its_service_account_on_every_node() {
+    let docs = documents();
+    let sa = object(&docs, "ServiceAccount");
+    let pod = &object(&docs, "DaemonSet")["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], sa["metadata"]["name"]);
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(pod["priorityClassName"], "system-node-critical");
+    assert_eq!(
+        pod["tolerations"],
+        serde_json::json!([{"operator": "Exists"}]),
+        "tolerates every taint, as kube-proxy"
+    );
+    let binding = object(&docs, "ClusterRoleBinding");
+    assert_eq!(
+        binding["subjects"],
+        serde_json::json!([{
+            "kind": "ServiceAccount",
+            "name": sa["metadata"]["name"],
+            "namespace": sa["metadata"]["namespace"],
+        }])
+    );
+    assert_eq!(
+        binding["roleRef"]["name"],
+        object(&docs, "ClusterRole")["metadata"]["name"]
+    );
+}
