@@ -90,9 +90,12 @@ impl SyncReporter {
         // reported under the first one.
         if let Some(&family) = families.first() {
             for times in outcome.endpoints.last_change_trigger_times.values() {
-                for latency in
-                    times.iter().filter_map(|t| now.duration_since(*t).ok())
-                {
+                // A trigger time ahead of our clock (another node's clock,
+                // or a time rounded up to the second) still counts as one
+                // change programmed: as upstream, which observes it as is,
+                // it lands in the lowest bucket.
+                for t in times {
+                    let latency = now.duration_since(*t).unwrap_or_default();
                     NetworkProgrammed { family, latency }.emit();
                 }
             }

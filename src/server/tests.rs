@@ -958,3 +958,32 @@ fn health_checks_listen_on_the_node_port_addresses_that_exist_here() {
         assert_eq!(listen_addresses(&wanted, &local), want, "{case}");
     }
 }
+
+#[tokio::test]
+async fn every_trigger_time_counts_as_one_programmed_change() {
+    let clock = ManualClock::at(T0);
+    let health = health_at(&clock);
+    let reporter = super::SyncReporter::new(Arc::clone(&health), None);
+    let (mut state, _) = load_balancer_state(0);
+    let mut outcome = state.sync();
+    // One change made 5 s ago, one stamped ahead of our clock (another
+    // node's clock, or a time rounded up to the second).
+    outcome.endpoints.last_change_trigger_times.insert(
+        NamespacedName::new("default", "shop"),
+        vec![
+            UNIX_EPOCH + Duration::from_secs(T0 - 5),
+            UNIX_EPOCH + Duration::from_secs(T0 + 10),
+        ],
+    );
+    let recorder = exporter::recorder().expect("buckets are not empty");
+    metrics::with_local_recorder(&recorder, || {
+        reporter.synced(&state, &outcome, Duration::from_millis(1));
+    });
+    let text = recorder.handle().render();
+    for line in [
+        r#"kubeproxy_network_programming_duration_seconds_count{ip_family="IPv4"} 2"#,
+        r#"kubeproxy_network_programming_duration_seconds_sum{ip_family="IPv4"} 5"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
+}
