@@ -1,7 +1,7 @@
 # Entry points. The guest targets are self-contained: each installs what it
 # needs (tests/vm/deps.sh) and caches the kernel under target/vm/.
 
-.PHONY: demo test fmt-check lint unit bench bench-ipsets bench-ipvs vm-test vm-shell vm-kernel \
+.PHONY: e2e demo test fmt-check lint unit bench bench-ipsets bench-ipvs vm-test vm-shell vm-kernel \
 	e2e-k8s e2e-control-plane e2e-guest-smoke
 
 # Crates whose kernel tests vm-test runs; empty means every workspace crate
@@ -68,6 +68,24 @@ vm-kernel:
 # first build takes about 15 minutes on 2 cores; then nothing).
 e2e-k8s:
 	tests/e2e/build-k8s.sh
+
+# Everything against the real control plane (tests/e2e/control-plane.sh,
+# upstream binaries built by build-k8s.sh on first use): our EndpointSlice
+# reconciler against the real controller (host), then the proxy in the
+# real-kernel guest with deploy/'s ServiceAccount through guestfwd: a
+# service following its pods (create, scale, readiness, delete), named
+# ports over several slices, an API server outage, a restart under
+# traffic (tests/cluster_e2e.rs). The control plane stops either way.
+e2e:
+	tests/vm/deps.sh
+	tests/e2e/control-plane.sh start
+	eval "$$(tests/e2e/control-plane.sh env)" && \
+	cargo test --features e2e-tests --test slices_vs_controller && \
+	VM_HOST_PORTS="$$E2E_VM_HOST_PORTS" \
+	VM_PASS_ENV="E2E_PROXY_KUBECONFIG E2E_ADMIN_GUEST_KUBECONFIG" \
+	VM_TEST_FEATURES=kube-ipvs-proxy/e2e-tests \
+	tests/vm/run-tests.sh kube-ipvs-proxy -- cluster_e2e --nocapture; \
+	rc=$$?; tests/e2e/control-plane.sh stop; exit $$rc
 
 # The real control plane on loopback, without a guest: applies deploy/
 # (server-side dry run, then for real), checks that the EndpointSlice

@@ -59,7 +59,7 @@ node_ip=${E2E_NODE_IP:-198.18.100.1}
 ready_timeout=${E2E_READY_TIMEOUT:-180}
 # The guest's view of the host's loopback (tests/vm/run, VM_HOST_PORTS).
 guest_host_ip=10.0.2.100
-service_range=198.18.0.0/16
+service_range=198.18.0.0/16,2001:db8:42::/112
 # A fixed token is fine: it exists only for the life of a loopback-only
 # test cluster.
 admin_token=e2e-admin-token

@@ -9,7 +9,9 @@
 # PACKAGE/kernel-tests`, and every test binary cargo reports is run in the
 # guest from its package's directory, as `cargo test` would, with TEST-ARGS
 # (e.g. a name filter, --nocapture). Any failing binary fails the run, after
-# all have run.
+# all have run. VM_TEST_FEATURES adds features to that build (comma
+# separated, e.g. `kube-ipvs-proxy/e2e-tests` for `make e2e`); the guest
+# settings of tests/vm/run (VM_HOST_PORTS, VM_PASS_ENV, ...) pass through.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -58,6 +60,9 @@ for p in "${packages[@]}"; do
     cargo_args+=(-p "$p")
     features+=("$p/kernel-tests")
 done
+if [[ -n ${VM_TEST_FEATURES:-} ]]; then
+    features+=("$VM_TEST_FEATURES")
+fi
 features_csv=$(
     IFS=,
     echo "${features[*]}"
