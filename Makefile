@@ -75,7 +75,7 @@ e2e-k8s:
 # real-kernel guest with deploy/'s ServiceAccount through guestfwd: a
 # service following its pods (create, scale, readiness, delete), named
 # ports over several slices, an API server outage, a restart under
-# traffic (tests/cluster_e2e.rs). The control plane stops either way.
+# traffic (tests/cluster_e2e/, guest_e2e.rs). The control plane stops either way.
 e2e:
 	tests/vm/deps.sh
 	tests/e2e/control-plane.sh start
@@ -84,7 +84,7 @@ e2e:
 	VM_HOST_PORTS="$$E2E_VM_HOST_PORTS" \
 	VM_PASS_ENV="E2E_PROXY_KUBECONFIG E2E_ADMIN_GUEST_KUBECONFIG" \
 	VM_TEST_FEATURES=kube-ipvs-proxy/e2e-tests \
-	tests/vm/run-tests.sh kube-ipvs-proxy -- cluster_e2e --nocapture; \
+	tests/vm/run-tests.sh kube-ipvs-proxy -- guest_e2e --nocapture; \
 	rc=$$?; tests/e2e/control-plane.sh stop; exit $$rc
 
 # The real control plane on loopback, without a guest: applies deploy/
