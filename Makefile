@@ -2,7 +2,7 @@
 # needs (tests/vm/deps.sh) and caches the kernel under target/vm/.
 
 .PHONY: e2e demo test fmt-check lint unit bench bench-ipsets bench-ipvs vm-test vm-shell vm-kernel \
-	e2e-k8s e2e-control-plane e2e-guest-smoke
+	e2e-k8s e2e-control-plane e2e-guest-smoke kind-e2e
 
 # Crates whose kernel tests vm-test runs; empty means every workspace crate
 # with a `kernel-tests` feature. VM_TEST_ARGS go to each test binary (a name
@@ -86,6 +86,14 @@ e2e:
 	VM_TEST_FEATURES=kube-ipvs-proxy/e2e-tests \
 	tests/vm/run-tests.sh kube-ipvs-proxy -- guest_e2e --nocapture; \
 	rc=$$?; tests/e2e/control-plane.sh stop; exit $$rc
+
+# The same scenarios (tests/cluster_e2e/scenarios.rs) on a kind cluster
+# without kube-proxy, for users with Docker and kind: deploy/'s image and
+# DaemonSet, real Pods, checks through kubectl and `docker exec` into the
+# worker; the cluster is deleted either way (tests/e2e/kind.sh). Cannot
+# run where images cannot be pulled.
+kind-e2e:
+	tests/e2e/kind.sh
 
 # The real control plane on loopback, without a guest: applies deploy/
 # (server-side dry run, then for real), checks that the EndpointSlice

@@ -242,7 +242,10 @@ pub fn a_service_follows_its_pods(c: &mut dyn Cluster) -> Result<()> {
             && !node
                 .sh("ip -o addr show dev kube-ipvs0")?
                 .contains(&format!("{ip}/{prefix}"))
-            && !node.sh("ipset list KUBE-CLUSTER-IP")?.contains(&ip))
+            && !node
+                .sh("ipset list KUBE-CLUSTER-IP")?
+                .lines()
+                .any(|entry| entry.starts_with(&format!("{ip},"))))
     })
 }
 
