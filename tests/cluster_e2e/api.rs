@@ -29,7 +29,11 @@ impl Namespaced {
         config: kube::Config,
         ns: &str,
     ) -> Result<Self> {
-        let client = Client::try_from(config)?;
+        // The client spawns its buffer task on the current runtime.
+        let client = {
+            let _inside = rt.enter();
+            Client::try_from(config)?
+        };
         let this = Self {
             rt,
             client,
