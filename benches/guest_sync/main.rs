@@ -23,7 +23,9 @@
 //! Built by `cargo bench --features guest-bench --bench guest_sync`
 //! (release profile, the proxy binary too) and run in the guest by
 //! tests/vm/bench-guest.sh. BENCH_SETTLE_MS (5000) is the pause after
-//! leaving the baseline's namespace while the kernel tears it down.
+//! leaving the baseline's namespace while the kernel tears it down;
+//! BENCH_PROXY_LOG, if set, is the proxy's RUST_LOG, and its log is
+//! printed at the end.
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -379,6 +381,7 @@ async fn run_ours(
             flip.shown(k, d)
         })
         .await?;
+        eprintln!("guest_sync: endpoint change {k}: {sample:?}");
         endpoint.push(sample);
     }
     let mut new_service = Vec::new();
@@ -388,7 +391,11 @@ async fn run_ours(
         let vip = state::cluster_ip(i)?;
         let sample =
             timed_change(&mut proxy, &handle, file, vip, all_serving).await?;
+        eprintln!("guest_sync: new service {k}: {sample:?}");
         new_service.push(sample);
+    }
+    if std::env::var_os("BENCH_PROXY_LOG").is_some() {
+        eprintln!("guest_sync: the proxy's log:\n{}", proxy.log());
     }
     Ok(Ours {
         cold,
@@ -456,9 +463,9 @@ fn print_table(settings: &Settings, want: &Counts, b: &Baseline, o: &Ours) {
         Some(b.cold.total()),
     );
     row(
-        "… of which the first sync (ours) / `ipvsadm -R` alone",
+        "… of which the proxy's first sync (IPVS, addresses, sets, iptables)",
         o.first_sync,
-        Some(b.cold.ipvsadm_restore),
+        None,
     );
     row(
         "cold sync CPU (proxy / the tools, user + system)",

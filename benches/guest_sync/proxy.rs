@@ -38,7 +38,11 @@ impl Proxy {
             .arg(state)
             .args(["--hostname-override", node])
             .args(["--ipvs-sync-period", "10m"])
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var("BENCH_PROXY_LOG")
+                    .unwrap_or_else(|_| "info".into()),
+            )
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -59,8 +63,12 @@ impl Proxy {
         Ok(())
     }
 
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     pub fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let log = self.log();
         let lines: Vec<&str> = log.lines().collect();
         lines[lines.len().saturating_sub(30)..].join("\n")
     }

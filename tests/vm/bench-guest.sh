@@ -5,7 +5,7 @@
 #
 #   BENCH_SERVICES=10000 BENCH_REPS=6 tests/vm/bench-guest.sh
 #
-# Also BENCH_SETTLE_MS (see benches/guest_sync/main.rs). Release profile:
+# Also BENCH_SETTLE_MS and BENCH_PROXY_LOG (see benches/guest_sync/main.rs). Release profile:
 # the numbers are the optimised proxy's. Under TCG, 10,000 services take
 # several minutes, most of them in the baseline's ipset restore.
 set -euo pipefail
@@ -20,5 +20,6 @@ exe=$(cargo bench --no-run --features guest-bench --bench guest_sync \
 
 # 10,000 services hold ~200 MB of proxy and ~100 MB of kernel state.
 export VM_MEM=${VM_MEM:-2048} VM_TIMEOUT=${VM_TIMEOUT:-3600}
-export VM_PASS_ENV="${VM_PASS_ENV:-} BENCH_SERVICES BENCH_REPS BENCH_SETTLE_MS"
+export VM_PASS_ENV="${VM_PASS_ENV:-} BENCH_SERVICES BENCH_REPS BENCH_SETTLE_MS \
+BENCH_PROXY_LOG"
 "$VM_SRC/run" "$exe"
