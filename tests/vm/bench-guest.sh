@@ -22,4 +22,4 @@ exe=$(cargo bench --no-run --features guest-bench --bench guest_sync \
 export VM_MEM=${VM_MEM:-2048} VM_TIMEOUT=${VM_TIMEOUT:-3600}
 export VM_PASS_ENV="${VM_PASS_ENV:-} BENCH_SERVICES BENCH_REPS BENCH_SETTLE_MS \
 BENCH_PROXY_LOG"
-"$VM_SRC/run" "$exe"
+"$VM_SRC/run" "$exe" --bench
