@@ -34,9 +34,10 @@ pub fn fresh_netns(node_ip: &str) -> anyhow::Result<()> {
     )
 }
 
-/// Undoes a side before the next starts: the IPVS service table and the
-/// IPv4 address hash are shared by all namespaces in this kernel, so a
-/// namespace's 10,000 services would lengthen the next one's lookups.
+/// Undoes a side before the next starts: the IPVS service table (and,
+/// before Linux 6.2, the IPv4 address hash) is shared by all namespaces,
+/// so a namespace's 10,000 services would lengthen the next one's
+/// lookups.
 pub async fn tear_down(handle: &Handle) -> anyhow::Result<()> {
     handle.flush().execute().await.context("IPVS flush")?;
     baseline::run("ip", &["link", "del", "kube-ipvs0"], "")?;
