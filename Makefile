@@ -33,9 +33,12 @@ lint:
 unit:
 	cargo test --workspace
 
-# Benchmarks print their ratios against a baseline from the same run.
+# Benchmarks print their ratios against a baseline from the same run: the
+# host ones (tracker, planning), then the proxy against the kernel tools
+# in the guest (tests/vm/bench-guest.sh; BENCH_SERVICES, BENCH_REPS).
 bench:
-	cargo bench --bench tracker
+	cargo bench --bench tracker --bench proxier_plan
+	tests/vm/bench-guest.sh
 
 # Our ipset netlink path against `ipset restore`, 10,000 entries, on this
 # kernel in a private network namespace (needs root and ipset).
