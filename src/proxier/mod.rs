@@ -18,6 +18,7 @@ pub mod conntrack;
 pub mod graceful;
 pub mod iptables;
 pub mod plan;
+pub mod stack;
 #[cfg(test)]
 mod tests;
 
