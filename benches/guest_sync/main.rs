@@ -33,6 +33,7 @@ use anyhow::{bail, Context};
 use ipvs_sys::{Destination, Handle};
 
 mod baseline;
+mod events;
 // Shared with the host benches; this one uses the object builders only.
 #[allow(dead_code)]
 #[path = "../fixtures/mod.rs"]
@@ -438,7 +439,13 @@ fn row(what: &str, ours: Duration, theirs: Option<Duration>) {
     }
 }
 
-fn print_table(settings: &Settings, want: &Counts, b: &Baseline, o: &Ours) {
+fn print_table(
+    settings: &Settings,
+    want: &Counts,
+    b: &Baseline,
+    o: &Ours,
+    e: &events::EventsSide,
+) {
     let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
     println!();
     println!(
@@ -494,6 +501,24 @@ fn print_table(settings: &Settings, want: &Counts, b: &Baseline, o: &Ours) {
         o.new_service.cpu,
         Some(b.new_service.cpu),
     );
+    row(
+        "watch events, in process: first event to first sync applied / \
+         the tools' cold load",
+        e.cold,
+        Some(b.cold.total()),
+    );
+    row(
+        "watch events: one endpoint change, event to kernel / one `ipvsadm` \
+         command",
+        e.endpoint,
+        Some(b.endpoint.latency),
+    );
+    row(
+        "watch events: one new service, events to kernel / `ip` + `ipset` + \
+         `ipvsadm`",
+        e.new_service,
+        Some(b.new_service.latency),
+    );
     println!(
         "| proxy peak RSS (VmHWM) after the cold sync | {:.0} MiB | — | — |",
         o.peak_rss_kib as f64 / 1024.0
@@ -548,6 +573,7 @@ async fn main() -> anyhow::Result<()> {
     drop(scripts);
     let ours =
         run_ours(&settings, &mut file, dir.join("proxy.log"), &want).await?;
-    print_table(&settings, &want, &baseline, &ours);
+    let events = events::run(&settings).await?;
+    print_table(&settings, &want, &baseline, &ours, &events);
     Ok(())
 }

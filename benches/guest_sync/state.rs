@@ -30,7 +30,7 @@ pub const NODE: &str = "bench-node";
 pub const NODE_IP: &str = "198.18.100.1";
 pub const MAX_SERVICES: usize = 25_600;
 
-fn node() -> Node {
+pub fn node() -> Node {
     Node {
         metadata: ObjectMeta {
             name: Some(NODE.into()),
