@@ -33,9 +33,12 @@ lint:
 unit:
 	cargo test --workspace
 
-# Benchmarks print their ratios against a baseline from the same run.
+# Benchmarks print their ratios against a baseline from the same run: the
+# host ones (tracker, planning), then the proxy against the kernel tools
+# in the guest (tests/vm/bench-guest.sh; BENCH_SERVICES, BENCH_REPS).
 bench:
-	cargo bench --bench tracker
+	cargo bench --bench tracker --bench proxier_plan
+	tests/vm/bench-guest.sh
 
 # Our ipset netlink path against `ipset restore`, 10,000 entries, on this
 # kernel in a private network namespace (needs root and ipset).
@@ -75,7 +78,8 @@ e2e-k8s:
 # real-kernel guest with deploy/'s ServiceAccount through guestfwd: a
 # service following its pods (create, scale, readiness, delete), named
 # ports over several slices, an API server outage, a restart under
-# traffic (tests/cluster_e2e/, guest_e2e.rs). The control plane stops either way.
+# traffic (tests/cluster_e2e/guest_e2e.rs, the scenarios shared with
+# kind-e2e). The control plane stops either way.
 e2e:
 	tests/vm/deps.sh
 	tests/e2e/control-plane.sh start

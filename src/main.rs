@@ -21,7 +21,6 @@ use kube_ipvs_proxy::{
     daemon::{self, Backend},
     kernel::{
         addresses::NetlinkAddresses,
-        conntrack::NetlinkConntrack,
         ipsets::NetlinkIpsets,
         iptables::{
             real::{RealIptables, Variant},
@@ -31,8 +30,7 @@ use kube_ipvs_proxy::{
         sysctl::{self, KernelVersion, ProcSysctls, SysctlConfig},
     },
     proxier::{
-        conntrack::WithConntrack,
-        iptables::{RulesSettings, WithIptables},
+        stack::{self, KernelBackend},
         Proxier, ProxierConfig,
     },
     server::{
@@ -174,42 +172,12 @@ async fn run_proxy(config: Config, cleanup: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-type KernelBackend = WithConntrack<
-    WithIptables<
-        Proxier<NetlinkIpvs, NetlinkAddresses, NetlinkIpsets>,
-        RealIptables,
-    >,
-    NetlinkConntrack,
->;
-
-/// Opens the kernel facilities, sets IPVS mode's sysctls, and makes sure
-/// kube-ipvs0 and the sets exist. Nothing is flushed: the first sync reads
-/// the kernel and applies the difference, so connections through existing
-/// virtual servers survive a restart.
+/// Sets IPVS mode's sysctls, then opens the kernel facilities.
 async fn kernel_backend(config: &Config) -> anyhow::Result<KernelBackend> {
     set_sysctls(config);
-    let ipvs = NetlinkIpvs::connect().context("IPVS")?;
-    let addresses = NetlinkAddresses::new().context("kube-ipvs0 addresses")?;
-    let ipsets = NetlinkIpsets::new().context("ipsets")?;
-    let conntrack = NetlinkConntrack::new().context("conntrack")?;
-    let mut proxier = Proxier::new(
-        ipvs,
-        addresses,
-        ipsets,
-        ProxierConfig::from_config(config),
-    );
-    let report = proxier.start().await;
-    for error in report.failed() {
-        tracing::warn!(%error, "start-up");
-    }
-    let iptables = RealIptables::new(Variant::detect().await);
-    let random_fully = iptables.supports_random_fully().await;
-    let with_rules = WithIptables::new(
-        proxier,
-        iptables,
-        RulesSettings::from_config(config, random_fully),
-    );
-    Ok(WithConntrack::new(with_rules, conntrack))
+    stack::open(config)
+        .await
+        .context("opening the kernel facilities")
 }
 
 /// IPVS mode's sysctls, written only where they differ. A failure is

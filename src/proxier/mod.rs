@@ -18,6 +18,7 @@ pub mod conntrack;
 pub mod graceful;
 pub mod iptables;
 pub mod plan;
+pub mod stack;
 #[cfg(test)]
 mod tests;
 
@@ -417,17 +418,36 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
     /// every result.
     async fn apply(&mut self, ops: KernelOps) -> ApplyReport {
         let mut report = ApplyReport::default();
+        // Per facility, so that a slow sync says where its time went.
         if !ops.ipvs.is_empty() {
+            let start = Instant::now();
             let results = self.ipvs.apply(&ops.ipvs).await;
+            debug!(
+                operations = ops.ipvs.len(),
+                elapsed = ?start.elapsed(),
+                "ipvs operations applied"
+            );
             report.ipvs = zip(ops.ipvs, results);
         }
         if !ops.addresses.is_empty() {
+            let start = Instant::now();
             let link = self.config.link.clone();
             let results = self.addresses.apply(&link, &ops.addresses).await;
+            debug!(
+                operations = ops.addresses.len(),
+                elapsed = ?start.elapsed(),
+                "address operations applied"
+            );
             report.addresses = zip(ops.addresses, results);
         }
         if !ops.ipsets.is_empty() {
+            let start = Instant::now();
             let results = self.ipsets.apply(&ops.ipsets).await;
+            debug!(
+                operations = ops.ipsets.len(),
+                elapsed = ?start.elapsed(),
+                "ipset operations applied"
+            );
             report.ipsets = zip(ops.ipsets, results);
         }
         for (op, result) in &report.ipvs {

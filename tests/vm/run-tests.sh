@@ -104,4 +104,7 @@ echo "vm-test: all kernel test binaries passed"
 EOF
 } >"$script"
 
+# Every suite in one boot: the proxy's traffic tests alone take minutes
+# under TCG on a loaded 2-core host, more than tests/vm/run's default.
+export VM_TIMEOUT=${VM_TIMEOUT:-1800}
 "$VM_SRC/run" bash "$script"

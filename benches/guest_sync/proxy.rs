@@ -1,0 +1,166 @@
+//! The proxy under test: its process, its metrics on 127.0.0.1:10249 and
+//! what /proc says about its CPU time and memory.
+
+use std::{
+    io::{Read as _, Write as _},
+    net::TcpStream,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use anyhow::{bail, Context};
+
+const PROXY: &str = env!("CARGO_BIN_EXE_kube-ipvs-proxy");
+const METRICS: &str = "127.0.0.1:10249";
+const LAST_SYNC: &str = "kubeproxy_sync_proxy_rules_last_timestamp_seconds";
+const SYNC_DURATION: &str = "kubeproxy_sync_proxy_rules_duration_seconds";
+
+pub struct Proxy {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Proxy {
+    /// Starts the proxy on `state` in this thread's network namespace.
+    /// The periodic full reconcile (every `--ipvs-sync-period`) is put
+    /// out of the measurements' way: it reads the whole kernel back and
+    /// is not what a change costs.
+    pub fn start(
+        state: &Path,
+        node: &str,
+        log: PathBuf,
+    ) -> anyhow::Result<Self> {
+        let stderr = std::fs::File::create(&log)
+            .with_context(|| format!("creating {}", log.display()))?;
+        let child = Command::new(PROXY)
+            .arg("--state")
+            .arg(state)
+            .args(["--hostname-override", node])
+            .args(["--ipvs-sync-period", "10m"])
+            .env(
+                "RUST_LOG",
+                std::env::var("BENCH_PROXY_LOG")
+                    .unwrap_or_else(|_| "info".into()),
+            )
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .with_context(|| format!("starting {PROXY}"))?;
+        Ok(Self { child, log })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Fails, with the end of the log, if the proxy has exited.
+    pub fn check_alive(&mut self) -> anyhow::Result<()> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!("the proxy exited ({status}); log:\n{}", self.log_tail());
+        }
+        Ok(())
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn log_tail(&self) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// utime + stime of every thread, living or gone, in clock ticks
+    /// (fields 14 and 15 of /proc/PID/stat).
+    pub fn cpu(&self) -> anyhow::Result<Duration> {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))?;
+        // The command name may hold spaces; the fields follow its ')'.
+        let rest = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r)
+            .context("malformed /proc/PID/stat")?;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // Field 3 (state) is the first after the name.
+        let tick = |n: usize| -> anyhow::Result<u64> {
+            fields
+                .get(n - 3)
+                .context("short /proc/PID/stat")?
+                .parse()
+                .context("/proc/PID/stat field")
+        };
+        let ticks = tick(14)? + tick(15)?;
+        Ok(Duration::from_secs_f64(ticks as f64 / clock_ticks()))
+    }
+
+    /// A field of /proc/PID/status in KiB (`VmHWM`, `VmRSS`).
+    pub fn status_kib(&self, field: &str) -> anyhow::Result<u64> {
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid()))?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("no {field} in /proc/PID/status"))
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 {
+        ticks as f64
+    } else {
+        100.0
+    }
+}
+
+/// What the sync metrics said at one moment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SyncMetrics {
+    /// Unix time of the last sync applied; 0 before the first.
+    pub last_sync: f64,
+    /// The total duration of the syncs applied, in seconds.
+    pub sync_seconds: f64,
+}
+
+/// Scrapes the proxy's metrics; `None` while the server is not up.
+pub fn scrape() -> Option<SyncMetrics> {
+    let mut stream = TcpStream::connect(METRICS).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .ok()?;
+    stream
+        .write_all(
+            b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+              Connection: close\r\n\r\n",
+        )
+        .ok()?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).ok()?;
+    // `NAME{ip_family="IPv4"} VALUE`: the first family's series (a
+    // dual-stack node reports each sync under both).
+    let value = |name: &str| -> f64 {
+        body.lines()
+            .filter_map(|l| l.strip_prefix(name))
+            .filter(|rest| rest.starts_with([' ', '{']))
+            .filter_map(|rest| rest.split_whitespace().last())
+            .find_map(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    };
+    Some(SyncMetrics {
+        last_sync: value(LAST_SYNC),
+        sync_seconds: value(&format!("{SYNC_DURATION}_sum")),
+    })
+}
