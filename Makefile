@@ -2,7 +2,7 @@
 # needs (tests/vm/deps.sh) and caches the kernel under target/vm/.
 
 .PHONY: e2e demo test fmt-check lint unit bench bench-ipsets bench-ipvs vm-test vm-shell vm-kernel \
-	e2e-k8s e2e-control-plane e2e-guest-smoke
+	e2e-k8s e2e-control-plane e2e-guest-smoke conformance
 
 # Crates whose kernel tests vm-test runs; empty means every workspace crate
 # with a `kernel-tests` feature. VM_TEST_ARGS go to each test binary (a name
@@ -85,6 +85,18 @@ e2e:
 	VM_PASS_ENV="E2E_PROXY_KUBECONFIG E2E_ADMIN_GUEST_KUBECONFIG" \
 	VM_TEST_FEATURES=kube-ipvs-proxy/e2e-tests \
 	tests/vm/run-tests.sh kube-ipvs-proxy -- cluster_e2e --nocapture; \
+	rc=$$?; tests/e2e/control-plane.sh stop; exit $$rc
+
+# Side by side with upstream kube-proxy (issue 7): each scenario of
+# tests/conformance/scenarios/ run by upstream's kube-proxy (IPVS mode),
+# then by ours, in the guest against the real control plane; the kernel
+# snapshots diffed, less tests/conformance/differences.md. SCENARIOS picks
+# some (names without .yaml). The control plane stops either way.
+SCENARIOS ?=
+conformance:
+	tests/vm/deps.sh
+	tests/e2e/control-plane.sh start
+	tests/conformance/run.sh $(SCENARIOS); \
 	rc=$$?; tests/e2e/control-plane.sh stop; exit $$rc
 
 # The real control plane on loopback, without a guest: applies deploy/
