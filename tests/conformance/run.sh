@@ -2,10 +2,10 @@
 # Side by side with upstream kube-proxy (issue 7): for each scenario under
 # scenarios/, in the real-kernel guest against the loopback control plane
 # (tests/e2e/control-plane.sh, already started): apply the scenario's
-# objects, run upstream kube-proxy (IPVS mode) on the scenario's
-# configuration until it has synced, snapshot the kernel, clean up with our
-# --cleanup and check the kernel is clean; then ours the same way, cleaned
-# up with upstream's --cleanup; diff the two snapshots. Differences chosen
+# objects (from the host, on the guest's request), run upstream kube-proxy
+# (IPVS mode) on the scenario's configuration until it has synced, snapshot
+# the kernel, clean up with --cleanup and check the kernel is clean; then
+# ours the same way; diff the two snapshots. Differences chosen
 # on purpose are listed, with their reason and the lines they excuse, in
 # differences.md; the diff ignores exactly those.
 #
@@ -23,7 +23,12 @@
 # Prints, per scenario, "identical" or the differences, then a summary; the
 # exit status is 1 if any scenario differs, failed to sync or left the
 # kernel unclean. Environment: E2E_UPSTREAM_PROXY (the kube-proxy binary,
-# E2E_K8S_DIR/bin/kube-proxy), CONFORMANCE_SYNC_TIMEOUT (60 seconds).
+# E2E_K8S_DIR/bin/kube-proxy), CONFORMANCE_SYNC_TIMEOUT (60 seconds),
+# CONFORMANCE_CLEANUP_UPSTREAM and CONFORMANCE_CLEANUP_OURS (whose
+# --cleanup runs after upstream's and after our run: ours (default) or
+# upstream), CONFORMANCE_VERBOSE (print upstream's snapshots),
+# CONFORMANCE_PORT (the host's request port, the control port + 1). The
+# report is also written to $TARGET/conformance/report.txt.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,23 +37,158 @@ target=${CARGO_TARGET_DIR:-$repo/target}
 
 log() { printf '%s conformance: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
-if [[ ${1:-} != --in-guest ]]; then
+# The host's side, where kubectl is fast: scenarios become files and
+# objects there, on the guest's request.
+hostwork=$target/conformance
+# split SCENARIO CONFIG OBJECTS: the configuration document (its body
+# after the runner's base) and the other documents.
+split() {
+    cat >"$2" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: ipvs
+hostnameOverride: $E2E_NODE_NAME
+clientConnection:
+  kubeconfig: $E2E_ADMIN_GUEST_KUBECONFIG
+conntrack:
+  maxPerCore: 0
+EOF
+    awk -v config="$2" -v objects="$3" '
+        function flush() {
+            if (doc ~ /(^|\n)kind: *KubeProxyConfiguration/) {
+                n = split(doc, lines, "\n")
+                for (i = 1; i <= n; i++)
+                    if (lines[i] !~ /^(apiVersion|kind):/ && lines[i] != "")
+                        print lines[i] >> config
+            } else if (doc ~ /[^ \n]/) {
+                print "---\n" doc > objects
+            }
+            doc = ""
+        }
+        /^---/ { flush(); next }
+        { doc = doc $0 "\n" }
+        END { flush() }' "$1"
+    touch "$3"
+}
+
+# apply NS OBJECTS: the objects, their statuses, the deletions.
+apply_objects() {
+    local ns=$1 objects=$2
+    kubectl create namespace "$ns" >/dev/null
+    if grep -q '^kind: *Pod' "$objects"; then
+        local i
+        for i in $(seq 120); do
+            kubectl -n "$ns" get serviceaccount default >/dev/null 2>&1 && break
+            sleep 0.5
+        done
+    fi
+    kubectl -n "$ns" apply -f "$objects" >/dev/null
+    local statuses=$hostwork/statuses.json
+    kubectl -n "$ns" create --dry-run=client -o json -f "$objects" |
+        jq -s 'map(if .kind == "List" then .items[] else . end)
+            | {apiVersion: "v1", kind: "List",
+               items: map(select(.status != null and .status != {}))}' \
+            >"$statuses"
+    if (($(jq '.items | length' "$statuses") > 0)); then
+        kubectl -n "$ns" apply --server-side --subresource=status \
+            --force-conflicts -f "$statuses" >/dev/null
+    fi
+    local pod
+    for pod in $(kubectl -n "$ns" get pods -o json |
+        jq -r '.items[] | select(.metadata.annotations["conformance/delete"] == "true") | .metadata.name'); do
+        kubectl -n "$ns" delete pod "$pod" --wait=false >/dev/null
+    done
+    # The controller's slices for Services with a selector.
+    local svc deadline=$((SECONDS + 30))
+    for svc in $(kubectl -n "$ns" get services -o json |
+        jq -r '.items[] | select(.spec.selector != null) | .metadata.name'); do
+        until [[ -n $(kubectl -n "$ns" get endpointslices \
+            -l "kubernetes.io/service-name=$svc" -o name) ]]; do
+            ((SECONDS < deadline)) || break
+            sleep 0.5
+        done
+    done
+    # The controller writes a Pod's status changes within a moment.
+    sleep 2
+}
+
+delete_namespace() {
+    kubectl -n "$1" delete pods --all --grace-period=0 --force \
+        >/dev/null 2>&1 || true
+    kubectl delete namespace "$1" --ignore-not-found --wait=true >/dev/null
+}
+
+
+# The guest's requests (request), one line each on the request port:
+# "apply NAME" splits scenarios/NAME.yaml into hostwork/NAME/{config,
+# objects}.yaml (the guest reads the configuration there) and applies the
+# objects in namespace conf-NAME; "delete NAME" deletes that namespace.
+# Answers "ok" or "error", then the log.
+host_request() {
+    local request verb name
+    IFS= read -r request || exit 0
+    read -r verb name <<<"${request%$'\r'}"
+    local dir=$hostwork/$name out=$hostwork/request.out
+    if [[ ! $name =~ ^[a-z0-9-]+$ || ! -f $here/scenarios/$name.yaml ]]; then
+        echo "error: no scenario '$name'"
+        return
+    fi
+    if case $verb in
+        apply)
+            {
+                rm -rf "$dir" && mkdir -p "$dir" &&
+                    split "$here/scenarios/$name.yaml" "$dir/config.yaml" \
+                        "$dir/objects.yaml" &&
+                    delete_namespace "conf-$name" &&
+                    apply_objects "conf-$name" "$dir/objects.yaml"
+            } >"$out" 2>&1
+            ;;
+        delete) delete_namespace "conf-$name" >"$out" 2>&1 ;;
+        *) echo "unknown request '$verb' (apply, delete)" >"$out" && false ;;
+        esac then
+        echo ok
+    else
+        echo error
+    fi
+    cat "$out"
+}
+
+case ${1:-} in
+--request)
+    host_request
+    exit
+    ;;
+--in-guest) ;;
+*)
     eval "$("$repo/tests/e2e/control-plane.sh" env)"
     cargo build --bin kube-ipvs-proxy
     k8s_bin=$(dirname "$(command -v kubectl)")
-    export E2E_KUBECTL=$k8s_bin/kubectl
     export E2E_UPSTREAM_PROXY=${E2E_UPSTREAM_PROXY:-$k8s_bin/kube-proxy}
     export CONFORMANCE_SCENARIOS="$*"
+    export CONFORMANCE_WORK=$hostwork
+    # The control port's neighbour: free while control-plane.sh runs.
+    export CONFORMANCE_PORT=${CONFORMANCE_PORT:-$((${E2E_VM_HOST_PORTS##* } + 1))}
+    mkdir -p "$hostwork"
     # The node's zone, for the scenarios with topology hints.
     kubectl label node "$E2E_NODE_NAME" --overwrite \
         topology.kubernetes.io/zone=zone-a >/dev/null
+    socat -t 120 "TCP-LISTEN:$CONFORMANCE_PORT,bind=127.0.0.1,reuseaddr,fork" \
+        "EXEC:$here/run.sh --request" </dev/null &
+    server=$!
+    trap 'kill $server 2>/dev/null || true' EXIT
     cd "$repo"
-    VM_HOST_PORTS=$E2E_VM_HOST_PORTS VM_TIMEOUT=${VM_TIMEOUT:-3600} \
-        VM_PASS_ENV="CARGO_TARGET_DIR E2E_KUBECTL E2E_UPSTREAM_PROXY \
-E2E_ADMIN_GUEST_KUBECONFIG E2E_NODE_NAME CONFORMANCE_SCENARIOS \
-CONFORMANCE_SYNC_TIMEOUT CONFORMANCE_VERBOSE" \
-        exec tests/vm/run tests/conformance/run.sh --in-guest
-fi
+    rc=0
+    VM_HOST_PORTS="$E2E_VM_HOST_PORTS $CONFORMANCE_PORT" \
+        VM_TIMEOUT=${VM_TIMEOUT:-3600} \
+        VM_PASS_ENV="CARGO_TARGET_DIR E2E_UPSTREAM_PROXY E2E_NODE_NAME \
+CONFORMANCE_SCENARIOS CONFORMANCE_SYNC_TIMEOUT CONFORMANCE_VERBOSE \
+CONFORMANCE_PORT CONFORMANCE_WORK CONFORMANCE_CLEANUP_UPSTREAM \
+CONFORMANCE_CLEANUP_OURS" \
+        tests/vm/run tests/conformance/run.sh --in-guest |
+        tee "$hostwork/report.txt" || rc=$?
+    exit "$rc"
+    ;;
+esac
 
 # In the guest.
 ours=$target/debug/kube-ipvs-proxy
@@ -56,8 +196,18 @@ upstream=$E2E_UPSTREAM_PROXY
 sync_timeout=${CONFORMANCE_SYNC_TIMEOUT:-60}
 work=/tmp/conformance
 mkdir -p "$work"
-kubectl() {
-    "$E2E_KUBECTL" --kubeconfig "$E2E_ADMIN_GUEST_KUBECONFIG" "$@"
+
+# A request to the host's side (host_request): kubectl is many times
+# faster there than in the emulated guest.
+request() {
+    local answer
+    exec 3<>"/dev/tcp/10.0.2.100/$CONFORMANCE_PORT"
+    echo "$1" >&3
+    answer=$(cat <&3)
+    exec 3<&-
+    [[ $answer == ok* ]] && return 0
+    printf '%s\n' "$answer"
+    return 1
 }
 
 # The kernel state a proxy owns, normalised: IPVS services and their
@@ -74,14 +224,13 @@ snapshot() {
         ip -o addr show dev kube-ipvs0 | awk '{print $3, $4}' | LC_ALL=C sort
     fi
     echo "## ipsets"
-    local set
-    for set in $(ipset list -n | grep '^KUBE-' | LC_ALL=C sort); do
-        ipset list "$set" | awk -v set="$set" '
-            /^Type:/ { print set, $0 }
-            /^Header:/ { sub(/ initval 0x[0-9a-f]+/, ""); print set, $0 }
-            /^Members:/ { members = 1; next }
-            members && NF { print set, "member", $0 }' | LC_ALL=C sort
-    done
+    ipset list | awk '
+        /^Name:/ { set = $2; members = 0; next }
+        set !~ /^KUBE-/ { next }
+        /^Type:/ { print set, $0 }
+        /^Header:/ { sub(/ initval 0x[0-9a-f]+/, ""); print set, $0 }
+        /^Members:/ { members = 1; next }
+        members && NF { print set, "member", $0 }' | LC_ALL=C sort
     local save table
     for save in iptables-save ip6tables-save; do
         for table in nat filter; do
@@ -182,122 +331,49 @@ check_clean() {
 ignores=$work/ignores
 sed -n 's/^ignore: *//p' "$here/differences.md" >"$ignores"
 
-# split SCENARIO CONFIG OBJECTS: the configuration document (its body
-# after the runner's base) and the other documents.
-split() {
-    cat >"$2" <<EOF
-apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-mode: ipvs
-hostnameOverride: $E2E_NODE_NAME
-clientConnection:
-  kubeconfig: $E2E_ADMIN_GUEST_KUBECONFIG
-conntrack:
-  maxPerCore: 0
-EOF
-    awk -v config="$2" -v objects="$3" '
-        function flush() {
-            if (doc ~ /(^|\n)kind: *KubeProxyConfiguration/) {
-                n = split(doc, lines, "\n")
-                for (i = 1; i <= n; i++)
-                    if (lines[i] !~ /^(apiVersion|kind):/ && lines[i] != "")
-                        print lines[i] >> config
-            } else if (doc ~ /[^ \n]/) {
-                print "---\n" doc > objects
-            }
-            doc = ""
-        }
-        /^---/ { flush(); next }
-        { doc = doc $0 "\n" }
-        END { flush() }' "$1"
-    touch "$3"
-}
-
-# apply NS OBJECTS: the objects, their statuses, the deletions.
-apply_objects() {
-    local ns=$1 objects=$2
-    kubectl create namespace "$ns" >/dev/null
-    if grep -q '^kind: *Pod' "$objects"; then
-        local i
-        for i in $(seq 120); do
-            kubectl -n "$ns" get serviceaccount default >/dev/null 2>&1 && break
-            sleep 0.5
-        done
+# cleanup WHO WHOSE: runs WHO's --cleanup (ours or upstream) on WHOSE
+# state; fails if it fails or leaves anything of a proxy's behind.
+cleanup() {
+    local binary=$ours
+    [[ $1 == upstream ]] && binary=$upstream
+    if ! "$binary" --cleanup --config "$config" >"$dir/cleanup.log" 2>&1; then
+        echo "$1 --cleanup failed on $2's state:"
+        tail -n 20 "$dir/cleanup.log"
+        check_clean "$1 --cleanup after $2" || true
+        return 1
     fi
-    kubectl -n "$ns" apply -f "$objects" >/dev/null
-    local statuses=$work/statuses.json
-    kubectl -n "$ns" create --dry-run=client -o json -f "$objects" |
-        jq -s 'map(if .kind == "List" then .items[] else . end)
-            | {apiVersion: "v1", kind: "List",
-               items: map(select(.status != null and .status != {}))}' \
-            >"$statuses"
-    if (($(jq '.items | length' "$statuses") > 0)); then
-        kubectl -n "$ns" apply --server-side --subresource=status \
-            --force-conflicts -f "$statuses" >/dev/null
-    fi
-    local pod
-    for pod in $(kubectl -n "$ns" get pods -o json |
-        jq -r '.items[] | select(.metadata.annotations["conformance/delete"] == "true") | .metadata.name'); do
-        kubectl -n "$ns" delete pod "$pod" --wait=false >/dev/null
-    done
-    # The controller's slices for Services with a selector.
-    local svc deadline=$((SECONDS + 30))
-    for svc in $(kubectl -n "$ns" get services -o json |
-        jq -r '.items[] | select(.spec.selector != null) | .metadata.name'); do
-        until [[ -n $(kubectl -n "$ns" get endpointslices \
-            -l "kubernetes.io/service-name=$svc" -o name) ]]; do
-            ((SECONDS < deadline)) || break
-            sleep 0.5
-        done
-    done
-    # The controller writes a Pod's status changes within a moment.
-    sleep 2
-}
-
-delete_namespace() {
-    kubectl -n "$1" delete pods --all --grace-period=0 --force \
-        >/dev/null 2>&1 || true
-    kubectl delete namespace "$1" --ignore-not-found --wait=true >/dev/null
+    check_clean "$1 --cleanup after $2"
 }
 
 # One scenario; prints its result line last.
 scenario() {
-    local name=$1 file=$here/scenarios/$1.yaml ns=conf-$1
-    local dir=$work/$name
+    local name=$1
+    local dir=$work/$name config=$CONFORMANCE_WORK/$name/config.yaml
     rm -rf "$dir"
     mkdir -p "$dir"
-    split "$file" "$dir/config.yaml" "$dir/objects.yaml"
-    delete_namespace "$ns"
     step() { log "$name: $1 (${SECONDS}s)"; }
-    apply_objects "$ns" "$dir/objects.yaml"
+    if ! request "apply $name"; then
+        echo "RESULT $name ERROR: applying its objects failed"
+        return 1
+    fi
     step "objects applied"
     local problems=()
     if ! run_proxy upstream "$dir/upstream.txt" -- \
-        "$upstream" --config "$dir/config.yaml"; then
+        "$upstream" --config "$config"; then
         problems+=("upstream did not sync")
     fi
     step "upstream synced"
-    if ! "$ours" --cleanup --config "$dir/config.yaml" \
-        >"$dir/ours-cleanup.log" 2>&1; then
-        problems+=("our --cleanup failed on upstream's state")
-        tail -n 20 "$dir/ours-cleanup.log"
-    fi
-    check_clean "our --cleanup after upstream" ||
-        problems+=("our --cleanup left upstream's state")
+    cleanup "${CONFORMANCE_CLEANUP_UPSTREAM:-ours}" upstream ||
+        problems+=("cleaning upstream's state up failed")
     if ! run_proxy ours "$dir/ours.txt" -- \
-        "$ours" --config "$dir/config.yaml"; then
+        "$ours" --config "$config"; then
         problems+=("ours did not sync")
     fi
     step "ours synced"
-    if ! "$upstream" --cleanup --config "$dir/config.yaml" \
-        >"$dir/upstream-cleanup.log" 2>&1; then
-        problems+=("upstream --cleanup failed on our state")
-        tail -n 20 "$dir/upstream-cleanup.log"
-    fi
-    check_clean "upstream --cleanup after ours" ||
-        problems+=("upstream --cleanup left our state")
+    cleanup "${CONFORMANCE_CLEANUP_OURS:-ours}" ours ||
+        problems+=("cleaning our state up failed")
     step "cleaned up"
-    delete_namespace "$ns"
+    request "delete $name" || problems+=("deleting its objects failed")
     step "namespace deleted"
     touch "$dir/upstream.txt" "$dir/ours.txt"
     if [[ -n ${CONFORMANCE_VERBOSE:-} ]]; then
