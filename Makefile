@@ -2,7 +2,7 @@
 # needs (tests/vm/deps.sh) and caches the kernel under target/vm/.
 
 .PHONY: e2e demo test fmt-check lint unit bench bench-ipsets bench-ipvs vm-test vm-shell vm-kernel \
-	e2e-k8s e2e-control-plane e2e-guest-smoke kind-e2e
+	e2e-k8s e2e-control-plane e2e-guest-smoke kind-e2e conformance
 
 # Crates whose kernel tests vm-test runs; empty means every workspace crate
 # with a `kernel-tests` feature. VM_TEST_ARGS go to each test binary (a name
@@ -98,6 +98,18 @@ e2e:
 # run where images cannot be pulled.
 kind-e2e:
 	tests/e2e/kind.sh
+
+# Side by side with upstream kube-proxy (issue 7): each scenario of
+# tests/conformance/scenarios/ run by upstream's kube-proxy (IPVS mode),
+# then by ours, in the guest against the real control plane; the kernel
+# snapshots diffed, less tests/conformance/differences.md. SCENARIOS picks
+# some (names without .yaml). The control plane stops either way.
+SCENARIOS ?=
+conformance:
+	tests/vm/deps.sh
+	tests/e2e/control-plane.sh start
+	tests/conformance/run.sh $(SCENARIOS); \
+	rc=$$?; tests/e2e/control-plane.sh stop; exit $$rc
 
 # The real control plane on loopback, without a guest: applies deploy/
 # (server-side dry run, then for real), checks that the EndpointSlice

@@ -105,13 +105,15 @@ impl Family<'_> {
                 &external,
             );
             self.bind_unless_local(ip);
-            self.entry(SetKind::ExternalIp, SetEntry::IpPort(ip, proto, port));
-            if svc.external_policy_local {
-                self.entry(
-                    SetKind::ExternalIpLocal,
-                    SetEntry::IpPort(ip, proto, port),
-                );
-            }
+            // One set or the other, as upstream: KUBE-EXTERNAL-IP's rules
+            // masquerade, which would lose the client's address that
+            // externalTrafficPolicy Local keeps.
+            let kind = if svc.external_policy_local {
+                SetKind::ExternalIpLocal
+            } else {
+                SetKind::ExternalIp
+            };
+            self.entry(kind, SetEntry::IpPort(ip, proto, port));
         }
 
         for &ip in svc

@@ -266,6 +266,34 @@ fn external_policy_local_uses_local_endpoints_and_local_sets() {
 }
 
 #[test]
+fn external_ips_go_in_one_set_by_external_policy() {
+    for (local, expected) in [
+        (false, set("KUBE-EXTERNAL-IP", &["198.18.240.1,tcp:80"])),
+        (
+            true,
+            set("KUBE-EXTERNAL-IP-LOCAL", &["198.18.240.1,tcp:80"]),
+        ),
+    ] {
+        let plan = plan_of(
+            ctx(|_| {}),
+            &[(
+                "ext",
+                svc(|s| {
+                    s.external_ips = vec![ip("198.18.240.1")];
+                    s.external_policy_local = local;
+                }),
+                vec![ep("198.19.0.5", |e| e.is_local = true)],
+            )],
+        );
+        let external: Vec<_> = sets(&plan)
+            .into_iter()
+            .filter(|(name, _)| name.starts_with("KUBE-EXTERNAL-IP"))
+            .collect();
+        assert_eq!(external, [expected], "local policy: {local}");
+    }
+}
+
+#[test]
 fn node_ports_per_protocol_use_the_matching_set() {
     for (proto, expected) in [
         (Protocol::Tcp, set("KUBE-NODE-PORT-TCP", &["30080"])),

@@ -38,7 +38,9 @@
 #                           objects
 #   logs/                   each component's log
 #
-# Environment: E2E_K8S_DIR (as build-k8s.sh), E2E_APISERVER_PORT (6443),
+# Environment: E2E_K8S_DIR (as build-k8s.sh), E2E_RUN_DIR (the run folder,
+# $TARGET/e2e/control-plane; another one lets two control planes run side by
+# side, on other ports), E2E_APISERVER_PORT (6443),
 # E2E_CONTROL_PORT (6440), E2E_ETCD_PORT (23790; the peer port is the next
 # one), E2E_NODE_NAME (node-a), E2E_NODE_IP (198.18.100.1),
 # E2E_READY_TIMEOUT (180 seconds).
@@ -48,7 +50,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$repo/target}
 bin="${E2E_K8S_DIR:-$target/k8s}/bin"
-run="$target/e2e/control-plane"
+run=${E2E_RUN_DIR:-$target/e2e/control-plane}
 
 api_port=${E2E_APISERVER_PORT:-6443}
 etcd_port=${E2E_ETCD_PORT:-23790}
