@@ -41,14 +41,7 @@ fn env_path(name: &str) -> Result<PathBuf> {
 }
 
 fn sh(script: &str) -> Result<String> {
-    let out = Command::new("sh").args(["-c", script]).output()?;
-    if !out.status.success() {
-        bail!(
-            "`{script}` failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(testkit::run(Command::new("sh").args(["-c", script]))?)
 }
 
 /// The guest: commands and traffic are local, the proxy's metrics on

@@ -103,15 +103,7 @@ fn real_servers(table: &str) -> Vec<String> {
 
 /// The sum of a metric's samples on the running proxy's `/metrics`.
 pub fn metric(node: &dyn Node, name: &str) -> Result<f64> {
-    Ok(node
-        .metrics()?
-        .lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with(['{', ' ']))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum())
+    Ok(testkit::metric_sum(&node.metrics()?, name))
 }
 
 /// The proxy's network programming latency observations so far:

@@ -382,14 +382,7 @@ pub fn metric_sum(name: &str) -> anyhow::Result<f64> {
     if status != 200 {
         bail!("GET /metrics answered {status}");
     }
-    Ok(body
-        .lines()
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with(['{', ' ']))
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum())
+    Ok(testkit::metric_sum(&body, name))
 }
 
 /// The real servers of one virtual server (`-t`/`-u` and its
@@ -451,12 +444,5 @@ pub fn ipvs_services() -> anyhow::Result<Vec<String>> {
 }
 
 pub fn sh(script: &str) -> anyhow::Result<String> {
-    let out = Command::new("sh").args(["-c", script]).output()?;
-    if !out.status.success() {
-        bail!(
-            "`{script}` failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    Ok(testkit::run(Command::new("sh").args(["-c", script]))?)
 }

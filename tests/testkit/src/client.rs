@@ -136,3 +136,16 @@ fn pod_name(answer: &str) -> Option<&str> {
 
 #[cfg(test)]
 mod tests;
+
+/// The sum of a metric's samples over all its label sets in a Prometheus
+/// text exposition (`/metrics`); 0 for a metric it does not show.
+pub fn metric_sum(exposition: &str, name: &str) -> f64 {
+    exposition
+        .lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(['{', ' ']))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

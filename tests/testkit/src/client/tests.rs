@@ -63,3 +63,17 @@ fn http_get_rejects_what_is_not_http() {
     assert!(matches!(err, Error::BadAnswer { .. }), "{err}");
     server.join().expect("server");
 }
+
+#[test]
+fn metric_sum_adds_a_metrics_label_sets_and_nothing_else() {
+    let exposition = "\
+# TYPE m_total counter
+m_total{ip_family=\"IPv4\"} 2
+m_total{ip_family=\"IPv6\"} 3
+m_total_other 100
+m 7
+";
+    assert_eq!(super::metric_sum(exposition, "m_total"), 5.0);
+    assert_eq!(super::metric_sum(exposition, "m"), 7.0);
+    assert_eq!(super::metric_sum(exposition, "absent"), 0.0);
+}
