@@ -80,11 +80,17 @@ e2e-k8s:
 # ports over several slices, an API server outage, a restart under
 # traffic (tests/cluster_e2e/guest_e2e.rs, the scenarios shared with
 # kind-e2e). The control plane stops either way.
+# One feature set for the host and the guest part, so the crate builds
+# once; built before the control plane starts, whose processes hold the
+# memory a link needs.
+E2E_FEATURES = kube-ipvs-proxy/kernel-tests,kube-ipvs-proxy/e2e-tests
 e2e:
 	tests/vm/deps.sh
+	cargo test --no-run -p kube-ipvs-proxy --features $(E2E_FEATURES)
 	tests/e2e/control-plane.sh start
 	eval "$$(tests/e2e/control-plane.sh env)" && \
-	cargo test --features e2e-tests --test slices_vs_controller && \
+	cargo test -p kube-ipvs-proxy --features $(E2E_FEATURES) \
+		--test slices_vs_controller && \
 	VM_HOST_PORTS="$$E2E_VM_HOST_PORTS" \
 	VM_PASS_ENV="E2E_PROXY_KUBECONFIG E2E_ADMIN_GUEST_KUBECONFIG" \
 	VM_TEST_FEATURES=kube-ipvs-proxy/e2e-tests \
