@@ -1,7 +1,7 @@
 # Entry points. The guest targets are self-contained: each installs what it
 # needs (tests/vm/deps.sh) and caches the kernel under target/vm/.
 
-.PHONY: e2e demo test fmt-check lint unit bench bench-ipsets bench-ipvs vm-test vm-shell vm-kernel \
+.PHONY: e2e demo test fmt-check lint unit bench bench-ipsets bench-ipvs bench-vs-upstream vm-test vm-shell vm-kernel \
 	e2e-k8s e2e-control-plane e2e-guest-smoke kind-e2e conformance
 
 # Crates whose kernel tests vm-test runs; empty means every workspace crate
@@ -44,6 +44,16 @@ bench:
 # kernel in a private network namespace (needs root and ipset).
 bench-ipsets:
 	cargo bench --bench ipsets
+
+# Upstream kube-proxy (IPVS mode) against ours, same objects, same guest,
+# against the loopback control plane (issue 7): cold sync, one endpoint
+# change, one new service, a minute of churn, CPU and peak RSS, at
+# BENCH_SIZES (1000 10000) services x 10 endpoints. Prints the table and
+# writes it as CSV and PNG under target/bench/vs-upstream/
+# (tests/vm/bench-vs-upstream.sh, benches/vs_upstream). Over an hour under
+# TCG, most of it upstream's 10,000 services.
+bench-vs-upstream:
+	tests/vm/bench-vs-upstream.sh
 
 # ipvs-sys against ipvsadm -R / -Sn on the same rules, in the guest.
 # BENCH_SERVICES (default 10000) x BENCH_DESTS (10); see

@@ -21,7 +21,7 @@ use kube_ipvs_proxy::{
 };
 
 use crate::fixtures::{self, ENDPOINTS_PER_SERVICE};
-use crate::{all_serving, kernel, median, state, Flip, Settings, POLL};
+use crate::{all_serving, ipvs, kernel, median, state, Flip, Settings, POLL};
 
 pub struct EventsSide {
     /// From the first event to the first sync applied.
@@ -60,7 +60,7 @@ async fn until_shown(
     shown: impl Fn(&[Destination]) -> bool,
 ) -> anyhow::Result<Duration> {
     loop {
-        let dests = kernel::real_servers(handle, vip, 80).await?;
+        let dests = ipvs::real_servers(handle, vip, 80).await?;
         if shown(&dests) {
             return Ok(start.elapsed());
         }
@@ -74,7 +74,7 @@ async fn until_shown(
 pub async fn run(settings: &Settings) -> anyhow::Result<EventsSide> {
     // The previous side's virtual servers stay in the IPVS table the
     // namespaces share (before Linux 6.2) unless flushed.
-    let previous = kernel::connect()?;
+    let previous = ipvs::connect()?;
     previous.flush().execute().await.context("IPVS flush")?;
     drop(previous);
     kernel::fresh_netns(state::NODE_IP)?;
@@ -132,7 +132,7 @@ pub async fn run(settings: &Settings) -> anyhow::Result<EventsSide> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let cold = start.elapsed();
-    let handle = kernel::connect()?;
+    let handle = ipvs::connect()?;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let flip = Flip::new(settings.services)?;

@@ -1,11 +1,10 @@
 //! The kernel as each side leaves it: a fresh network namespace per
-//! side, and reads of IPVS through ipvs-sys (no process per look).
+//! side, torn down after it, and the tools' counts of what it holds.
 
-use std::{net::IpAddr, process::Command};
+use std::process::Command;
 
 use anyhow::{bail, Context};
-use futures::TryStreamExt;
-use ipvs_sys::{Destination, Handle, Service, ServiceKey};
+use ipvs_sys::Handle;
 
 use crate::baseline;
 
@@ -44,44 +43,6 @@ pub async fn tear_down(handle: &Handle) -> anyhow::Result<()> {
     // Sets are per namespace; gone with it, but not while a rule holds
     // one, and the baseline has no rules.
     baseline::run("ipset", &["destroy"], "")
-}
-
-pub fn connect() -> anyhow::Result<Handle> {
-    let (conn, handle, _) = ipvs_sys::new_connection()?;
-    tokio::spawn(conn);
-    Ok(handle)
-}
-
-/// Virtual servers and real servers in this namespace.
-pub async fn ipvs_counts(handle: &Handle) -> anyhow::Result<(usize, usize)> {
-    let services: Vec<Service> =
-        handle.service().list().execute().try_collect().await?;
-    let mut dests = 0;
-    for svc in &services {
-        dests += handle
-            .dest(svc)
-            .list()
-            .execute()
-            .try_collect::<Vec<Destination>>()
-            .await?
-            .len();
-    }
-    Ok((services.len(), dests))
-}
-
-/// The real servers of TCP `vip:port`; empty when there is no such
-/// virtual server (the kernel's dump of a missing service is empty).
-pub async fn real_servers(
-    handle: &Handle,
-    vip: IpAddr,
-    port: u16,
-) -> anyhow::Result<Vec<Destination>> {
-    Ok(handle
-        .dest(ServiceKey::tcp(vip, port))
-        .list()
-        .execute()
-        .try_collect()
-        .await?)
 }
 
 /// Addresses on kube-ipvs0 and entries in all sets, read with the tools

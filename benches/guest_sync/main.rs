@@ -38,6 +38,7 @@ mod events;
 #[allow(dead_code)]
 #[path = "../fixtures/mod.rs"]
 mod fixtures;
+mod ipvs;
 mod kernel;
 mod proxy;
 mod state;
@@ -107,8 +108,7 @@ impl Counts {
     }
 
     async fn of_kernel(handle: &Handle) -> anyhow::Result<Self> {
-        let (virtual_servers, real_servers) =
-            kernel::ipvs_counts(handle).await?;
+        let (virtual_servers, real_servers) = ipvs::ipvs_counts(handle).await?;
         let (addresses, set_entries) = kernel::address_and_entry_counts()?;
         Ok(Self {
             virtual_servers,
@@ -235,7 +235,7 @@ async fn run_baseline(
     let cpu = children_cpu();
     let cold = baseline::cold_load(scripts)?;
     let cold_cpu = children_cpu().saturating_sub(cpu);
-    let handle = kernel::connect()?;
+    let handle = ipvs::connect()?;
     check_kernel(&handle, want, "baseline").await?;
 
     eprintln!("guest_sync: baseline changes");
@@ -318,7 +318,7 @@ async fn timed_change(
     file.write()?;
     let start = Instant::now();
     loop {
-        let dests = kernel::real_servers(handle, vip, 80).await?;
+        let dests = ipvs::real_servers(handle, vip, 80).await?;
         if shown(&dests) {
             break;
         }
@@ -362,7 +362,7 @@ async fn run_ours(
         (first.last_sync - unix_seconds(started)).max(0.0),
     );
     let first_sync = Duration::from_secs_f64(first.sync_seconds.max(0.0));
-    let handle = kernel::connect()?;
+    let handle = ipvs::connect()?;
     check_kernel(&handle, want, "the proxy").await?;
     // Whatever the start-up left to do (a second read of the file once it
     // is old enough) is not part of the first change.

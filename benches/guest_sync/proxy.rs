@@ -5,13 +5,13 @@ use std::{
     io::{Read as _, Write as _},
     net::TcpStream,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Child, Command},
     time::Duration,
 };
 
 use anyhow::{bail, Context};
 
-const PROXY: &str = env!("CARGO_BIN_EXE_kube-ipvs-proxy");
+pub const PROXY: &str = env!("CARGO_BIN_EXE_kube-ipvs-proxy");
 const METRICS: &str = "127.0.0.1:10249";
 const LAST_SYNC: &str = "kubeproxy_sync_proxy_rules_last_timestamp_seconds";
 const SYNC_DURATION: &str = "kubeproxy_sync_proxy_rules_duration_seconds";
@@ -22,7 +22,7 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Starts the proxy on `state` in this thread's network namespace.
+    /// Starts our proxy on `state` in this thread's network namespace.
     /// The periodic full reconcile (every `--ipvs-sync-period`) is put
     /// out of the measurements' way: it reads the whole kernel back and
     /// is not what a change costs.
@@ -31,9 +31,8 @@ impl Proxy {
         node: &str,
         log: PathBuf,
     ) -> anyhow::Result<Self> {
-        let stderr = std::fs::File::create(&log)
-            .with_context(|| format!("creating {}", log.display()))?;
-        let child = Command::new(PROXY)
+        let mut command = Command::new(PROXY);
+        command
             .arg("--state")
             .arg(state)
             .args(["--hostname-override", node])
@@ -43,11 +42,19 @@ impl Proxy {
                 std::env::var("BENCH_PROXY_LOG")
                     .unwrap_or_else(|_| "info".into()),
             )
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .with_context(|| format!("starting {PROXY}"))?;
+            .env("NO_COLOR", "1");
+        Self::spawn(command, log)
+    }
+
+    /// Starts any proxy (ours or upstream's) with its output in `log`.
+    pub fn spawn(mut command: Command, log: PathBuf) -> anyhow::Result<Self> {
+        let stderr = std::fs::File::create(&log)
+            .with_context(|| format!("creating {}", log.display()))?;
+        let stdout = stderr.try_clone()?;
+        let child =
+            command.stdout(stdout).stderr(stderr).spawn().with_context(
+                || format!("starting {}", command.get_program().display()),
+            )?;
         Ok(Self { child, log })
     }
 

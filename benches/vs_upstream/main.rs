@@ -1,0 +1,141 @@
+//! `make bench-vs-upstream` (issue #7): upstream kube-proxy in IPVS mode
+//! against ours, on the same API objects, in the same real-kernel guest,
+//! against the loopback control plane (tests/e2e/control-plane.sh).
+//! tests/vm/bench-vs-upstream.sh drives it in three steps:
+//!
+//! - `populate N` (on the host, `KUBECONFIG` the admin's): N ClusterIP
+//!   services, each with one EndpointSlice of ten endpoints on other
+//!   nodes, in namespace `bench` (benches/fixtures, numbered from
+//!   [`objects::FIRST`]).
+//! - `measure PROXY N BINARY CONFIG` (in a fresh guest boot per proxy, so
+//!   neither inherits the other's kernel state; `KUBECONFIG` the guest's
+//!   admin one): starts `BINARY --config CONFIG` and measures
+//!   1. cold sync: from its start to the kernel holding every service's
+//!      virtual server and real servers (its first sync, as the
+//!      `..._last_timestamp_seconds` metric says, then checked by
+//!      counting the IPVS table);
+//!   2. one endpoint change: an endpoint's readiness flipped through the
+//!      API, timed from the request to the real server leaving the
+//!      kernel, polled over ipvs-sys (median of BENCH_REPS, 3);
+//!   3. one new service: a Service and its slice created, until its ten
+//!      real servers are in the kernel (median of BENCH_REPS);
+//!   4. churn: BENCH_CHURN_RATE (100) such changes a second for
+//!      BENCH_CHURN_SECONDS (60), over many services, each timed the same
+//!      way from its request to the kernel (p50, p99, max), then the
+//!      proxy's CPU time for the minute and what it needed to catch up;
+//!   5. the proxy's CPU seconds (utime + stime) and peak RSS (VmHWM).
+//!
+//!   It prints `RESULT proxy services metric value` lines.
+//! - `report RESULTS DIR`: the Markdown table of both proxies and the
+//!   ratios, written with a CSV and, through gnuplot, a PNG chart to DIR.
+//!
+//! The latencies are measured directly rather than read from the
+//! `kubeproxy_network_programming_duration_seconds` histogram both
+//! proxies export: its buckets start at 0.25 s, too coarse for ours. The
+//! trigger-time annotation is still set on every change, so both do the
+//! metric's work.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+
+mod api;
+mod churn;
+#[allow(dead_code)]
+#[path = "../fixtures/mod.rs"]
+mod fixtures;
+#[allow(dead_code)]
+#[path = "../guest_sync/ipvs.rs"]
+mod ipvs;
+mod measure;
+mod objects;
+#[allow(dead_code)]
+#[path = "../guest_sync/proxy.rs"]
+mod proxy;
+mod report;
+
+fn setting(name: &str, default: u64) -> anyhow::Result<u64> {
+    match std::env::var(name) {
+        Ok(v) => v.parse().with_context(|| format!("{name}={v:?}")),
+        Err(_) => Ok(default),
+    }
+}
+
+pub struct Settings {
+    pub reps: usize,
+    pub churn_rate: u64,
+    pub churn: Duration,
+    /// How long the proxy may take to show a single change, or to catch
+    /// up after the churn.
+    pub change_timeout: Duration,
+    pub cold_timeout: Duration,
+}
+
+impl Settings {
+    fn from_env() -> anyhow::Result<Self> {
+        Ok(Self {
+            reps: setting("BENCH_REPS", 3)?.max(1) as usize,
+            churn_rate: setting("BENCH_CHURN_RATE", 100)?.max(1),
+            churn: Duration::from_secs(setting("BENCH_CHURN_SECONDS", 60)?),
+            change_timeout: Duration::from_secs(setting(
+                "BENCH_CHANGE_TIMEOUT",
+                900,
+            )?),
+            cold_timeout: Duration::from_secs(setting(
+                "BENCH_COLD_TIMEOUT",
+                3600,
+            )?),
+        })
+    }
+}
+
+fn usage() -> anyhow::Error {
+    anyhow::anyhow!(
+        "usage: vs_upstream populate N | measure upstream|ours N BINARY \
+         CONFIG | report RESULTS DIR"
+    )
+}
+
+fn services(arg: Option<&String>) -> anyhow::Result<usize> {
+    let n: usize = arg
+        .ok_or_else(usage)?
+        .parse()
+        .context("the number of services")?;
+    if !(1..=objects::MAX_SERVICES).contains(&n) {
+        bail!(
+            "the number of services must be 1..={}",
+            objects::MAX_SERVICES
+        );
+    }
+    Ok(n)
+}
+
+fn main() -> anyhow::Result<()> {
+    // `cargo bench` appends --bench; nothing else is an option here.
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    match args.first().map(String::as_str) {
+        Some("populate") => rt.block_on(api::populate(services(args.get(1))?)),
+        Some("measure") => {
+            let [_, proxy, n, binary, config] = &args[..] else {
+                return Err(usage());
+            };
+            let settings = Settings::from_env()?;
+            let n = services(Some(n))?;
+            rt.block_on(measure::run(&settings, proxy, n, binary, config))
+        }
+        Some("report") => {
+            let [_, results, dir] = &args[..] else {
+                return Err(usage());
+            };
+            report::write(results.as_ref(), dir.as_ref())
+        }
+        _ => Err(usage()),
+    }
+}

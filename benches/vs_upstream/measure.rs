@@ -1,0 +1,266 @@
+//! One proxy's run in the guest: cold sync, single changes, churn, and
+//! what it cost; printed as `RESULT` lines.
+
+use std::{
+    net::IpAddr,
+    path::PathBuf,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context};
+use ipvs_sys::Handle;
+use kube::Client;
+
+use crate::{
+    api, churn, ipvs, objects,
+    proxy::{scrape, Proxy},
+    Settings,
+};
+
+const POLL: Duration = Duration::from_millis(2);
+/// Between timed changes, so that one's sync does not run into the next.
+const QUIET: Duration = Duration::from_secs(2);
+
+/// The services' addresses, computed once: the churn looks them up at
+/// every poll.
+pub struct Addresses {
+    pub vips: Vec<IpAddr>,
+    pub flipping: Vec<IpAddr>,
+}
+
+impl Addresses {
+    fn new(n: usize) -> anyhow::Result<Self> {
+        Ok(Self {
+            vips: (0..n).map(objects::cluster_ip).collect::<Result<_, _>>()?,
+            flipping: (0..n)
+                .map(objects::flipping_endpoint)
+                .collect::<Result<_, _>>()?,
+        })
+    }
+}
+
+struct Results<'a> {
+    proxy: &'a str,
+    services: usize,
+}
+
+impl Results<'_> {
+    fn print(&self, metric: &str, value: f64) {
+        println!(
+            "RESULT {} {} {metric} {value:.3}",
+            self.proxy, self.services
+        );
+    }
+}
+
+pub async fn run(
+    settings: &Settings,
+    proxy_name: &str,
+    n: usize,
+    binary: &str,
+    config: &str,
+) -> anyhow::Result<()> {
+    if !matches!(proxy_name, "upstream" | "ours") {
+        bail!("the proxy is `upstream` or `ours`, not {proxy_name:?}");
+    }
+    let results = Results {
+        proxy: proxy_name,
+        services: n,
+    };
+    let client = Client::try_default().await.context("KUBECONFIG")?;
+    let handle = ipvs::connect()?;
+    let (vs, rs) = ipvs::ipvs_counts(&handle).await?;
+    if vs + rs > 0 {
+        bail!("the guest's IPVS table is not empty ({vs} services)");
+    }
+    let addresses = Addresses::new(n + settings.reps)?;
+
+    let mut command = Command::new(binary);
+    command.arg("--config").arg(config).env("NO_COLOR", "1");
+    let log = PathBuf::from(format!("/tmp/{proxy_name}-{n}.proxy.log"));
+    let start = Instant::now();
+    let mut proxy = Proxy::spawn(command, log)?;
+    let outcome = async {
+        let cold = match cold_sync(settings, &mut proxy, &handle, n, start)
+            .await
+        {
+            Ok(cold) => cold,
+            Err(e) => {
+                // A lower bound is still a result, with what it cost.
+                if start.elapsed() > settings.cold_timeout {
+                    results.print(
+                        "cold_sync_over_s",
+                        settings.cold_timeout.as_secs_f64(),
+                    );
+                    results.print("total_cpu_s", proxy.cpu()?.as_secs_f64());
+                    results.print(
+                        "peak_rss_mib",
+                        proxy.status_kib("VmHWM")? as f64 / 1024.0,
+                    );
+                }
+                return Err(e);
+            }
+        };
+        results.print("cold_sync_s", cold.as_secs_f64());
+        results.print("cold_cpu_s", proxy.cpu()?.as_secs_f64());
+        tokio::time::sleep(QUIET).await;
+
+        let slices = api::slices(&client);
+        let mut ready = vec![true; n];
+        let mut samples = Vec::new();
+        for r in 0..settings.reps {
+            let k = (n / 2 + r) % n;
+            let started = Instant::now();
+            api::set_ready(&slices, k, false).await?;
+            ready[k] = false;
+            let latency = until(settings, &mut proxy, started, || async {
+                let dests = ipvs::real_servers(
+                    &handle,
+                    addresses.vips[k],
+                    objects::PORT,
+                )
+                .await?;
+                Ok(objects::shows(&dests, addresses.flipping[k], false))
+            })
+            .await
+            .with_context(|| format!("endpoint change of service {k}"))?;
+            samples.push(latency);
+            tokio::time::sleep(QUIET).await;
+        }
+        results.print("endpoint_change_ms", median_ms(&mut samples));
+
+        let svc_api = api::services(&client);
+        let mut samples = Vec::new();
+        for r in 0..settings.reps {
+            let k = n + r;
+            let started = Instant::now();
+            api::create_service(&svc_api, &slices, k).await?;
+            let latency = until(settings, &mut proxy, started, || async {
+                let dests = ipvs::real_servers(
+                    &handle,
+                    addresses.vips[k],
+                    objects::PORT,
+                )
+                .await?;
+                Ok(objects::shows(&dests, addresses.flipping[k], true))
+            })
+            .await
+            .with_context(|| format!("new service {k}"))?;
+            samples.push(latency);
+            tokio::time::sleep(QUIET).await;
+        }
+        results.print("new_service_ms", median_ms(&mut samples));
+
+        let cpu_before = proxy.cpu()?;
+        let churn = churn::run(
+            settings, &slices, &handle, &addresses, &mut ready, &mut proxy,
+        )
+        .await?;
+        let mut latencies = churn.latencies;
+        latencies.sort();
+        results.print("churn_rate_per_s", churn.achieved_rate);
+        results.print("churn_p50_ms", percentile_ms(&latencies, 0.50));
+        results.print("churn_p99_ms", percentile_ms(&latencies, 0.99));
+        results.print("churn_max_ms", percentile_ms(&latencies, 1.0));
+        results.print("churn_catch_up_s", churn.catch_up.as_secs_f64());
+        results.print("churn_unobserved", churn.unobserved as f64);
+        results.print("churn_write_errors", churn.write_errors as f64);
+        results.print(
+            "churn_cpu_s",
+            proxy.cpu()?.saturating_sub(cpu_before).as_secs_f64(),
+        );
+        results.print("total_cpu_s", proxy.cpu()?.as_secs_f64());
+        results
+            .print("peak_rss_mib", proxy.status_kib("VmHWM")? as f64 / 1024.0);
+        anyhow::Ok(())
+    }
+    .await;
+    // The guest's /tmp goes with it: what the proxy said, for the
+    // record.
+    eprintln!("--- the end of {proxy_name}'s log:\n{}", proxy.log_tail());
+    outcome
+}
+
+/// From the proxy's start to its first sync (its metric), then to the
+/// IPVS table holding every service's ten real servers.
+async fn cold_sync(
+    settings: &Settings,
+    proxy: &mut Proxy,
+    handle: &Handle,
+    n: usize,
+    start: Instant,
+) -> anyhow::Result<Duration> {
+    loop {
+        proxy.check_alive()?;
+        if scrape().is_some_and(|m| m.last_sync > 0.0) {
+            break;
+        }
+        if start.elapsed() > settings.cold_timeout {
+            bail!("no sync within {:?}", settings.cold_timeout);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let first_sync = start.elapsed();
+    loop {
+        // `kubernetes` is there too, with its own real server.
+        let (vs, rs) = ipvs::ipvs_counts(handle).await?;
+        if vs > n && rs > n * crate::fixtures::ENDPOINTS_PER_SERVICE {
+            break;
+        }
+        proxy.check_alive()?;
+        if start.elapsed() > settings.cold_timeout {
+            bail!(
+                "after {:?}: {vs} virtual servers, {rs} real servers",
+                settings.cold_timeout
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let cold = start.elapsed();
+    eprintln!(
+        "first sync after {:.1} s, kernel complete after {:.1} s",
+        first_sync.as_secs_f64(),
+        cold.as_secs_f64()
+    );
+    Ok(cold)
+}
+
+/// Polls `shown` until it holds; the time since `started`.
+async fn until<F, Fut>(
+    settings: &Settings,
+    proxy: &mut Proxy,
+    started: Instant,
+    shown: F,
+) -> anyhow::Result<Duration>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    loop {
+        if shown().await? {
+            return Ok(started.elapsed());
+        }
+        proxy.check_alive()?;
+        if started.elapsed() > settings.change_timeout {
+            bail!("not in the kernel after {:?}", settings.change_timeout);
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+fn median_ms(samples: &mut [Duration]) -> f64 {
+    samples.sort();
+    samples
+        .get(samples.len() / 2)
+        .map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
+}
+
+/// The nearest-rank percentile of sorted samples.
+pub fn percentile_ms(sorted: &[Duration], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1].as_secs_f64() * 1e3
+}

@@ -1,0 +1,84 @@
+//! The benchmark's objects: benches/fixtures' services and slices,
+//! numbered from [`FIRST`] so that their cluster IPs (198.18.16.0 on)
+//! keep clear of the `kubernetes` service (198.18.0.1) and of the node's
+//! address (198.18.100.1).
+
+use std::net::IpAddr;
+
+use anyhow::Context;
+use ipvs_sys::Destination;
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
+
+use crate::fixtures::{self, ENDPOINTS_PER_SERVICE};
+
+pub const NAMESPACE: &str = "bench";
+pub const FIRST: usize = 4096;
+/// Room for the new services after them, below the node's address.
+pub const MAX_SERVICES: usize = 20_000;
+pub const PORT: u16 = 80;
+const TRIGGER: &str = "endpoints.kubernetes.io/last-change-trigger-time";
+
+pub fn service(k: usize) -> Service {
+    fixtures::service(FIRST + k)
+}
+
+pub fn service_name(k: usize) -> String {
+    format!("svc-{}", FIRST + k)
+}
+
+pub fn slice_name(k: usize) -> String {
+    format!("svc-{}-abcde", FIRST + k)
+}
+
+/// Service `k`'s slice with all ten endpoints ready, or the last one not
+/// ready, stamped with the trigger time an EndpointSlice controller would
+/// set (now), which both proxies turn into their network programming
+/// latency metric.
+pub fn slice(k: usize, all_ready: bool) -> EndpointSlice {
+    let ready = if all_ready {
+        ENDPOINTS_PER_SERVICE
+    } else {
+        ENDPOINTS_PER_SERVICE - 1
+    };
+    let mut slice = fixtures::slice(FIRST + k, ready);
+    slice.metadata.annotations = Some(
+        [(
+            TRIGGER.to_string(),
+            k8s_openapi::jiff::Timestamp::now().to_string(),
+        )]
+        .into(),
+    );
+    slice
+}
+
+pub fn cluster_ip(k: usize) -> anyhow::Result<IpAddr> {
+    let svc = service(k);
+    let ip = svc.spec.as_ref().and_then(|s| s.cluster_ip.as_deref());
+    ip.context("fixture service without a cluster IP")?
+        .parse()
+        .context("fixture cluster IP")
+}
+
+/// The endpoint whose readiness flips: service `k`'s last.
+pub fn flipping_endpoint(k: usize) -> anyhow::Result<IpAddr> {
+    let slice = fixtures::slice(FIRST + k, ENDPOINTS_PER_SERVICE);
+    let last = slice.endpoints.last().context("fixture slice is empty")?;
+    last.addresses[0]
+        .parse()
+        .context("fixture endpoint address")
+}
+
+/// Whether service `k`'s real servers show the slice `slice(k,
+/// all_ready)`: all ten, or nine without the flipping endpoint. A real
+/// server at weight 0 is on its way out (graceful termination) and does
+/// not count.
+pub fn shows(dests: &[Destination], flipping: IpAddr, all_ready: bool) -> bool {
+    let serving: Vec<&Destination> =
+        dests.iter().filter(|d| d.weight > 0).collect();
+    let has_flipping = serving.iter().any(|d| d.address == flipping);
+    if all_ready {
+        serving.len() == ENDPOINTS_PER_SERVICE && has_flipping
+    } else {
+        serving.len() == ENDPOINTS_PER_SERVICE - 1 && !has_flipping
+    }
+}

@@ -1,0 +1,216 @@
+//! The `RESULT` lines of all runs into one table: printed as Markdown,
+//! written as CSV, and charted (upstream ÷ ours per measure and size) as
+//! a PNG by gnuplot.
+
+use std::{
+    collections::BTreeMap, fmt::Write as _, path::Path, process::Command,
+};
+
+use anyhow::{bail, Context};
+
+/// The measures in table order: name, label, and whether a ratio means
+/// anything (a smaller value is better).
+const MEASURES: &[(&str, &str, bool)] = &[
+    ("cold_sync_s", "cold sync (s)", true),
+    ("cold_cpu_s", "cold sync CPU (s)", true),
+    ("endpoint_change_ms", "one endpoint change (ms)", true),
+    ("new_service_ms", "one new service (ms)", true),
+    ("churn_p50_ms", "churn latency p50 (ms)", true),
+    ("churn_p99_ms", "churn latency p99 (ms)", true),
+    ("churn_max_ms", "churn latency max (ms)", true),
+    (
+        "churn_catch_up_s",
+        "churn catch-up after the minute (s)",
+        true,
+    ),
+    ("churn_cpu_s", "churn CPU (s)", true),
+    ("total_cpu_s", "CPU, whole run (s)", true),
+    ("peak_rss_mib", "peak RSS (MiB)", true),
+    (
+        "cold_sync_over_s",
+        "cold sync not finished after (s)",
+        false,
+    ),
+    ("churn_rate_per_s", "churn changes written (/s)", false),
+    ("churn_unobserved", "churn changes never seen", false),
+    ("churn_write_errors", "churn write errors", false),
+];
+
+#[derive(Default, Clone, Copy)]
+struct Pair {
+    upstream: Option<f64>,
+    ours: Option<f64>,
+}
+
+impl Pair {
+    fn ratio(&self) -> Option<f64> {
+        match (self.upstream, self.ours) {
+            (Some(u), Some(o)) if o > 0.0 && u.is_finite() => Some(u / o),
+            _ => None,
+        }
+    }
+}
+
+/// (services, measure) -> both proxies' values.
+type Table = BTreeMap<(usize, String), Pair>;
+
+fn parse(text: &str) -> anyhow::Result<Table> {
+    let mut table = Table::new();
+    for (i, line) in text.lines().enumerate() {
+        let Some(rest) = line.strip_prefix("RESULT ") else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let [proxy, services, measure, value] = fields[..] else {
+            bail!("line {}: malformed result {line:?}", i + 1);
+        };
+        let services = services.parse().context("services")?;
+        let value: f64 = value.parse().context("value")?;
+        let pair = table.entry((services, measure.to_string())).or_default();
+        match proxy {
+            "upstream" => pair.upstream = Some(value),
+            "ours" => pair.ours = Some(value),
+            other => bail!("line {}: unknown proxy {other:?}", i + 1),
+        }
+    }
+    if table.is_empty() {
+        bail!("no RESULT lines");
+    }
+    Ok(table)
+}
+
+fn number(v: Option<f64>) -> String {
+    match v {
+        None => "-".into(),
+        Some(v) if v.is_nan() => "-".into(),
+        Some(v) if v.abs() >= 100.0 || v.fract() == 0.0 => format!("{v:.0}"),
+        Some(v) if v.abs() >= 10.0 => format!("{v:.1}"),
+        Some(v) => format!("{v:.2}"),
+    }
+}
+
+fn sizes(table: &Table) -> Vec<usize> {
+    let mut sizes: Vec<usize> = table.keys().map(|(n, _)| *n).collect();
+    sizes.dedup();
+    sizes
+}
+
+fn markdown(table: &Table) -> String {
+    let mut out = String::from(
+        "| services x 10 endpoints | measure | upstream | ours | upstream / ours |\n\
+         |---:|---|---:|---:|---:|\n",
+    );
+    for n in sizes(table) {
+        for (name, label, ratio) in MEASURES {
+            let Some(pair) = table.get(&(n, name.to_string())) else {
+                continue;
+            };
+            let ratio = if *ratio {
+                pair.ratio().map_or("-".into(), |r| format!("{r:.1}x"))
+            } else {
+                "-".into()
+            };
+            let _ = writeln!(
+                out,
+                "| {n} | {label} | {} | {} | {ratio} |",
+                number(pair.upstream),
+                number(pair.ours)
+            );
+        }
+    }
+    out
+}
+
+fn csv(table: &Table) -> String {
+    let mut out = String::from("services,measure,upstream,ours,ratio\n");
+    let cell = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v}"));
+    for ((n, measure), pair) in table {
+        let _ = writeln!(
+            out,
+            "{n},{measure},{},{},{}",
+            cell(pair.upstream),
+            cell(pair.ours),
+            cell(pair.ratio())
+        );
+    }
+    out
+}
+
+/// gnuplot's data: one row per measure with a ratio, one column per
+/// size.
+fn chart_data(table: &Table) -> String {
+    let sizes = sizes(table);
+    let mut out = String::from("measure");
+    for n in &sizes {
+        let _ = write!(out, "\t\"{n} services\"");
+    }
+    out.push('\n');
+    for (name, label, ratio) in MEASURES {
+        if !ratio {
+            continue;
+        }
+        let _ = write!(out, "\"{label}\"");
+        for n in &sizes {
+            let r = table.get(&(*n, name.to_string())).and_then(Pair::ratio);
+            let _ =
+                write!(out, "\t{}", r.map_or("NaN".into(), |r| r.to_string()));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn plot(data: &Path, png: &Path, columns: usize) -> anyhow::Result<()> {
+    let mut script = format!(
+        "set terminal pngcairo size 1200,700 font 'sans,10'\n\
+         set output '{}'\n\
+         set title 'upstream kube-proxy (IPVS) / kube-ipvs-proxy: how many times less time, CPU or memory'\n\
+         set style data histograms\n\
+         set style histogram clustered gap 1\n\
+         set style fill solid 0.8 border -1\n\
+         set logscale y\n\
+         set ylabel 'upstream / ours (log scale; above 1: ours is better)'\n\
+         set xtics rotate by -30 scale 0\n\
+         set grid ytics\n\
+         set key top left autotitle columnhead\n\
+         plot '{}' using 2:xtic(1)",
+        png.display(),
+        data.display()
+    );
+    for c in 3..=columns + 1 {
+        let _ = write!(script, ", '' using {c}");
+    }
+    script.push_str(", 1 with lines dashtype 2 lc rgb 'black' notitle\n");
+    let file = data.with_extension("gnuplot");
+    std::fs::write(&file, &script)?;
+    let out = Command::new("gnuplot")
+        .arg(&file)
+        .output()
+        .context("running gnuplot (tests/vm/deps.sh gnuplot-nox)")?;
+    if !out.status.success() {
+        bail!("gnuplot: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
+pub fn write(results: &Path, dir: &Path) -> anyhow::Result<()> {
+    let text = std::fs::read_to_string(results)
+        .with_context(|| format!("reading {}", results.display()))?;
+    let table = parse(&text)?;
+    std::fs::create_dir_all(dir)?;
+    let table_md = markdown(&table);
+    print!("{table_md}");
+    std::fs::write(dir.join("vs-upstream.md"), &table_md)?;
+    std::fs::write(dir.join("vs-upstream.csv"), csv(&table))?;
+    let data = dir.join("vs-upstream.dat");
+    std::fs::write(&data, chart_data(&table))?;
+    let png = dir.join("vs-upstream.png");
+    plot(&data, &png, sizes(&table).len())?;
+    println!(
+        "written: {}, {}, {}",
+        dir.join("vs-upstream.md").display(),
+        dir.join("vs-upstream.csv").display(),
+        png.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Upstream kube-proxy (IPVS mode) against ours on the same objects, in the
+# real-kernel guest, against the loopback control plane (issue #7; what is
+# measured: benches/vs_upstream/main.rs). For each size and each proxy:
+# a fresh control plane, the objects created from the host, a fresh guest
+# boot running the proxy and the measurements; then one table of both,
+# printed and written as CSV and PNG under target/bench/.
+#
+#   BENCH_SIZES="1000 10000" tests/vm/bench-vs-upstream.sh
+#
+# Also BENCH_PROXIES ("upstream ours"), BENCH_KEEP_RESULTS, BENCH_REPS, BENCH_CHURN_RATE,
+# BENCH_CHURN_SECONDS, BENCH_CHANGE_TIMEOUT, BENCH_COLD_TIMEOUT (see the
+# bench) and E2E_K8S_DIR (where build-k8s.sh keeps upstream's binaries).
+# Both proxies are optimised builds: ours from the bench profile, upstream's
+# as build-k8s.sh builds it. Under TCG, 10,000 services take upstream
+# several minutes per sync.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+cd "$VM_REPO"
+
+sizes=${BENCH_SIZES:-1000 10000}
+proxies=${BENCH_PROXIES:-upstream ours}
+target=${CARGO_TARGET_DIR:-$VM_REPO/target}
+out=$target/bench/vs-upstream
+export E2E_K8S_DIR=${E2E_K8S_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kube-ipvs-proxy/k8s}
+
+"$VM_SRC/deps.sh" gnuplot-nox
+tests/e2e/build-k8s.sh
+
+exe=$(cargo bench --no-run --features guest-bench --bench vs_upstream \
+    --message-format=json-render-diagnostics |
+    jq -r 'select(.reason == "compiler-artifact"
+                  and .target.name == "vs_upstream") | .executable // empty')
+[[ -x $exe ]] || vm_die "building the vs_upstream bench gave no executable"
+# Private copies: the target folder may be shared, and a build there
+# during the run would swap a binary under it.
+rm -rf "$out/bin" && mkdir -p "$out/bin"
+cp "$exe" "$out/bin/vs_upstream"
+cp "$(dirname "$(dirname "$exe")")/kube-ipvs-proxy" "$out/bin/kube-ipvs-proxy"
+cp "$E2E_K8S_DIR/bin/kube-proxy" "$out/bin/kube-proxy"
+bench=$out/bin/vs_upstream
+
+# BENCH_KEEP_RESULTS=1 keeps the other sizes' and proxies' results of an
+# earlier run (of the same commit, one hopes), replacing only those run
+# now.
+results=$out/results.txt
+[[ -n ${BENCH_KEEP_RESULTS:-} ]] || : >"$results"
+touch "$results"
+failed=()
+trap 'tests/e2e/control-plane.sh stop >/dev/null 2>&1 || true' EXIT
+
+for n in $sizes; do
+    for proxy in $proxies; do
+        vm_log "$proxy, $n services: a fresh control plane"
+        tests/e2e/control-plane.sh stop >/dev/null 2>&1 || true
+        tests/e2e/control-plane.sh start 2>"$out/control-plane.log" ||
+            { cat "$out/control-plane.log" >&2; exit 1; }
+        eval "$(tests/e2e/control-plane.sh env)"
+        "$bench" populate "$n"
+        # The same configuration for both: upstream's defaults, the node,
+        # the admin's kubeconfig through guestfwd.
+        config=$out/config.yaml
+        cat >"$config" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: ipvs
+hostnameOverride: $E2E_NODE_NAME
+clientConnection:
+  kubeconfig: $E2E_ADMIN_GUEST_KUBECONFIG
+conntrack:
+  maxPerCore: 0
+EOF
+        binary=$out/bin/kube-ipvs-proxy
+        [[ $proxy == upstream ]] && binary=$out/bin/kube-proxy
+        vm_log "$proxy, $n services: measuring in the guest"
+        rc=0
+        # KUBECONFIG for the bench's own writes, from inside the guest.
+        KUBECONFIG=$E2E_ADMIN_GUEST_KUBECONFIG \
+            VM_HOST_PORTS="$E2E_VM_HOST_PORTS" \
+            VM_MEM=${VM_MEM:-3072} VM_TIMEOUT=${VM_TIMEOUT:-7200} \
+            VM_PASS_ENV="${VM_PASS_ENV:-} KUBECONFIG BENCH_REPS \
+BENCH_CHURN_RATE BENCH_CHURN_SECONDS BENCH_CHANGE_TIMEOUT BENCH_COLD_TIMEOUT" \
+            "$VM_SRC/run" "$bench" measure "$proxy" "$n" "$binary" "$config" \
+            2>&1 | tee "$out/$proxy-$n.log" || rc=$?
+        sed -i "/^RESULT $proxy $n /d" "$results"
+        grep '^RESULT ' "$out/$proxy-$n.log" >>"$results" || true
+        tests/e2e/control-plane.sh stop >/dev/null 2>&1 || true
+        if ((rc != 0)); then
+            # The other runs still count; the table shows what this one
+            # measured before it failed.
+            vm_log "$proxy, $n services failed (exit $rc); see $out/$proxy-$n.log"
+            failed+=("$proxy/$n")
+        fi
+    done
+done
+
+{
+    echo "kube-ipvs-proxy $(git rev-parse --short HEAD) against upstream" \
+        "kube-proxy $("$out/bin/kube-proxy" --version 2>/dev/null | awk '{print $2}')," \
+        "$(date -u +%Y-%m-%d), guest kernel $(vm_kernel_release)" \
+        "under QEMU ${VM_ACCEL:-tcg} on $(nproc) x $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
+} | tee "$out/machine.txt"
+"$bench" report "$results" "$out"
+if ((${#failed[@]} > 0)); then
+    vm_die "failed: ${failed[*]}"
+fi
