@@ -92,12 +92,19 @@ pub async fn set_ready(
     k: usize,
     all_ready: bool,
 ) -> anyhow::Result<()> {
-    let slice = objects::slice(k, all_ready);
+    write_slice(slice_api, k, &objects::slice(k, all_ready)).await
+}
+
+pub async fn write_slice(
+    slice_api: &Api<EndpointSlice>,
+    k: usize,
+    slice: &EndpointSlice,
+) -> anyhow::Result<()> {
     slice_api
         .patch(
             &objects::slice_name(k),
             &PatchParams::default(),
-            &Patch::Merge(&slice),
+            &Patch::Merge(slice),
         )
         .await
         .with_context(|| format!("patching {}", objects::slice_name(k)))?;

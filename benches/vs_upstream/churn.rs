@@ -1,13 +1,23 @@
-//! A minute of endpoint churn at a steady rate: a writer flips one
-//! service's endpoint per tick through the API, round robin, while an
-//! observer polls every service with changes not yet in the kernel over
-//! ipvs-sys. As kube-proxy's network programming latency counts them, a
-//! change is programmed when the kernel first shows its service's latest
-//! state: changes to one service that a proxy coalesces into one sync are
-//! each timed from their own request to that moment.
+//! A minute of endpoint churn at a steady rate: a writer replaces one
+//! service's last endpoint per tick through the API, round robin, each
+//! change with an address of its own; an observer times one change in
+//! BENCH_CHURN_SAMPLE (10) from its request to the kernel, polling that
+//! service's real servers over ipvs-sys.
+//!
+//! As kube-proxy's network programming latency counts them, a change is
+//! programmed once the kernel shows it or any later change of the same
+//! service: a proxy that coalesces several into one sync programs them
+//! all at once. So once a service has a timed change pending, every later
+//! change to it is followed too.
+//!
+//! The observer must not compete with the proxy it watches: it polls a
+//! service again after a tenth of its oldest timed change's age (5 ms to
+//! 1 s), which bounds the error to about a tenth and the reads to a few
+//! hundred a second even when a proxy falls minutes behind.
 
 use std::{
     collections::{HashMap, HashSet},
+    net::{IpAddr, Ipv4Addr},
     sync::{
         atomic::{AtomicUsize, Ordering},
         Arc, Mutex, MutexGuard,
@@ -29,27 +39,42 @@ const IN_FLIGHT: usize = 64;
 /// Real-server reads in flight per polling round.
 const READS: usize = 16;
 const POLL: Duration = Duration::from_millis(5);
+const MAX_POLL: Duration = Duration::from_secs(1);
 
 pub struct Churn {
     pub latencies: Vec<Duration>,
     pub achieved_rate: f64,
-    /// From the last write to the last change seen in the kernel.
+    /// From the last write to the last timed change seen in the kernel.
     pub catch_up: Duration,
+    /// Timed changes never seen.
     pub unobserved: usize,
     pub write_errors: usize,
 }
 
-/// A service's changes not yet seen in the kernel.
-#[derive(Clone)]
-struct Pending {
-    /// The state its latest change asks for.
-    all_ready: bool,
-    issued: Vec<Instant>,
+/// One change followed because it, or an earlier change to its service,
+/// is timed.
+#[derive(Clone, Copy)]
+struct Change {
+    address: Ipv4Addr,
+    issued: Instant,
+    timed: bool,
+}
+
+/// The changes of one service not yet seen in the kernel, oldest first.
+struct Followed {
+    changes: Vec<Change>,
+    next_check: Instant,
+}
+
+impl Followed {
+    fn oldest_timed(&self) -> Option<Instant> {
+        self.changes.iter().find(|c| c.timed).map(|c| c.issued)
+    }
 }
 
 #[derive(Default)]
 struct Shared {
-    pending: HashMap<usize, Pending>,
+    followed: HashMap<usize, Followed>,
     /// Services with a write in flight: a second write to one could
     /// overtake the first.
     writing: HashSet<usize>,
@@ -67,7 +92,7 @@ pub async fn run(
     slices: &Api<EndpointSlice>,
     handle: &Handle,
     addresses: &Addresses,
-    ready: &mut Vec<bool>,
+    services: usize,
     proxy: &mut Proxy,
 ) -> anyhow::Result<Churn> {
     let shared: SharedState = Arc::default();
@@ -75,11 +100,14 @@ pub async fn run(
     // The writer is a task of its own so that a slow polling round never
     // delays a write.
     let mut writer = Some(tokio::spawn(write(
-        settings.churn,
-        settings.churn_rate,
+        Plan {
+            duration: settings.churn,
+            rate: settings.churn_rate,
+            sample: settings.churn_sample,
+            services,
+        },
         slices.clone(),
         shared.clone(),
-        std::mem::take(ready),
         errors.clone(),
     )));
     let mut latencies = Vec::new();
@@ -87,49 +115,68 @@ pub async fn run(
     let mut last_seen = Instant::now();
     loop {
         if let Some(w) = writer.take_if(|w| w.is_finished()) {
-            let (issued, states) = w.await??;
-            *ready = states;
-            written = Some((issued, Instant::now()));
+            written = Some((w.await??, Instant::now()));
         }
-        let round: Vec<(usize, bool, usize)> = lock(&shared)
-            .pending
-            .iter()
-            .map(|(k, p)| (*k, p.all_ready, p.issued.len()))
-            .collect();
-        if written.is_some() && round.is_empty() {
-            break;
-        }
-        let checks = futures::stream::iter(round)
-            .map(|(k, all_ready, count)| async move {
+        let now = Instant::now();
+        let due: Vec<(usize, Vec<Change>)> = {
+            let mut shared = lock(&shared);
+            // Untimed changes alone are not worth a read.
+            shared.followed.retain(|_, f| f.oldest_timed().is_some());
+            if written.is_some() && shared.followed.is_empty() {
+                break;
+            }
+            shared
+                .followed
+                .iter()
+                .filter(|(_, f)| f.next_check <= now)
+                .map(|(k, f)| (*k, f.changes.clone()))
+                .collect()
+        };
+        let checks = futures::stream::iter(due)
+            .map(|(k, changes)| async move {
                 let dests = ipvs::real_servers(
                     handle,
                     addresses.vips[k],
                     objects::PORT,
                 )
                 .await;
-                (k, all_ready, count, dests)
+                (k, changes, dests)
             })
             .buffer_unordered(READS)
             .collect::<Vec<_>>()
             .await;
-        let now = Instant::now();
-        for (k, all_ready, count, dests) in checks {
-            if !objects::shows(&dests?, addresses.flipping[k], all_ready) {
-                continue;
-            }
-            // The kernel shows the state the first `count` changes asked
-            // for; later ones (made since the round began) still wait.
+        let seen_at = Instant::now();
+        for (k, changes, dests) in checks {
+            let serving: Vec<IpAddr> = dests?
+                .iter()
+                .filter(|d| d.weight > 0)
+                .map(|d| d.address)
+                .collect();
+            // The latest change the kernel shows; all before it are in.
+            let shown = changes
+                .iter()
+                .rposition(|c| serving.contains(&IpAddr::V4(c.address)));
             let mut shared = lock(&shared);
-            let Some(p) = shared.pending.get_mut(&k) else {
+            let Some(f) = shared.followed.get_mut(&k) else {
                 continue;
             };
-            // (Fewer only if a failed write dropped the entry since.)
-            let count = count.min(p.issued.len());
-            latencies.extend(p.issued.drain(..count).map(|t| now - t));
-            if p.issued.is_empty() {
-                shared.pending.remove(&k);
+            // By address, unique to a change: a failed write may have
+            // restarted the list since the read began.
+            let upto = shown.and_then(|i| {
+                f.changes
+                    .iter()
+                    .position(|c| c.address == changes[i].address)
+            });
+            if let Some(j) = upto {
+                for c in f.changes.drain(..=j) {
+                    if c.timed {
+                        latencies.push(seen_at - c.issued);
+                        last_seen = seen_at;
+                    }
+                }
             }
-            last_seen = now;
+            let age = f.oldest_timed().map_or(Duration::ZERO, |t| t.elapsed());
+            f.next_check = seen_at + (age / 10).clamp(POLL, MAX_POLL);
         }
         proxy.check_alive()?;
         if let Some((_, at)) = written {
@@ -140,8 +187,11 @@ pub async fn run(
         tokio::time::sleep(POLL).await;
     }
     let (issued, written_at) = written.unwrap_or((0, last_seen));
-    let unobserved =
-        lock(&shared).pending.values().map(|p| p.issued.len()).sum();
+    let unobserved = lock(&shared)
+        .followed
+        .values()
+        .map(|f| f.changes.iter().filter(|c| c.timed).count())
+        .sum();
     Ok(Churn {
         latencies,
         achieved_rate: issued as f64 / settings.churn.as_secs_f64().max(1e-3),
@@ -151,29 +201,36 @@ pub async fn run(
     })
 }
 
-/// Flips the next service, round robin, skipping those with a write in
-/// flight, `rate` times a second for `duration`; the number of writes
-/// issued and the services' readiness after them.
-async fn write(
+struct Plan {
     duration: Duration,
     rate: u64,
+    sample: u64,
+    services: usize,
+}
+
+/// Changes the next service, round robin, skipping those with a write in
+/// flight, `rate` times a second for `duration`; the number of writes
+/// issued.
+async fn write(
+    plan: Plan,
     slices: Api<EndpointSlice>,
     shared: SharedState,
-    mut ready: Vec<bool>,
     errors: Arc<AtomicUsize>,
-) -> anyhow::Result<(usize, Vec<bool>)> {
-    let n = ready.len();
+) -> anyhow::Result<usize> {
+    let n = plan.services;
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
     let mut tick =
-        tokio::time::interval(Duration::from_secs_f64(1.0 / rate as f64));
+        tokio::time::interval(Duration::from_secs_f64(1.0 / plan.rate as f64));
     // Late ticks are made up at once: the rate is the point.
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let start = Instant::now();
-    let (mut issued, mut next) = (0, 0);
-    while start.elapsed() < duration {
+    let (mut issued, mut next) = (0usize, 0);
+    while start.elapsed() < plan.duration {
         tick.tick().await;
         let slot = slots.clone().acquire_owned().await?;
-        let (k, all_ready) = {
+        let address = objects::churn_address(issued);
+        let timed = (issued as u64).is_multiple_of(plan.sample);
+        let k = {
             let mut shared = lock(&shared);
             let Some(k) = (0..n)
                 .map(|i| (next + i) % n)
@@ -182,29 +239,42 @@ async fn write(
                 continue;
             };
             next = k + 1;
-            ready[k] = !ready[k];
             shared.writing.insert(k);
             // Before the request: the kernel may show it before the
             // answer comes.
-            let p = shared.pending.entry(k).or_insert(Pending {
-                all_ready: ready[k],
-                issued: Vec::new(),
-            });
-            p.all_ready = ready[k];
-            p.issued.push(Instant::now());
-            (k, ready[k])
+            let change = Change {
+                address,
+                issued: Instant::now(),
+                timed,
+            };
+            match shared.followed.get_mut(&k) {
+                Some(f) => f.changes.push(change),
+                None if timed => {
+                    shared.followed.insert(
+                        k,
+                        Followed {
+                            changes: vec![change],
+                            next_check: change.issued,
+                        },
+                    );
+                }
+                None => {}
+            }
+            k
         };
         issued += 1;
         let (slices, shared, errors) =
             (slices.clone(), shared.clone(), errors.clone());
         tokio::spawn(async move {
-            let result = api::set_ready(&slices, k, all_ready).await;
+            let slice = objects::slice_replacing(k, address);
+            let result = api::write_slice(&slices, k, &slice).await;
             let mut shared = lock(&shared);
             shared.writing.remove(&k);
             if let Err(e) = result {
                 eprintln!("churn: {e:#}");
-                // What the failed write asked for will never show.
-                shared.pending.remove(&k);
+                // A failed write will never show, nor will the service's
+                // earlier changes be told apart from it: stop following.
+                shared.followed.remove(&k);
                 errors.fetch_add(1, Ordering::Relaxed);
             }
             drop(slot);
@@ -212,5 +282,5 @@ async fn write(
     }
     // The last writes' answers.
     let _all = slots.acquire_many(IN_FLIGHT as u32).await?;
-    Ok((issued, ready))
+    Ok(issued)
 }

@@ -19,10 +19,11 @@
 //!      kernel, polled over ipvs-sys (median of BENCH_REPS, 3);
 //!   3. one new service: a Service and its slice created, until its ten
 //!      real servers are in the kernel (median of BENCH_REPS);
-//!   4. churn: BENCH_CHURN_RATE (100) such changes a second for
-//!      BENCH_CHURN_SECONDS (60), over many services, each timed the same
-//!      way from its request to the kernel (p50, p99, max), then the
-//!      proxy's CPU time for the minute and what it needed to catch up;
+//!   4. churn: BENCH_CHURN_RATE (100) endpoint changes a second for
+//!      BENCH_CHURN_SECONDS (60), round robin over the services, one in
+//!      BENCH_CHURN_SAMPLE (10) timed the same way from its request to
+//!      the kernel (p50, p99, max; churn.rs), then the proxy's CPU time
+//!      for the minute and what it needed to catch up;
 //!   5. the proxy's CPU seconds (utime + stime) and peak RSS (VmHWM).
 //!
 //!   It prints `RESULT proxy services metric value` lines.
@@ -64,6 +65,7 @@ fn setting(name: &str, default: u64) -> anyhow::Result<u64> {
 pub struct Settings {
     pub reps: usize,
     pub churn_rate: u64,
+    pub churn_sample: u64,
     pub churn: Duration,
     /// How long the proxy may take to show a single change, or to catch
     /// up after the churn.
@@ -76,6 +78,7 @@ impl Settings {
         Ok(Self {
             reps: setting("BENCH_REPS", 3)?.max(1) as usize,
             churn_rate: setting("BENCH_CHURN_RATE", 100)?.max(1),
+            churn_sample: setting("BENCH_CHURN_SAMPLE", 10)?.max(1),
             churn: Duration::from_secs(setting("BENCH_CHURN_SECONDS", 60)?),
             change_timeout: Duration::from_secs(setting(
                 "BENCH_CHANGE_TIMEOUT",

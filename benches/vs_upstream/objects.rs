@@ -3,7 +3,7 @@
 //! keep clear of the `kubernetes` service (198.18.0.1) and of the node's
 //! address (198.18.100.1).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use anyhow::Context;
 use ipvs_sys::Destination;
@@ -49,6 +49,26 @@ pub fn slice(k: usize, all_ready: bool) -> EndpointSlice {
         .into(),
     );
     slice
+}
+
+/// Service `k`'s slice with its last endpoint moved to `address`, as a
+/// pod replaced by another would: each churn change gets an address of
+/// its own, so that the kernel showing it says which change it shows.
+pub fn slice_replacing(k: usize, address: Ipv4Addr) -> EndpointSlice {
+    let mut slice = slice(k, true);
+    if let Some(last) = slice.endpoints.last_mut() {
+        last.addresses = vec![address.to_string()];
+    }
+    slice
+}
+
+/// The address of the `c`th churn change: 198.18.128.0/17, clear of the
+/// services' (198.18.16.0 on, up to the node's 198.18.100.1) and the
+/// fixtures' endpoints (198.19.0.0/16); unique among a run's changes up
+/// to 32,768 of them.
+pub fn churn_address(c: usize) -> Ipv4Addr {
+    let n = (c % 32_768) as u32;
+    Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 128, 0)) + n)
 }
 
 pub fn cluster_ip(k: usize) -> anyhow::Result<IpAddr> {

@@ -32,7 +32,8 @@ const MEASURES: &[(&str, &str, bool)] = &[
         false,
     ),
     ("churn_rate_per_s", "churn changes written (/s)", false),
-    ("churn_unobserved", "churn changes never seen", false),
+    ("churn_timed", "churn changes timed", false),
+    ("churn_unobserved", "churn timed changes never seen", false),
     ("churn_write_errors", "churn write errors", false),
 ];
 

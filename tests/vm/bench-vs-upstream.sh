@@ -8,8 +8,9 @@
 #
 #   BENCH_SIZES="1000 10000" tests/vm/bench-vs-upstream.sh
 #
-# Also BENCH_PROXIES ("upstream ours"), BENCH_KEEP_RESULTS, BENCH_REPS, BENCH_CHURN_RATE,
-# BENCH_CHURN_SECONDS, BENCH_CHANGE_TIMEOUT, BENCH_COLD_TIMEOUT (see the
+# Also BENCH_PROXIES ("upstream ours"), BENCH_KEEP_RESULTS, BENCH_REPS,
+# BENCH_CHURN_RATE, BENCH_CHURN_SECONDS, BENCH_CHURN_SAMPLE,
+# BENCH_CHANGE_TIMEOUT, BENCH_COLD_TIMEOUT (see the
 # bench) and E2E_K8S_DIR (where build-k8s.sh keeps upstream's binaries).
 # Both proxies are optimised builds: ours from the bench profile, upstream's
 # as build-k8s.sh builds it. Under TCG, 10,000 services take upstream
@@ -79,7 +80,8 @@ EOF
             VM_HOST_PORTS="$E2E_VM_HOST_PORTS" \
             VM_MEM=${VM_MEM:-3072} VM_TIMEOUT=${VM_TIMEOUT:-7200} \
             VM_PASS_ENV="${VM_PASS_ENV:-} KUBECONFIG BENCH_REPS \
-BENCH_CHURN_RATE BENCH_CHURN_SECONDS BENCH_CHANGE_TIMEOUT BENCH_COLD_TIMEOUT" \
+BENCH_CHURN_RATE BENCH_CHURN_SECONDS BENCH_CHURN_SAMPLE BENCH_CHANGE_TIMEOUT \
+BENCH_COLD_TIMEOUT" \
             "$VM_SRC/run" "$bench" measure "$proxy" "$n" "$binary" "$config" \
             2>&1 | tee "$out/$proxy-$n.log" || rc=$?
         sed -i "/^RESULT $proxy $n /d" "$results"
