@@ -50,8 +50,8 @@ bench-ipsets:
 # change, one new service, a minute of churn, CPU and peak RSS, at
 # BENCH_SIZES (1000 10000) services x 10 endpoints. Prints the table and
 # writes it as CSV and PNG under target/bench/vs-upstream/
-# (tests/vm/bench-vs-upstream.sh, benches/vs_upstream). Over an hour under
-# TCG, most of it upstream's 10,000 services.
+# (tests/vm/bench-vs-upstream.sh, benches/vs_upstream). About 45 minutes
+# under TCG, most of it upstream's 10,000 services.
 bench-vs-upstream:
 	tests/vm/bench-vs-upstream.sh
 
