@@ -24,6 +24,7 @@
 # exit status is 1 if any scenario differs, failed to sync or left the
 # kernel unclean. Environment: E2E_UPSTREAM_PROXY (the kube-proxy binary,
 # E2E_K8S_DIR/bin/kube-proxy), CONFORMANCE_SYNC_TIMEOUT (60 seconds),
+# CONFORMANCE_FAMILIES (the IP families both proxies must have synced, 2),
 # CONFORMANCE_CLEANUP_UPSTREAM and CONFORMANCE_CLEANUP_OURS (whose
 # --cleanup runs after upstream's and after our run: ours (default) or
 # upstream), CONFORMANCE_VERBOSE (print upstream's snapshots),
@@ -185,7 +186,8 @@ case ${1:-} in
     VM_HOST_PORTS="$E2E_VM_HOST_PORTS $CONFORMANCE_PORT" \
         VM_TIMEOUT=${VM_TIMEOUT:-3600} \
         VM_PASS_ENV="CARGO_TARGET_DIR E2E_UPSTREAM_PROXY E2E_NODE_NAME \
-CONFORMANCE_SCENARIOS CONFORMANCE_SYNC_TIMEOUT CONFORMANCE_VERBOSE \
+CONFORMANCE_SCENARIOS CONFORMANCE_SYNC_TIMEOUT CONFORMANCE_FAMILIES \
+CONFORMANCE_VERBOSE \
 CONFORMANCE_PORT CONFORMANCE_WORK CONFORMANCE_CLEANUP_UPSTREAM \
 CONFORMANCE_CLEANUP_OURS" \
         tests/vm/run tests/conformance/run.sh --in-guest |
@@ -268,24 +270,29 @@ force_clean() {
     done
 }
 
-# The highest kubeproxy_sync_proxy_rules_last_timestamp_seconds, 0 if none.
-last_sync() {
+# How many IP families have synced: the series of
+# kubeproxy_sync_proxy_rules_last_timestamp_seconds (one per ip_family),
+# 0 while any of them has not. Both proxies run both families on this
+# dual-stack kernel, and upstream's two proxiers sync independently: an
+# IPv4 sync alone once let a snapshot miss upstream's whole IPv6 state.
+synced_families() {
     curl -fsS --max-time 2 http://127.0.0.1:10249/metrics 2>/dev/null |
         awk '/^kubeproxy_sync_proxy_rules_last_timestamp_seconds/ {
-                 if ($NF > max) max = $NF }
-             END { printf "%d\n", max }'
+                 n++; if ($NF > 0) synced++ }
+             END { print (n == synced ? synced + 0 : 0) }'
 }
+families=${CONFORMANCE_FAMILIES:-2}
 
 # run_proxy LABEL OUT -- COMMAND...: runs the proxy until it has synced
-# (its last-sync metric set, then the snapshot the same twice in a row a
-# second apart), writes the snapshot to OUT, stops it. Fails if it never
+# (its last-sync metric set for every family, then the snapshot the same
+# twice in a row a second apart), writes the snapshot to OUT, stops it. Fails if it never
 # syncs or exits early.
 run_proxy() {
     local label=$1 out=$2
     shift 3
     "$@" >"$work/$label.log" 2>&1 &
     local pid=$! deadline=$((SECONDS + sync_timeout))
-    until (($(last_sync) > 0)); do
+    until (($(synced_families) >= families)); do
         if ! kill -0 "$pid" 2>/dev/null || ((SECONDS >= deadline)); then
             kill "$pid" 2>/dev/null || true
             wait "$pid" 2>/dev/null || true
