@@ -46,6 +46,13 @@ struct Results<'a> {
 }
 
 impl Results<'_> {
+    /// What the proxy has cost so far: CPU and peak RSS.
+    fn costs(&self, proxy: &Proxy) -> anyhow::Result<()> {
+        self.print("total_cpu_s", proxy.cpu()?.as_secs_f64());
+        self.print("peak_rss_mib", proxy.status_kib("VmHWM")? as f64 / 1024.0);
+        Ok(())
+    }
+
     fn print(&self, metric: &str, value: f64) {
         println!(
             "RESULT {} {} {metric} {value:.3}",
@@ -82,26 +89,21 @@ pub async fn run(
     let start = Instant::now();
     let mut proxy = Proxy::spawn(command, log)?;
     let outcome = async {
-        let cold = match cold_sync(settings, &mut proxy, &handle, n, start)
-            .await
-        {
-            Ok(cold) => cold,
-            Err(e) => {
-                // A lower bound is still a result, with what it cost.
-                if start.elapsed() > settings.cold_timeout {
-                    results.print(
-                        "cold_sync_over_s",
-                        settings.cold_timeout.as_secs_f64(),
-                    );
-                    results.print("total_cpu_s", proxy.cpu()?.as_secs_f64());
-                    results.print(
-                        "peak_rss_mib",
-                        proxy.status_kib("VmHWM")? as f64 / 1024.0,
-                    );
+        let cold =
+            match cold_sync(settings, &mut proxy, &handle, n, start).await {
+                Ok(cold) => cold,
+                Err(e) => {
+                    // A lower bound is still a result, with what it cost.
+                    if start.elapsed() > settings.cold_timeout {
+                        results.print(
+                            "cold_sync_over_s",
+                            settings.cold_timeout.as_secs_f64(),
+                        );
+                        results.costs(&proxy)?;
+                    }
+                    return Err(e);
                 }
-                return Err(e);
-            }
-        };
+            };
         results.print("cold_sync_s", cold.as_secs_f64());
         results.print("cold_cpu_s", proxy.cpu()?.as_secs_f64());
         tokio::time::sleep(QUIET).await;
@@ -112,18 +114,17 @@ pub async fn run(
             let k = (n / 2 + r) % n;
             let started = Instant::now();
             api::set_ready(&slices, k, false).await?;
-            let latency = until(settings, &mut proxy, started, || async {
-                let dests = ipvs::real_servers(
-                    &handle,
-                    addresses.vips[k],
-                    objects::PORT,
+            let shown = Shown {
+                k,
+                all_ready: false,
+            };
+            samples.push(
+                until(
+                    settings, &mut proxy, &handle, &addresses, shown, started,
                 )
-                .await?;
-                Ok(objects::shows(&dests, addresses.flipping[k], false))
-            })
-            .await
-            .with_context(|| format!("endpoint change of service {k}"))?;
-            samples.push(latency);
+                .await
+                .with_context(|| format!("endpoint change of service {k}"))?,
+            );
             tokio::time::sleep(QUIET).await;
         }
         results.print("endpoint_change_ms", median_ms(&mut samples));
@@ -134,18 +135,14 @@ pub async fn run(
             let k = n + r;
             let started = Instant::now();
             api::create_service(&svc_api, &slices, k).await?;
-            let latency = until(settings, &mut proxy, started, || async {
-                let dests = ipvs::real_servers(
-                    &handle,
-                    addresses.vips[k],
-                    objects::PORT,
+            let shown = Shown { k, all_ready: true };
+            samples.push(
+                until(
+                    settings, &mut proxy, &handle, &addresses, shown, started,
                 )
-                .await?;
-                Ok(objects::shows(&dests, addresses.flipping[k], true))
-            })
-            .await
-            .with_context(|| format!("new service {k}"))?;
-            samples.push(latency);
+                .await
+                .with_context(|| format!("new service {k}"))?,
+            );
             tokio::time::sleep(QUIET).await;
         }
         results.print("new_service_ms", median_ms(&mut samples));
@@ -168,9 +165,7 @@ pub async fn run(
             "churn_cpu_s",
             proxy.cpu()?.saturating_sub(cpu_before).as_secs_f64(),
         );
-        results.print("total_cpu_s", proxy.cpu()?.as_secs_f64());
-        results
-            .print("peak_rss_mib", proxy.status_kib("VmHWM")? as f64 / 1024.0);
+        results.costs(&proxy)?;
         anyhow::Ok(())
     }
     .await;
@@ -228,19 +223,28 @@ async fn cold_sync(
     Ok(cold)
 }
 
-/// Polls `shown` until it holds; the time since `started`.
-async fn until<F, Fut>(
+/// The state a timed change waits for: service `k`'s real servers as
+/// [`objects::shows`] reads them.
+struct Shown {
+    k: usize,
+    all_ready: bool,
+}
+
+/// Polls service `k`'s real servers until they show the change; the time
+/// since `started`.
+async fn until(
     settings: &Settings,
     proxy: &mut Proxy,
+    handle: &Handle,
+    addresses: &Addresses,
+    Shown { k, all_ready }: Shown,
     started: Instant,
-    shown: F,
-) -> anyhow::Result<Duration>
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<bool>>,
-{
+) -> anyhow::Result<Duration> {
     loop {
-        if shown().await? {
+        let dests =
+            ipvs::real_servers(handle, addresses.vips[k], objects::PORT)
+                .await?;
+        if objects::shows(&dests, addresses.flipping[k], all_ready) {
             return Ok(started.elapsed());
         }
         proxy.check_alive()?;
