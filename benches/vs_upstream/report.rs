@@ -137,10 +137,22 @@ fn csv(table: &Table) -> String {
     out
 }
 
+/// The sizes both proxies ran at: a column without a single ratio stops
+/// gnuplot ("no valid points"), and a lone proxy has nothing to compare.
+fn compared_sizes(table: &Table) -> Vec<usize> {
+    let mut sizes: Vec<usize> = table
+        .iter()
+        .filter(|(_, pair)| pair.ratio().is_some())
+        .map(|((n, _), _)| *n)
+        .collect();
+    sizes.dedup();
+    sizes
+}
+
 /// gnuplot's data: one row per measure with a ratio, one column per
-/// size.
+/// size both proxies ran at.
 fn chart_data(table: &Table) -> String {
-    let sizes = sizes(table);
+    let sizes = compared_sizes(table);
     let mut out = String::from("measure");
     for n in &sizes {
         let _ = write!(out, "\t\"{n} services\"");
@@ -206,7 +218,11 @@ pub fn write(results: &Path, dir: &Path) -> anyhow::Result<()> {
     let data = dir.join("vs-upstream.dat");
     std::fs::write(&data, chart_data(&table))?;
     let png = dir.join("vs-upstream.png");
-    plot(&data, &png, sizes(&table).len())?;
+    let columns = compared_sizes(&table).len();
+    if columns == 0 {
+        bail!("no size has results from both proxies: nothing to chart");
+    }
+    plot(&data, &png, columns)?;
     println!(
         "written: {}, {}, {}",
         dir.join("vs-upstream.md").display(),
