@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the upstream control plane the e2e tests run against (kube-apiserver,
-# kube-controller-manager, kubectl, kube-proxy and etcd) from the Go module in
+# Builds the upstream binaries the e2e tests run against (kube-apiserver,
+# kube-controller-manager, kubectl, kube-proxy, kubelet and etcd) from the Go module in
 # tests/e2e/k8s, into $TARGET/k8s/bin ($TARGET is CARGO_TARGET_DIR, else
 # target/ in the repository).
 #
@@ -18,7 +18,7 @@ target=${CARGO_TARGET_DIR:-$repo/target}
 out=${E2E_K8S_DIR:-$target/k8s}
 bin="$out/bin"
 
-tools=(kube-apiserver kube-controller-manager kubectl kube-proxy etcd)
+tools=(kube-apiserver kube-controller-manager kubectl kube-proxy kubelet etcd)
 inputs=("$module/go.mod" "$module/go.sum" "$module/etcd/main.go"
     "$here/build-k8s.sh")
 
@@ -74,6 +74,7 @@ go build -ldflags="$ldflags" -o "$bin/" \
     k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kubectl \
     k8s.io/kubernetes/cmd/kube-proxy \
+    k8s.io/kubernetes/cmd/kubelet \
     ./etcd
 inputs_hash >"$bin/.inputs"
 log "built ${tools[*]} into $bin in $((SECONDS - start))s"
