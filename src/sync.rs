@@ -222,13 +222,15 @@ impl SyncState {
     }
 
     /// Replaces the kernel's view of local addresses (read at start-up
-    /// and on full resyncs); everything is recomputed at the next sync if
-    /// it differs.
-    pub fn set_local_addresses(&mut self, local: Vec<IpAddr>) {
-        if self.local_addresses.as_ref() != Some(&local) {
-            self.local_addresses = Some(local);
-            self.node_dirty = true;
+    /// and by each repair round); everything is recomputed at the next
+    /// sync if it differs, which the result says.
+    pub fn set_local_addresses(&mut self, local: Vec<IpAddr>) -> bool {
+        if self.local_addresses.as_ref() == Some(&local) {
+            return false;
         }
+        self.local_addresses = Some(local);
+        self.node_dirty = true;
+        true
     }
 
     /// Checks out the trackers' changes and updates the desired state for
@@ -299,6 +301,11 @@ impl SyncState {
             }
         }
         outcome
+    }
+
+    /// The node this proxy runs on.
+    pub fn node_name(&self) -> &str {
+        &self.node_name
     }
 
     pub fn pending(&self) -> usize {
