@@ -329,11 +329,11 @@ async fn with_conntrack_cleans_after_a_sync() -> Result<()> {
         Some(vec![IpAddr::V4(Ipv4Addr::new(198, 18, 100, 1))]),
         SystemTime::now(),
     );
-    state.apply(&ObjectChange::Service {
+    state.apply_objects(&ObjectChange::Service {
         previous: None,
         current: Some(Arc::new(dns)),
     });
-    state.apply(&ObjectChange::EndpointSlice {
+    state.apply_objects(&ObjectChange::EndpointSlice {
         previous: None,
         current: Some(Arc::new(slice)),
     });

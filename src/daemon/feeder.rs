@@ -15,9 +15,8 @@ use tracing::info;
 
 use crate::{
     metrics::events::{InternalEvent, Stage, StageTimed},
-    model::convert::last_change_trigger_time,
     source::{
-        store::{ObjectChange, Stores},
+        store::{RecordChange, Stores},
         SourceEvent,
     },
 };
@@ -27,7 +26,7 @@ use crate::{
 pub(super) enum Input {
     /// The changes one source event made, and when it arrived.
     Changes {
-        changes: Vec<ObjectChange>,
+        changes: Vec<RecordChange>,
         received: Instant,
     },
     /// Services and EndpointSlices have both been listed once: from now
@@ -39,12 +38,13 @@ pub(super) enum Input {
 /// the end from the closed channel.
 pub(super) async fn feed<S>(
     source: S,
+    node_name: String,
     started: SystemTime,
     loop_input: UnboundedSender<Input>,
 ) where
     S: Stream<Item = SourceEvent> + Send,
 {
-    let mut stores = Stores::new();
+    let mut stores = Stores::new(&node_name);
     let mut listed = false;
     let mut source = pin!(source);
     while let Some(event) = source.next().await {
@@ -77,18 +77,13 @@ pub(super) async fn feed<S>(
 /// its event reaching us: the API server's and the controller's share of
 /// the programming latency. Trigger times from before our start are the
 /// initial state, not changes.
-fn time_api_stage(changes: &[ObjectChange], started: SystemTime) {
+fn time_api_stage(changes: &[RecordChange], started: SystemTime) {
     let now = SystemTime::now();
     for change in changes {
-        let ObjectChange::EndpointSlice {
-            current: Some(slice),
-            ..
-        } = change
-        else {
+        let RecordChange::EndpointSlice((_, Some(slice))) = change else {
             continue;
         };
-        // Problems are the tracker's to report, once.
-        let Some(trigger) = last_change_trigger_time(slice).value else {
+        let Some(trigger) = slice.record.trigger_time else {
             continue;
         };
         if trigger > started {

@@ -76,8 +76,13 @@ where
 {
     let (input, inputs) = mpsc::unbounded_channel();
     let feeder = tokio::spawn(
-        feeder::feed(source, std::time::SystemTime::now(), input)
-            .instrument(info_span!("source")),
+        feeder::feed(
+            source,
+            state.node_name().to_owned(),
+            std::time::SystemTime::now(),
+            input,
+        )
+        .instrument(info_span!("source")),
     );
     let result = SyncLoop::new(state, backend, settings, reporter)
         .run(inputs)

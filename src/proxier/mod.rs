@@ -179,6 +179,8 @@ pub struct Proxier<I, A, S> {
     suspects: Suspects,
     /// While a repair round runs: what syncs touched since it began.
     touched: Option<Touched>,
+    /// The latest repair round begun; an older round's read is stale.
+    round: u64,
 }
 
 /// The objects whose last write failed: a retry compares just these with
@@ -201,6 +203,7 @@ impl Suspects {
 /// A repair round's read of the kernel, and where its steps stand.
 #[derive(Debug)]
 pub struct ProxierObserved {
+    round: u64,
     kernel: Observed,
     local: Option<Vec<IpAddr>>,
     /// The reads that failed, reported by the first step.
@@ -251,6 +254,7 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
             needs_full: true,
             suspects: Suspects::default(),
             touched: None,
+            round: 0,
         }
     }
 
@@ -414,6 +418,8 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
         ));
         self.suspects = Suspects::default();
         let mut observed = self.begin_repair().await;
+        // Nothing else writes meanwhile.
+        self.touched = None;
         let mut report = ApplyReport::default();
         while !observed.is_done() {
             report.merge(
@@ -439,6 +445,8 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
            + 'static
            + use<I, A, S> {
         self.touched = Some(Touched::new());
+        self.round += 1;
+        let round = self.round;
         let link = self.config.link.clone();
         let ipvs = self.ipvs.dump_detached();
         let bound = self.addresses.list_detached(&link);
@@ -454,6 +462,7 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
                 sets: keep_read(sets, &mut errors),
             };
             ProxierObserved {
+                round,
                 kernel,
                 local: keep_read(local, &mut errors),
                 errors,
@@ -471,6 +480,12 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
         budget: usize,
     ) -> ApplyReport {
         let mut report = ApplyReport::default();
+        if observed.round != self.round {
+            // A later round, or a full reconcile, began since this read:
+            // it describes a kernel we have moved on from.
+            observed.cursor = RepairCursor::done();
+            return report;
+        }
         if observed.cursor == RepairCursor::new() {
             report.errors.append(&mut observed.errors);
             let link = self.config.link.clone();
@@ -478,17 +493,18 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
                 report.errors.push(e);
             }
         }
-        let touched = self.touched.take().unwrap_or_default();
+        // Out while the step's own operations go: only syncs' writes are
+        // what a round must leave alone.
+        let touched = self.touched.take();
         let reconciled = plan::repair_step(
             &self.ledger,
             &plan::expected_sets(self.ipv4, self.ipv6),
             &observed.kernel,
             &self.ownership,
-            &touched,
+            touched.as_ref().unwrap_or(&Touched::new()),
             &mut observed.cursor,
             budget,
         );
-        self.touched = Some(touched);
         for warning in &reconciled.warnings {
             warn!("{warning}");
         }
@@ -509,6 +525,7 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
             observed.kernel.ipvs.as_ref(),
         );
         report.merge(self.apply(ops).await);
+        self.touched = touched;
         if observed.is_done() {
             self.touched = None;
         }

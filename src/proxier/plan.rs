@@ -658,6 +658,14 @@ impl RepairCursor {
         Self::default()
     }
 
+    /// A round with nothing (more) to compare.
+    pub fn done() -> Self {
+        Self {
+            phase: Phase::Done,
+            ..Self::default()
+        }
+    }
+
     pub fn is_done(&self) -> bool {
         self.phase == Phase::Done
     }

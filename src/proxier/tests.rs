@@ -455,6 +455,24 @@ fn an_address_already_bound_is_as_asked() {
     assert_eq!(link(&mut p), Some(vec![ip("198.18.0.1")]));
 }
 
+/// A round whose read predates a full reconcile (or a later round)
+/// repairs nothing: the kernel has moved on since.
+#[test]
+fn a_stale_repair_round_does_nothing() {
+    let mut p = proxier();
+    block_on(p.start());
+    let mut cluster = Cluster::default();
+    cluster.set("web", &["198.19.0.5"], |_| {});
+    let desired = cluster.desired();
+    let mut stale = block_on(p.begin_repair());
+    assert!(block_on(p.full_reconcile(&desired)).is_ok());
+    let before = p.handles().0.model.applied_ops();
+    let report = block_on(p.repair_step(&mut stale, REPAIR_STEP_BUDGET));
+    assert_eq!(report.op_count(), 0, "{report:?}");
+    assert!(stale.is_done());
+    assert_eq!(p.handles().0.model.applied_ops(), before);
+}
+
 /// A repair round reads the kernel, then compares it a few keys at a
 /// time; what a sync writes meanwhile is left alone, everything else is
 /// repaired.
@@ -661,11 +679,11 @@ fn backend_apply_reconciles_fully_first_then_follows_the_deltas() {
             }
         }))
     };
-    state.apply(&crate::source::store::ObjectChange::Service {
+    state.apply_objects(&crate::source::store::ObjectChange::Service {
         previous: None,
         current: Some(Arc::new(web)),
     });
-    state.apply(&ObjectChange::EndpointSlice {
+    state.apply_objects(&ObjectChange::EndpointSlice {
         previous: None,
         current: Some(slice(&["198.19.0.5"])),
     });
@@ -688,7 +706,7 @@ fn backend_apply_reconciles_fully_first_then_follows_the_deltas() {
         ipvs_lines(&mut p),
         ["TCP 198.18.0.1:80 -> 198.19.0.5:8080@1"]
     );
-    state.apply(&ObjectChange::EndpointSlice {
+    state.apply_objects(&ObjectChange::EndpointSlice {
         previous: Some(slice(&["198.19.0.5"])),
         current: Some(slice(&["198.19.0.5", "198.19.0.6"])),
     });

@@ -786,7 +786,7 @@ async fn reporter_keeps_health_and_health_check_ports_in_step_with_syncs() {
             effect: "NoSchedule".to_owned(),
             ..Default::default()
         });
-    state.apply(&ObjectChange::Node {
+    state.apply_objects(&ObjectChange::Node {
         previous: Some(Arc::new(node)),
         current: Some(Arc::new(tainted)),
     });

@@ -66,7 +66,7 @@ fn dns_slice(ipv6: bool, addresses: &[&str]) -> EndpointSlice {
 }
 
 fn add_service(state: &mut SyncState, svc: Service) {
-    state.apply(&ObjectChange::Service {
+    state.apply_objects(&ObjectChange::Service {
         previous: None,
         current: Some(Arc::new(svc)),
     });
@@ -77,7 +77,7 @@ fn set_slice(
     previous: Option<EndpointSlice>,
     current: EndpointSlice,
 ) {
-    state.apply(&ObjectChange::EndpointSlice {
+    state.apply_objects(&ObjectChange::EndpointSlice {
         previous: previous.map(Arc::new),
         current: Some(Arc::new(current)),
     });

@@ -59,7 +59,7 @@ async fn the_first_sync_writes_the_rules_and_quiet_syncs_write_nothing() {
         .unwrap();
     let mut new = old.clone();
     new.endpoints.truncate(1);
-    state.apply(&ObjectChange::EndpointSlice {
+    state.apply_objects(&ObjectChange::EndpointSlice {
         previous: Some(Arc::new(old.clone())),
         current: Some(Arc::new(new)),
     });
@@ -88,7 +88,7 @@ async fn a_set_becoming_non_empty_rewrites_the_rules() {
     let mut with_external = web.clone();
     with_external.spec.as_mut().unwrap().external_ips =
         Some(vec!["198.18.50.1".into()]);
-    state.apply(&ObjectChange::Service {
+    state.apply_objects(&ObjectChange::Service {
         previous: Some(Arc::new(web.clone())),
         current: Some(Arc::new(with_external)),
     });
@@ -128,7 +128,7 @@ async fn a_repair_round_restores_flushed_chains_unless_a_sync_restored_since() {
     let mut with_external = web.clone();
     with_external.spec.as_mut().unwrap().external_ips =
         Some(vec!["198.18.50.1".into()]);
-    state.apply(&ObjectChange::Service {
+    state.apply_objects(&ObjectChange::Service {
         previous: Some(Arc::new(web.clone())),
         current: Some(Arc::new(with_external)),
     });
