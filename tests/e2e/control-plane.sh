@@ -236,6 +236,8 @@ apply_deploy() {
 
 start_apiserver() {
     log "starting kube-apiserver on 127.0.0.1:$api_port"
+    # kubeadm's preference for reaching kubelets: a Node's address, not its
+    # name, which nothing here resolves.
     local pki="$run/pki" egress=()
     if [[ -n $real_node ]]; then
         cat >"$run/egress.yaml" <<EOF
@@ -269,6 +271,7 @@ EOF
         --enable-admission-plugins NodeRestriction \
         --kubelet-client-certificate "$pki/apiserver-kubelet.crt" \
         --kubelet-client-key "$pki/apiserver-kubelet.key" \
+        --kubelet-preferred-address-types InternalIP,ExternalIP,Hostname \
         "${egress[@]}" \
         --allow-privileged=true \
         --profiling=false
@@ -435,12 +438,15 @@ cmd_start() {
         "TCP-LISTEN:$control_port,bind=127.0.0.1,reuseaddr,fork" \
         "EXEC:$here/control-plane.sh control-request"
 
-    local token
-    token=$(kubectl -n kube-system create token kube-ipvs-proxy --duration 24h)
-    write_kubeconfig "$run/proxy.kubeconfig" \
-        "https://$guest_host_ip:$api_port" "$token"
-    write_kubeconfig "$run/proxy-host.kubeconfig" \
-        "https://127.0.0.1:$api_port" "$token"
+    # A real node's proxy gets its token in its Pod.
+    if [[ -z $real_node ]]; then
+        local token
+        token=$(kubectl -n kube-system create token kube-ipvs-proxy --duration 24h)
+        write_kubeconfig "$run/proxy.kubeconfig" \
+            "https://$guest_host_ip:$api_port" "$token"
+        write_kubeconfig "$run/proxy-host.kubeconfig" \
+            "https://127.0.0.1:$api_port" "$token"
+    fi
     trap - EXIT
     log "ready after $((SECONDS - start))s; run folder $run"
 }
