@@ -348,7 +348,7 @@ impl NodeCluster {
         pods: &DaemonSetPods<'_>,
         image: &str,
     ) -> Result<()> {
-        self.poll(
+        let rolled = self.poll(
             &format!("the {} Pod ready with {image}", pods.label),
             || {
                 let Some(pod) = pods.current()? else {
@@ -376,7 +376,20 @@ impl NodeCluster {
                     .len();
                 Ok(runs_image && is_ready(&pod) && all == 1)
             },
-        )?;
+        );
+        if let Err(e) = rolled {
+            let status = pods
+                .current()
+                .ok()
+                .flatten()
+                .and_then(|p| p.status)
+                .and_then(|s| s.container_statuses);
+            bail!(
+                "{e}\nthe {} Pod's containers: {status:?}\nits log:\n{}",
+                pods.label,
+                pods.log()
+            );
+        }
         wait_synced(self)
     }
 

@@ -73,6 +73,17 @@ for c in cpu cpuset memory pids io hugetlb; do
     grep -qw "$c" /sys/fs/cgroup/cgroup.controllers &&
         echo "+$c" >/sys/fs/cgroup/cgroup.subtree_control
 done
+# /lib/modules with the running kernel's modules, as on any node (kubeadm's
+# kube-proxy DaemonSet mounts it): the shared root has no such folder, so
+# an overlay over /usr/lib adds it, bound to the kernel's modules that the
+# guest's init loads from (vm.modroot).
+modroot=$(sed -n 's/.*vm\.modroot=\([^ ]*\).*/\1/p' /proc/cmdline)
+[[ -d $modroot/lib/modules/$(uname -r) ]] || die "no modules for $(uname -r) under '$modroot'"
+mkdir -p /run/usr-lib/upper /run/usr-lib/work
+mount -t overlay overlay \
+    -o lowerdir=/usr/lib,upperdir=/run/usr-lib/upper,workdir=/run/usr-lib/work /usr/lib
+mkdir -p /usr/lib/modules
+mount --bind "$modroot/lib/modules" /usr/lib/modules
 # Bridged pod traffic goes through iptables (the proxy's masquerading),
 # as on any kube-proxy node.
 sysctl -qw net.bridge.bridge-nf-call-iptables=1 net.ipv4.ip_forward=1
