@@ -601,8 +601,9 @@ EOF
 }
 
 cmd_smoke() {
-    trap cmd_stop EXIT
     cmd_start
+    # Set after the start, which clears its own EXIT trap when it succeeds.
+    trap cmd_stop EXIT
     cmd_check
 }
 
