@@ -91,10 +91,10 @@ e2e-k8s:
 # ports over several slices, an API server outage, a restart under
 # traffic (tests/cluster_e2e/guest_e2e.rs, the scenarios shared with
 # kind-e2e). The control plane stops either way.
-# One feature set for the host and the guest part, so the crate builds
-# once; built before the control plane starts, whose processes hold the
-# memory a link needs.
-E2E_FEATURES = kube-ipvs-proxy/kernel-tests,kube-ipvs-proxy/e2e-tests
+# One feature set for the host and the guest part, and for node-e2e, so the
+# crate builds once; built before the control plane starts, whose
+# processes hold the memory a link needs.
+E2E_FEATURES = kube-ipvs-proxy/kernel-tests,kube-ipvs-proxy/e2e-tests,kube-ipvs-proxy/node-tests
 e2e:
 	tests/vm/deps.sh
 	cargo test --no-run -p kube-ipvs-proxy --features $(E2E_FEATURES)
@@ -104,7 +104,7 @@ e2e:
 		--test slices_vs_controller && \
 	VM_HOST_PORTS="$$E2E_VM_HOST_PORTS" \
 	VM_PASS_ENV="E2E_PROXY_KUBECONFIG E2E_ADMIN_GUEST_KUBECONFIG" \
-	VM_TEST_FEATURES=kube-ipvs-proxy/e2e-tests \
+	VM_TEST_FEATURES=kube-ipvs-proxy/e2e-tests,kube-ipvs-proxy/node-tests \
 	tests/vm/run-tests.sh kube-ipvs-proxy -- guest_e2e --nocapture; \
 	rc=$$?; tests/e2e/control-plane.sh stop; exit $$rc
 
@@ -121,7 +121,7 @@ e2e:
 # minutes under TCG after the first build. The control plane stops either
 # way.
 node-e2e:
-	tests/node-e2e/run.sh
+	NODE_E2E_FEATURES=$(E2E_FEATURES) tests/node-e2e/run.sh
 
 # The same scenarios (tests/cluster_e2e/scenarios.rs) on a kind cluster
 # without kube-proxy, for users with Docker and kind: deploy/'s image and

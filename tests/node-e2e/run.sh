@@ -14,7 +14,9 @@
 #   5. the control plane stopped, whatever happened.
 #
 # Environment: NODE_E2E_TESTS (test names from the list below, in that
-# order; default all), the control plane's (E2E_K8S_DIR, E2E_APISERVER_PORT,
+# order; default all), NODE_E2E_FEATURES (the test build's features; the
+# Makefile passes make e2e's set, so that one build serves both), the
+# control plane's (E2E_K8S_DIR, E2E_APISERVER_PORT,
 # E2E_CONTROL_PORT, E2E_ETCD_PORT, ...) and the guest's (VM_MEM, default
 # 4096 here; VM_TIMEOUT, default 3600 here).
 set -euo pipefail
@@ -54,7 +56,8 @@ images=$target/node-e2e/images
 
 step "building the tests"
 cd "$repo"
-binary=$(cargo test --no-run -p kube-ipvs-proxy --features node-tests \
+binary=$(cargo test --no-run -p kube-ipvs-proxy \
+    --features "${NODE_E2E_FEATURES:-kube-ipvs-proxy/node-tests}" \
     --test cluster_e2e --message-format=json-render-diagnostics |
     jq -r 'select(.reason == "compiler-artifact" and .target.name == "cluster_e2e")
            | .executable // empty')
