@@ -151,9 +151,13 @@ pub async fn run(
 
         let cpu_before = proxy.cpu()?;
         let metrics_before = metrics_text().unwrap_or_default();
+        let profile = Profile::start(proxy_name, n, proxy.pid())?;
         let churn =
             churn::run(settings, &slices, &handle, &addresses, n, &mut proxy)
                 .await?;
+        if let Some(profile) = profile {
+            profile.stop()?;
+        }
         breakdown(&results, &metrics_before);
         for (label, minute) in churn.minutes() {
             results.print(
@@ -184,6 +188,36 @@ pub async fn run(
     // record.
     eprintln!("--- the end of {proxy_name}'s log:\n{}", proxy.log_tail());
     outcome
+}
+
+/// With BENCH_PERF set, a `perf record` of the proxy (call graphs, the
+/// CPU clock: TCG has no hardware counters) for the churn, written to
+/// the guest's results share (`VM_KEEP=1` keeps it) as
+/// perf-PROXY-N.data.
+struct Profile(std::process::Child);
+
+impl Profile {
+    fn start(proxy: &str, n: usize, pid: u32) -> anyhow::Result<Option<Self>> {
+        if std::env::var_os("BENCH_PERF").is_none() {
+            return Ok(None);
+        }
+        let child = Command::new("perf")
+            .args(["record", "-e", "cpu-clock", "-F", "499", "-g", "-p"])
+            .arg(pid.to_string())
+            .arg("-o")
+            .arg(format!("/run/vm/perf-{proxy}-{n}.data"))
+            .spawn()
+            .context("perf record (Debian's linux-perf)")?;
+        Ok(Some(Self(child)))
+    }
+
+    fn stop(mut self) -> anyhow::Result<()> {
+        // SIGINT: perf writes its data and exits.
+        // SAFETY: kill with a valid signal on our own child.
+        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
+        self.0.wait().context("perf record")?;
+        Ok(())
+    }
 }
 
 /// From the proxy's start to its first sync (its metric), then to the

@@ -11,7 +11,9 @@
 # Also BENCH_PROXIES ("upstream ours"), BENCH_KEEP_RESULTS, BENCH_REPS,
 # BENCH_CHURN_RATE, BENCH_CHURN_SECONDS, BENCH_CHURN_SAMPLE,
 # BENCH_CHANGE_TIMEOUT, BENCH_COLD_TIMEOUT (see the
-# bench) and E2E_K8S_DIR (where build-k8s.sh keeps upstream's binaries).
+# bench), BENCH_SYNC_PERIOD (both proxies' syncPeriod, 30s by default),
+# BENCH_PERF (a perf profile of the churn; with VM_KEEP=1 it stays in the
+# kept results folder) and E2E_K8S_DIR (where build-k8s.sh keeps upstream's binaries).
 # Both proxies are optimised builds: ours from the bench profile, upstream's
 # as build-k8s.sh builds it. Under TCG, 10,000 services take upstream
 # several minutes per sync.
@@ -71,6 +73,11 @@ clientConnection:
 conntrack:
   maxPerCore: 0
 EOF
+        # An experiment's syncPeriod (upstream's full sync, our repair
+        # rounds); the default is upstream's 30 s.
+        if [[ -n ${BENCH_SYNC_PERIOD:-} ]]; then
+            printf 'ipvs:\n  syncPeriod: %s\n' "$BENCH_SYNC_PERIOD" >>"$config"
+        fi
         binary=$out/bin/kube-ipvs-proxy
         [[ $proxy == upstream ]] && binary=$out/bin/kube-proxy
         vm_log "$proxy, $n services: measuring in the guest"
@@ -79,7 +86,7 @@ EOF
         KUBECONFIG=$E2E_ADMIN_GUEST_KUBECONFIG \
             VM_HOST_PORTS="$E2E_VM_HOST_PORTS" \
             VM_MEM=${VM_MEM:-3072} VM_TIMEOUT=${VM_TIMEOUT:-7200} \
-            VM_PASS_ENV="${VM_PASS_ENV:-} KUBECONFIG BENCH_REPS \
+            VM_PASS_ENV="${VM_PASS_ENV:-} KUBECONFIG BENCH_REPS BENCH_PERF \
 BENCH_CHURN_RATE BENCH_CHURN_SECONDS BENCH_CHURN_SAMPLE BENCH_CHANGE_TIMEOUT \
 BENCH_COLD_TIMEOUT" \
             "$VM_SRC/run" "$bench" measure "$proxy" "$n" "$binary" "$config" \
