@@ -134,7 +134,8 @@ impl ServiceHealthServer {
             let keep = wanted.get(name) == Some(&instance.port);
             if !keep {
                 tracing::info!(
-                    service = %name,
+                    namespace = %name.namespace,
+                    name = %name.name,
                     port = instance.port,
                     "closing health check"
                 );
@@ -149,7 +150,12 @@ impl ServiceHealthServer {
             let count = services.endpoints.get(name).copied().unwrap_or(0);
             match self.open(name, port, count) {
                 Ok(instance) => {
-                    tracing::info!(service = %name, port, "opened health check");
+                    tracing::info!(
+                        namespace = %name.namespace,
+                        name = %name.name,
+                        port,
+                        "opened health check"
+                    );
                     services.open.insert(name.clone(), instance);
                 }
                 Err((address, error)) => {
