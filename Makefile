@@ -57,7 +57,7 @@ bench-vs-upstream:
 
 # ipvs-sys against ipvsadm -R / -Sn on the same rules, in the guest.
 # BENCH_SERVICES (default 10000) x BENCH_DESTS (10); see
-# ipvs-sys/examples/vs_ipvsadm.rs.
+# ipvs-sys/benches/vs_ipvsadm.rs.
 bench-ipvs:
 	tests/vm/bench-ipvs.sh
 
