@@ -38,7 +38,7 @@ use kube_ipvs_proxy::{
     server::{
         self, service_health, ProxyHealth, ServiceHealthServer, SyncReporter,
     },
-    source::{self, SourceEvent},
+    source::{self, recorder::EventSink, SourceEvent},
     sync::{self, NodeSettings, SyncState},
     version::{VersionFlag, BUILD},
 };
@@ -223,12 +223,15 @@ async fn run_proxy(config: Config, mode: Mode) -> anyhow::Result<()> {
         }
         None => {
             let client = kube_client(config.kubeconfig.as_deref()).await?;
-            source::kube::watch(
-                client,
+            let watch = source::kube::watch(
+                client.clone(),
                 &node_name,
                 config.service_proxy_name.as_deref(),
             )?
-            .boxed()
+            .boxed();
+            // Upstream's birth cry, once its informers are started.
+            EventSink::spawn(client, &node_name).starting(&node_name);
+            watch
         }
     };
     let health_addresses = service_health::listen_addresses(

@@ -10,6 +10,7 @@ pub mod defaults;
 pub mod file;
 pub mod kube;
 pub mod pods;
+pub mod recorder;
 pub mod store;
 
 use ::kube::runtime::watcher::Event;

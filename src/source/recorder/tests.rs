@@ -1,0 +1,69 @@
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use http::{Request, Response};
+use kube::client::Body;
+use serde_json::Value;
+
+use super::*;
+
+type Seen = Arc<Mutex<Vec<(String, String, Value)>>>;
+
+/// A client whose API server records each request (method, path, JSON
+/// body) and answers 201 with the body, as the API server does for a
+/// create.
+fn recording_client() -> (Client, Seen) {
+    let seen: Seen = Arc::default();
+    let log = Arc::clone(&seen);
+    let service = tower::service_fn(move |request: Request<Body>| {
+        let log = Arc::clone(&log);
+        async move {
+            let method = request.method().to_string();
+            let path = request.uri().path().to_owned();
+            let bytes = request.into_body().collect_bytes().await?;
+            let body: Value =
+                serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            if let Ok(mut log) = log.lock() {
+                log.push((method, path, body));
+            }
+            Response::builder()
+                .status(201)
+                .header("content-type", "application/json")
+                .body(Body::from(bytes.to_vec()))
+                .map_err(kube::Error::HttpError)
+        }
+    });
+    (Client::new(service, "default"), seen)
+}
+
+#[tokio::test]
+async fn the_start_up_event_is_upstreams_on_the_node() {
+    let (client, seen) = recording_client();
+    let sink = EventSink::spawn(client, "node-a");
+    sink.starting("node-a");
+    let mut requests = Vec::new();
+    for _ in 0..200 {
+        requests = seen.lock().map(|s| s.clone()).unwrap_or_default();
+        if !requests.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    let (method, path, event) = &requests[0];
+    assert_eq!(method, "POST");
+    // A Node is cluster-scoped: its events live in `default`.
+    assert_eq!(path, "/apis/events.k8s.io/v1/namespaces/default/events");
+    assert_eq!(event["type"], "Normal");
+    assert_eq!(event["reason"], "Starting");
+    assert_eq!(event["action"], "StartKubeProxy");
+    assert_eq!(event["reportingController"], "kube-proxy");
+    assert_eq!(event["reportingInstance"], "kube-proxy-node-a");
+    assert_eq!(event["regarding"]["kind"], "Node");
+    assert_eq!(event["regarding"]["name"], "node-a");
+    assert_eq!(event["regarding"]["uid"], "node-a");
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(note.starts_with("kube-ipvs-proxy v"), "{note}");
+}
