@@ -102,7 +102,7 @@ e2e:
 	cargo test -p kube-ipvs-proxy --features $(E2E_FEATURES) \
 		--test slices_vs_controller && \
 	VM_HOST_PORTS="$$E2E_VM_HOST_PORTS" \
-	VM_PASS_ENV="E2E_PROXY_KUBECONFIG E2E_ADMIN_GUEST_KUBECONFIG" \
+	VM_PASS_ENV="E2E_PROXY_KUBECONFIG E2E_ADMIN_GUEST_KUBECONFIG E2E_CONTROL_PORT" \
 	VM_TEST_FEATURES=kube-ipvs-proxy/e2e-tests \
 	tests/vm/run-tests.sh kube-ipvs-proxy -- guest_e2e --nocapture; \
 	rc=$$?; tests/e2e/control-plane.sh stop; exit $$rc

@@ -38,7 +38,10 @@ use kube_ipvs_proxy::{
     server::{
         self, service_health, ProxyHealth, ServiceHealthServer, SyncReporter,
     },
-    source::{self, recorder::EventSink, SourceEvent},
+    source::{
+        self, client_metrics::RestClientMetricsLayer, recorder::EventSink,
+        SourceEvent,
+    },
     sync::{self, NodeSettings, SyncState},
     version::{VersionFlag, BUILD},
 };
@@ -370,7 +373,11 @@ async fn kube_client(
             .await
             .context("no --kubeconfig, and no in-cluster or default config")?,
     };
-    Ok(kube::Client::try_from(config)?)
+    // Every request counted and timed for the rest_client_* metrics.
+    let metrics = RestClientMetricsLayer::for_url(&config.cluster_url);
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&metrics)
+        .build())
 }
 
 fn hostname() -> String {

@@ -31,8 +31,15 @@ const PROXY: &str = env!("CARGO_BIN_EXE_kube-ipvs-proxy");
 const NODE: &str = "node-a";
 const NODE_IP: &str = "198.18.100.1";
 const TIMEOUT: Duration = Duration::from_secs(3);
-/// control-plane.sh's control port, through guestfwd.
-const CONTROL: &str = "10.0.2.100:6440";
+/// control-plane.sh's control port, through guestfwd: the host's port
+/// number, E2E_CONTROL_PORT when several control planes run side by side.
+fn control_address() -> Result<SocketAddr> {
+    let port = std::env::var("E2E_CONTROL_PORT")
+        .ok()
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "6440".to_owned());
+    Ok(format!("10.0.2.100:{port}").parse()?)
+}
 
 fn env_path(name: &str) -> Result<PathBuf> {
     std::env::var_os(name)
@@ -71,7 +78,7 @@ impl Node for Guest {
 /// "ok". The write side stays open until the answer: guestfwd's socat
 /// gives up on a half-closed connection.
 fn control(command: &str) -> Result<()> {
-    let addr: SocketAddr = CONTROL.parse()?;
+    let addr = control_address()?;
     let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT)?;
     stream.set_read_timeout(Some(Duration::from_secs(300)))?;
     writeln!(stream, "{command}")?;

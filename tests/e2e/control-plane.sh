@@ -346,6 +346,9 @@ cmd_env() {
     printf 'export E2E_PROXY_HOST_KUBECONFIG=%q\n' "$run/proxy-host.kubeconfig"
     printf 'export E2E_ADMIN_GUEST_KUBECONFIG=%q\n' "$run/admin-guest.kubeconfig"
     printf 'export E2E_VM_HOST_PORTS=%q\n' "$api_port $control_port"
+    # The guest reaches both at 10.0.2.100 on the same port numbers.
+    printf 'export E2E_APISERVER_PORT=%q\n' "$api_port"
+    printf 'export E2E_CONTROL_PORT=%q\n' "$control_port"
     printf 'export E2E_NODE_NAME=%q\n' "$node_name"
     printf 'export PATH=%q:"$PATH"\n' "$bin"
 }
