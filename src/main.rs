@@ -220,6 +220,7 @@ async fn run_proxy(config: Config, mode: Mode) -> anyhow::Result<()> {
     let mut backend = stack::open(&config)
         .await
         .context("opening the kernel facilities")?;
+    let mut events = None;
     let source: BoxStream<'static, SourceEvent> = match &config.state_file {
         Some(path) => {
             source::file::watch(path.clone(), STATE_FILE_POLL).boxed()
@@ -233,7 +234,9 @@ async fn run_proxy(config: Config, mode: Mode) -> anyhow::Result<()> {
             )?
             .boxed();
             // Upstream's birth cry, once its informers are started.
-            EventSink::spawn(client, &node_name).starting(&node_name);
+            let sink = EventSink::spawn(client, &node_name);
+            sink.starting();
+            events = Some(sink);
             watch
         }
     };
@@ -241,7 +244,7 @@ async fn run_proxy(config: Config, mode: Mode) -> anyhow::Result<()> {
         &config.node_port_addresses,
         &backend.local_addresses().await.unwrap_or_default(),
     );
-    let reporter = start_servers(&config, health_addresses)?;
+    let reporter = start_servers(&config, health_addresses, events)?;
     let state = SyncState::new(
         node_name,
         NodeSettings::from_config(&config),
@@ -331,6 +334,7 @@ const METRICS_UPKEEP: Duration = Duration::from_secs(5);
 fn start_servers(
     config: &Config,
     health_addresses: Vec<IpAddr>,
+    events: Option<EventSink>,
 ) -> anyhow::Result<SyncReporter> {
     // Upstream's health timeout: a queued update may wait two periods.
     let health = Arc::new(ProxyHealth::new(2 * config.ipvs.sync_period));
@@ -352,6 +356,9 @@ fn start_servers(
     }
     let service_health =
         ServiceHealthServer::new(health_addresses, Arc::clone(&health))?;
+    if let Some(events) = events {
+        service_health.record_events_to(events);
+    }
     Ok(SyncReporter::new(health, Some(service_health)))
 }
 

@@ -9,7 +9,7 @@ use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
     sync::{
         atomic::{AtomicBool, AtomicUsize, Ordering},
-        Arc, Mutex, MutexGuard, PoisonError,
+        Arc, Mutex, MutexGuard, OnceLock, PoisonError,
     },
 };
 
@@ -25,6 +25,7 @@ use crate::{
     config::NodePortAddress,
     metrics::events::{HealthCheckListenFailed, InternalEvent},
     model::{EndpointsMap, NamespacedName, ServicePortMap, ServicePortName},
+    source::recorder::EventSink,
 };
 
 /// The header Google Cloud's weighted load balancing reads the node's
@@ -56,6 +57,8 @@ struct Inner {
     runtime: tokio::runtime::Handle,
     services: Mutex<Services>,
     retry_pending: AtomicBool,
+    /// Where a port that cannot be opened is reported as upstream does.
+    events: OnceLock<EventSink>,
 }
 
 /// Where the health check servers listen, decided once at start-up as
@@ -108,8 +111,15 @@ impl ServiceHealthServer {
                 runtime,
                 services: Mutex::new(Services::default()),
                 retry_pending: AtomicBool::new(false),
+                events: OnceLock::new(),
             }),
         })
+    }
+
+    /// Records a Warning Event on each Service whose health check port
+    /// cannot be opened, as upstream does; the first sink given stays.
+    pub fn record_events_to(&self, sink: EventSink) {
+        let _ = self.inner.events.set(sink);
     }
 
     fn services(&self) -> MutexGuard<'_, Services> {
@@ -159,6 +169,9 @@ impl ServiceHealthServer {
                     services.open.insert(name.clone(), instance);
                 }
                 Err((address, error)) => {
+                    if let Some(events) = self.inner.events.get() {
+                        events.health_check_failed(name, port, &error);
+                    }
                     HealthCheckListenFailed {
                         service: name,
                         address,

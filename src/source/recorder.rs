@@ -1,9 +1,11 @@
 //! Kubernetes Events the proxy records, as upstream kube-proxy does: at
 //! start-up, once it watches the API server, a `Normal` event `Starting`
-//! (action `StartKubeProxy`) on its Node. Same reporting controller
-//! (`kube-proxy`), reason and action as upstream, so `kubectl describe
-//! node` and event exporters see what they expect; the note names this
-//! proxy and its version.
+//! (action `StartKubeProxy`) on its Node; and a `Warning`
+//! `FailedToStartServiceHealthcheck` (action `Listen`) on a Service whose
+//! health check node port cannot be opened. Same reporting controller
+//! (`kube-proxy`), reasons, actions and references as upstream, so
+//! `kubectl describe` and event exporters see what they expect; the
+//! start-up note names this proxy and its version.
 //!
 //! Events go through kube-rs' recorder (`events.k8s.io/v1`, create and
 //! patch: the only verbs the ClusterRole grants on events). A Node is
@@ -18,7 +20,7 @@ use kube::{
 };
 use tokio::sync::mpsc;
 
-use crate::version::BUILD;
+use crate::{model::NamespacedName, version::BUILD};
 
 #[cfg(test)]
 mod tests;
@@ -34,6 +36,7 @@ const QUEUE: usize = 64;
 #[derive(Clone, Debug)]
 pub struct EventSink {
     tx: mpsc::Sender<(ObjectReference, Event)>,
+    node: std::sync::Arc<str>,
 }
 
 impl EventSink {
@@ -59,7 +62,10 @@ impl EventSink {
                 }
             }
         });
-        EventSink { tx }
+        EventSink {
+            tx,
+            node: node_name.into(),
+        }
     }
 
     /// Queues an event; a full queue drops it with a log line.
@@ -70,8 +76,54 @@ impl EventSink {
     }
 
     /// Upstream's birth cry: the proxy started on its Node.
-    pub fn starting(&self, node_name: &str) {
-        self.record(node_reference(node_name), starting_event());
+    pub fn starting(&self) {
+        self.record(node_reference(&self.node), starting_event());
+    }
+
+    /// A health check node port that could not be opened.
+    pub fn health_check_failed(
+        &self,
+        service: &NamespacedName,
+        port: u16,
+        error: &dyn std::fmt::Display,
+    ) {
+        self.record(
+            service_reference(service),
+            health_check_failed_event(&self.node, service, port, error),
+        );
+    }
+}
+
+/// How upstream refers to a Service in its events: `namespace/name` as
+/// the UID.
+pub fn service_reference(service: &NamespacedName) -> ObjectReference {
+    ObjectReference {
+        kind: Some("Service".to_owned()),
+        namespace: Some(service.namespace.clone()),
+        name: Some(service.name.clone()),
+        uid: Some(format!("{}/{}", service.namespace, service.name)),
+        api_version: Some("v1".to_owned()),
+        ..ObjectReference::default()
+    }
+}
+
+/// Upstream's `FailedToStartServiceHealthcheck`, with its message.
+pub fn health_check_failed_event(
+    node_name: &str,
+    service: &NamespacedName,
+    port: u16,
+    error: &dyn std::fmt::Display,
+) -> Event {
+    Event {
+        type_: EventType::Warning,
+        reason: "FailedToStartServiceHealthcheck".to_owned(),
+        note: Some(format!(
+            "node {node_name} failed to start healthcheck \"{}/{}\" on port \
+             {port}: {error}",
+            service.namespace, service.name
+        )),
+        action: "Listen".to_owned(),
+        secondary: None,
     }
 }
 

@@ -38,19 +38,25 @@ fn recording_client() -> (Client, Seen) {
     (Client::new(service, "default"), seen)
 }
 
-#[tokio::test]
-async fn the_start_up_event_is_upstreams_on_the_node() {
-    let (client, seen) = recording_client();
-    let sink = EventSink::spawn(client, "node-a");
-    sink.starting("node-a");
+/// The requests once `count` were made (or after two seconds).
+async fn wait_for(seen: &Seen, count: usize) -> Vec<(String, String, Value)> {
     let mut requests = Vec::new();
     for _ in 0..200 {
         requests = seen.lock().map(|s| s.clone()).unwrap_or_default();
-        if !requests.is_empty() {
+        if requests.len() >= count {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    requests
+}
+
+#[tokio::test]
+async fn the_start_up_event_is_upstreams_on_the_node() {
+    let (client, seen) = recording_client();
+    let sink = EventSink::spawn(client, "node-a");
+    sink.starting();
+    let requests = wait_for(&seen, 1).await;
     assert_eq!(requests.len(), 1, "{requests:?}");
     let (method, path, event) = &requests[0];
     assert_eq!(method, "POST");
@@ -66,4 +72,27 @@ async fn the_start_up_event_is_upstreams_on_the_node() {
     assert_eq!(event["regarding"]["uid"], "node-a");
     let note = event["note"].as_str().unwrap_or_default();
     assert!(note.starts_with("kube-ipvs-proxy v"), "{note}");
+}
+
+#[tokio::test]
+async fn a_health_check_that_cannot_listen_is_a_warning_on_its_service() {
+    let (client, seen) = recording_client();
+    let sink = EventSink::spawn(client, "node-a");
+    let service = NamespacedName::new("shop", "web");
+    sink.health_check_failed(&service, 32087, &"Address in use (os error 98)");
+    let requests = wait_for(&seen, 1).await;
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    let (method, path, event) = &requests[0];
+    assert_eq!(method, "POST");
+    assert_eq!(path, "/apis/events.k8s.io/v1/namespaces/shop/events");
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["reason"], "FailedToStartServiceHealthcheck");
+    assert_eq!(event["action"], "Listen");
+    assert_eq!(event["regarding"]["kind"], "Service");
+    assert_eq!(event["regarding"]["uid"], "shop/web");
+    assert_eq!(
+        event["note"],
+        "node node-a failed to start healthcheck \"shop/web\" on port \
+         32087: Address in use (os error 98)"
+    );
 }
