@@ -95,7 +95,7 @@ e2e-k8s:
 # memory a link needs.
 E2E_FEATURES = kube-ipvs-proxy/kernel-tests,kube-ipvs-proxy/e2e-tests
 e2e:
-	tests/vm/deps.sh
+	tests/vm/deps.sh prometheus
 	cargo test --no-run -p kube-ipvs-proxy --features $(E2E_FEATURES)
 	tests/e2e/control-plane.sh start
 	eval "$$(tests/e2e/control-plane.sh env)" && \

@@ -98,24 +98,40 @@ fn noisy_inputs(scratch: &Scratch) -> (PathBuf, PathBuf) {
     (config, state)
 }
 
-#[test]
-fn logs_in_a_file_carry_no_escape_codes() {
-    let scratch = Scratch::new("text-logs");
+/// What `plan` logs on the noisy inputs with `extra` flags, stderr going
+/// to a file as a container's does.
+fn logged_by_plan(name: &str, extra: &[&str]) -> String {
+    let scratch = Scratch::new(name);
     let (config, state) = noisy_inputs(&scratch);
     let log = scratch.0.join("stderr");
-    let out = run_to_file(
-        &[
-            "plan",
-            "--node=node-a",
-            "--config",
-            config.to_str().unwrap_or_default(),
-            "--state",
-            state.to_str().unwrap_or_default(),
-        ],
-        &log,
-    );
+    let (config, state) =
+        (config.display().to_string(), state.display().to_string());
+    let mut args = vec![
+        "plan",
+        "--node=node-a",
+        "--config",
+        &config,
+        "--state",
+        &state,
+    ];
+    args.extend_from_slice(extra);
+    let out = run_to_file(&args, &log);
     assert!(out.status.success(), "{out:?}");
-    let text = fs::read_to_string(&log).expect("log");
+    fs::read_to_string(&log).expect("log")
+}
+
+fn json_lines(text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|l| {
+            serde_json::from_str(l)
+                .unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))
+        })
+        .collect()
+}
+
+#[test]
+fn logs_in_a_file_carry_no_escape_codes() {
+    let text = logged_by_plan("text-logs", &[]);
     assert!(text.contains(" WARN "), "something was logged: {text}");
     assert!(text.contains("shop/web"), "{text}");
     assert!(!text.contains('\u{1b}'), "escape codes in {text:?}");
@@ -123,30 +139,8 @@ fn logs_in_a_file_carry_no_escape_codes() {
 
 #[test]
 fn json_logs_are_one_object_per_line() {
-    let scratch = Scratch::new("json-logs");
-    let (config, state) = noisy_inputs(&scratch);
-    let log = scratch.0.join("stderr");
-    let out = run_to_file(
-        &[
-            "plan",
-            "--node=node-a",
-            "--config",
-            config.to_str().unwrap_or_default(),
-            "--state",
-            state.to_str().unwrap_or_default(),
-            "--logging-format=json",
-        ],
-        &log,
-    );
-    assert!(out.status.success(), "{out:?}");
-    let text = fs::read_to_string(&log).expect("log");
-    let lines: Vec<Value> = text
-        .lines()
-        .map(|l| {
-            serde_json::from_str(l)
-                .unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))
-        })
-        .collect();
+    let text = logged_by_plan("json-logs", &["--logging-format=json"]);
+    let lines = json_lines(&text);
     assert!(lines.len() >= 2, "{text}");
     for line in &lines {
         for key in ["time", "level", "message", "target"] {
@@ -169,30 +163,13 @@ fn json_logs_are_one_object_per_line() {
 
 #[test]
 fn verbosity_two_logs_debug_lines() {
-    let scratch = Scratch::new("verbosity");
-    let (config, state) = noisy_inputs(&scratch);
-    let args = |v: &'static str| {
-        vec![
-            "plan".to_owned(),
-            "--node=node-a".to_owned(),
-            "--config".to_owned(),
-            config.display().to_string(),
-            "--state".to_owned(),
-            state.display().to_string(),
-            "--logging-format=json".to_owned(),
-            v.to_owned(),
-        ]
-    };
-    let levels = |v: &'static str| -> Vec<String> {
-        let log = scratch.0.join(format!("stderr{v}"));
-        let argv = args(v);
-        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-        let out = run_to_file(&argv, &log);
-        assert!(out.status.success(), "{out:?}");
-        fs::read_to_string(&log)
-            .expect("log")
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    let levels = |v: &str| -> Vec<String> {
+        let text = logged_by_plan(
+            &format!("verbosity{v}"),
+            &["--logging-format=json", v],
+        );
+        json_lines(&text)
+            .iter()
             .map(|l| l["level"].as_str().unwrap_or_default().to_owned())
             .collect()
     };

@@ -273,33 +273,35 @@ fn slice(extra: Value) -> EndpointSlice {
     serde_json::from_value(base).expect("an EndpointSlice")
 }
 
+/// (name, protocol) of each port of a slice with `ports`, defaulted.
+fn defaulted_ports(ports: Value) -> Vec<(Option<String>, Option<String>)> {
+    let mut s = slice(json!({ "ports": ports }));
+    endpoint_slice(&mut s).expect("valid");
+    s.ports
+        .into_iter()
+        .flatten()
+        .map(|p| (p.name, p.protocol))
+        .collect()
+}
+
 #[test]
 fn endpoint_port_name_defaults_to_the_unnamed_port() {
-    let mut s =
-        slice(json!({"ports": [{"port": 8080}, {"name": "m", "port": 9090}]}));
-    endpoint_slice(&mut s).expect("valid");
-    let names: Vec<Option<&str>> = s
-        .ports
-        .iter()
-        .flatten()
-        .map(|p| p.name.as_deref())
-        .collect();
-    assert_eq!(names, vec![Some(""), Some("m")]);
+    let names: Vec<Option<String>> =
+        defaulted_ports(json!([{"port": 8080}, {"name": "m", "port": 9090}]))
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+    assert_eq!(names, vec![Some(String::new()), Some("m".into())]);
 }
 
 #[test]
 fn endpoint_port_protocol_defaults_to_tcp() {
-    let mut s = slice(
-        json!({"ports": [{"port": 53}, {"port": 53, "protocol": "UDP"}]}),
-    );
-    endpoint_slice(&mut s).expect("valid");
-    let protocols: Vec<Option<&str>> = s
-        .ports
-        .iter()
-        .flatten()
-        .map(|p| p.protocol.as_deref())
-        .collect();
-    assert_eq!(protocols, vec![Some("TCP"), Some("UDP")]);
+    let protocols: Vec<Option<String>> =
+        defaulted_ports(json!([{"port": 53}, {"port": 53, "protocol": "UDP"}]))
+            .into_iter()
+            .map(|(_, protocol)| protocol)
+            .collect();
+    assert_eq!(protocols, vec![Some("TCP".into()), Some("UDP".into())]);
 }
 
 #[test]
