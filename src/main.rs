@@ -16,11 +16,12 @@ use anyhow::Context;
 use clap::Parser;
 use futures::{stream::BoxStream, StreamExt};
 use kube_ipvs_proxy::{
+    backend::Backend,
     config::{
         self, Cli, Command, Config, ConfigArgs, ConfigWarning, OutputFormat,
         PlanArgs, Resolved, RunArgs,
     },
-    daemon::{self, Backend},
+    daemon::{self, LoopSettings},
     kernel::{
         addresses::NetlinkAddresses,
         capabilities::Unsupported,
@@ -251,15 +252,11 @@ async fn run_proxy(config: Config, mode: Mode) -> anyhow::Result<()> {
         None,
         SystemTime::now(),
     );
-    daemon::run(
-        source,
-        state,
-        backend,
-        config.ipvs.min_sync_period,
-        config.ipvs.sync_period,
-        reporter,
-    )
-    .await?;
+    let settings = LoopSettings {
+        min_sync_period: config.ipvs.min_sync_period,
+        sync_period: config.ipvs.sync_period,
+    };
+    daemon::run(source, state, backend, settings, reporter).await?;
     Ok(())
 }
 

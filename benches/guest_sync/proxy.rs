@@ -23,9 +23,9 @@ pub struct Proxy {
 
 impl Proxy {
     /// Starts our proxy on `state` in this thread's network namespace.
-    /// The periodic full reconcile (every `--ipvs-sync-period`) is put
-    /// out of the measurements' way: it reads the whole kernel back and
-    /// is not what a change costs.
+    /// The repair rounds (every `--ipvs-sync-period`) are put out of the
+    /// measurements' way: they read the whole kernel back, beside the
+    /// syncs, and are not what a change costs.
     pub fn start(
         state: &Path,
         node: &str,
