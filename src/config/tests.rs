@@ -586,7 +586,16 @@ fn flags_alone_configure_everything() {
     // Accepted and checked, but not applied: each says so.
     let warned: Vec<&str> =
         resolved.warnings.iter().map(|w| w.field.as_str()).collect();
-    assert_eq!(warned, vec!["--bind-address", "--config-sync-period"]);
+    assert_eq!(
+        warned,
+        vec![
+            "--bind-address",
+            "--ipvs-tcp-timeout",
+            "--ipvs-tcpfin-timeout",
+            "--ipvs-udp-timeout",
+            "--config-sync-period",
+        ]
+    );
 }
 
 #[test]
@@ -979,6 +988,18 @@ fn accepted_but_unapplied_fields_warn() {
     let warnings = from_file(&text).unwrap().warnings;
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert_eq!(warnings[0].field, "configSyncPeriod");
+    let text = format!("{HEAD}ipvs:\n  tcpTimeout: 2m\n  udpTimeout: 0s\n");
+    let fields: Vec<String> = from_file(&text)
+        .unwrap()
+        .warnings
+        .into_iter()
+        .map(|w| w.field)
+        .collect();
+    assert!(fields.contains(&"ipvs.tcpTimeout".to_owned()), "{fields:?}");
+    assert!(
+        !fields.contains(&"ipvs.udpTimeout".to_owned()),
+        "zero: default"
+    );
 }
 
 #[test]
@@ -990,7 +1011,6 @@ fn written_configuration_reads_back_the_same_without_warnings() {
             &args(&[
                 "--ipvs-scheduler=sh",
                 "--ipvs-exclude-cidrs=198.18.10.0/24,2001:db8::/64",
-                "--ipvs-tcp-timeout=2m",
                 "--cluster-cidr=198.19.0.0/16,2001:db8:1::/64",
                 "--detect-local-mode=BridgeInterface",
                 "--pod-bridge-interface=cbr0",

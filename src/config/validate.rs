@@ -320,6 +320,20 @@ fn unapplied_fields(
             ),
         );
     }
+    let ipvs = kpc.ipvs.clone().unwrap_or_default();
+    for (path, timeout) in [
+        ("ipvs.tcpTimeout", ipvs.tcp_timeout),
+        ("ipvs.tcpFinTimeout", ipvs.tcp_fin_timeout),
+        ("ipvs.udpTimeout", ipvs.udp_timeout),
+    ] {
+        if timeout.is_some_and(|d| !d.is_zero()) {
+            v.warn(
+                path,
+                "not applied: the kernel's IPVS connection timeouts are left \
+                 as they are",
+            );
+        }
+    }
     if kpc.config_sync_period.is_some_and(|d| !d.is_zero()) {
         v.warn(
             "configSyncPeriod",
