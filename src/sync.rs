@@ -28,7 +28,7 @@ mod tests;
 /// The parts of the configuration that shape the desired state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeSettings {
-    pub scheduler: String,
+    pub scheduler: Arc<str>,
     pub node_port_addresses: Vec<NodePortAddress>,
     pub detect_local_node_cidr: bool,
 }
@@ -36,7 +36,7 @@ pub struct NodeSettings {
 impl NodeSettings {
     pub fn from_config(config: &Config) -> Self {
         Self {
-            scheduler: config.ipvs.scheduler.as_str().to_string(),
+            scheduler: config.ipvs.scheduler.as_str().into(),
             node_port_addresses: config.node_port_addresses.clone(),
             detect_local_node_cidr: config.detect_local
                 == DetectLocal::NodeCidr,

@@ -190,6 +190,12 @@ impl<B: Backend> SyncLoop<B> {
                 trigger = self.runner.next(), if listed => {
                     self.sync(trigger).await;
                     self.runner.finished();
+                    // A step after every sync too: a loop kept busy by
+                    // changes still gets its round done, a bounded step
+                    // at a time.
+                    if matches!(self.repair, Repair::Stepping(_)) {
+                        self.repair_step().await;
+                    }
                 }
                 input = inputs.recv() => {
                     let Some(input) = input else {
@@ -253,6 +259,14 @@ impl<B: Backend> SyncLoop<B> {
             reason = trigger.reason.as_str()
         );
         let started = std::time::Instant::now();
+        if !self.synced_once {
+            // The first sync knows the node's addresses (its NodePorts,
+            // its families) from the start; later, each repair round
+            // reads them.
+            if let Some(local) = self.backend.local_addresses().await {
+                self.state.set_local_addresses(local);
+            }
+        }
         let changes = self.stages.checkout(started);
         let outcome = self.state.sync();
         self.reporter.changed(&self.state, &outcome);

@@ -46,6 +46,8 @@ struct Recording {
     steps: usize,
     /// What a repair round reads as the node's addresses.
     local: Vec<IpAddr>,
+    /// How long an apply takes.
+    apply_time: Duration,
 }
 
 struct Read {
@@ -67,6 +69,7 @@ impl Recording {
             fail_first: Arc::default(),
             steps,
             local: vec![ip("198.18.100.1")],
+            apply_time: Duration::from_millis(10),
         }
     }
 
@@ -98,7 +101,7 @@ impl Backend for Recording {
         batch: SyncBatch<'_>,
     ) -> Result<(), BackendError> {
         // A sync takes a little time, with the loop waiting on it.
-        tokio::time::sleep(Duration::from_millis(10)).await;
+        tokio::time::sleep(self.apply_time).await;
         self.record(Seen::Sync {
             reason: batch.trigger.reason,
             deltas: batch.outcome.deltas.len(),
@@ -261,6 +264,35 @@ async fn a_sync_never_waits_for_a_repair_round() {
     // Some of the round's steps ran before the sync, and the rest after.
     assert!(steps(&seen[..sync_at]) > 0, "{seen:?}");
     assert!(steps(&seen[sync_at..]) > 0, "{seen:?}");
+}
+
+/// Changes every 100 ms and syncs of 200 ms leave the loop no idle
+/// time; the round still ends, a step after each sync.
+#[tokio::test(start_paused = true)]
+async fn a_round_ends_while_syncs_keep_the_loop_busy() {
+    let mut backend = Recording::new(5);
+    backend.apply_time = Duration::from_millis(200);
+    let start = Instant::now();
+    let busy = source(&[]).take(5).chain(
+        futures::stream::iter(0..400u32)
+            .then(move |i| async move {
+                let at =
+                    Duration::from_secs(25) + Duration::from_millis(100) * i;
+                tokio::time::sleep_until(start + at).await;
+                SourceEvent::Service(Event::Apply(service((i % 200) as u8)))
+            })
+            .chain(futures::stream::pending()),
+    );
+    run_for(backend.clone(), busy, Duration::from_secs(60)).await;
+    let seen = backend.seen();
+    let steps: Vec<u64> = seen
+        .iter()
+        .filter(|(_, s)| *s == Seen::RepairStep)
+        .map(|(at, _)| *at)
+        .collect();
+    assert_eq!(steps.len(), 5, "{seen:?}");
+    // All within the busy stretch (25 s to 65 s), right after the read.
+    assert!(steps.iter().all(|at| (32..=45).contains(at)), "{steps:?}");
 }
 
 #[tokio::test(start_paused = true)]

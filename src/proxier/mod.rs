@@ -39,10 +39,11 @@ use crate::{
     kernel::{
         addresses::{AddressOp, Addresses, EADDRNOTAVAIL, ENODEV},
         ipsets::{IpsetOp, Ipsets},
-        ipvs::{Ipvs, IpvsOp, ServiceKey},
+        ipvs::{Ipvs, IpvsOp, IpvsTable, ServiceEntry, ServiceKey},
         libc_errno, ErrorKind, KernelError,
     },
     metrics::events::{Facility, InternalEvent, KernelOperations},
+    model::Protocol,
 };
 use graceful::{GracefulConfig, GracefulQueue, Observation};
 use plan::{KernelOps, Ledger, Observed, Ownership, RepairCursor, Touched};
@@ -316,12 +317,23 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
     }
 
     /// The node's families and NodePort addresses, from the context each
-    /// sync's desired state carries (a few addresses: cheap).
-    fn track_context(&mut self, ctx: &NodeContext) {
+    /// sync's desired state carries (a few addresses: cheap). A family
+    /// the node gained gets its sets, as the deltas that follow (and the
+    /// iptables rules that name the sets) need them.
+    fn track_context(&mut self, ctx: &NodeContext) -> KernelOps {
+        let gained =
+            plan::expected_sets(ctx.ipv4 && !self.ipv4, ctx.ipv6 && !self.ipv6);
         self.ipv4 = ctx.ipv4;
         self.ipv6 = ctx.ipv6;
         self.ownership.node_addresses =
             ctx.node_port_addresses.iter().copied().collect();
+        KernelOps {
+            ipsets: gained
+                .into_iter()
+                .map(|set| IpsetOp::Create(plan::set_spec(set)))
+                .collect(),
+            ..KernelOps::default()
+        }
     }
 
     /// Applies one sync's deltas: exactly the operations for what
@@ -334,15 +346,54 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
         ));
         let mut report = ApplyReport::default();
         self.retry_suspects(&mut ops, &mut report).await;
+        let removing = self.read_removing(&ops.ipvs, &mut report).await;
         ops.ipvs = graceful::route(
             &mut self.graceful,
             std::mem::take(&mut ops.ipvs),
             Instant::now(),
-            None,
+            Some(&removing),
         );
         report.merge(self.apply(ops).await);
         finish(&report, "sync");
         report
+    }
+
+    /// The real servers of the TCP services a sync removes real servers
+    /// from, read now (one dump per such service: the cost follows the
+    /// change): an idle one is deleted at once, as upstream does, and
+    /// only one with connections drains at weight 0.
+    async fn read_removing(
+        &mut self,
+        ops: &[IpvsOp],
+        report: &mut ApplyReport,
+    ) -> IpvsTable {
+        let services: BTreeSet<ServiceKey> = ops
+            .iter()
+            .filter_map(|op| match op {
+                IpvsOp::DeleteDest(key, dest)
+                    if key.protocol == Protocol::Tcp
+                        && !self.graceful.is_draining(key, dest) =>
+                {
+                    Some(*key)
+                }
+                _ => None,
+            })
+            .collect();
+        let mut table = IpvsTable::default();
+        for key in services {
+            let Some(vs) = self.ledger.virtual_server(&key) else {
+                continue;
+            };
+            let spec = plan::service_spec(vs);
+            match self.ipvs.dests(&key).await {
+                Ok(dests) => {
+                    table.services.insert(key, ServiceEntry { spec, dests });
+                }
+                // Unread, it drains: the poll deletes it once idle.
+                Err(e) => report.errors.push(e),
+            }
+        }
+        table
     }
 
     /// Replaces whatever `ops` would do to a suspect object by what the
@@ -411,6 +462,7 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
         &mut self,
         desired: &DesiredState,
     ) -> ApplyReport {
+        // The round's sets phase creates whatever set is missing.
         self.track_context(desired.context());
         self.ledger = Ledger::from_services(desired.services());
         self.ownership.programmed.extend(plan::node_port_keys(
@@ -853,10 +905,14 @@ where
         batch: SyncBatch<'_>,
     ) -> Result<(), BackendError> {
         let desired = batch.state.desired();
-        self.track_context(desired.context());
         let report = match self.needs_full {
             true => self.full_reconcile(desired).await,
-            false => self.sync(&batch.outcome.deltas).await,
+            false => {
+                let sets = self.track_context(desired.context());
+                let mut report = self.apply(sets).await;
+                report.merge(self.sync(&batch.outcome.deltas).await);
+                report
+            }
         };
         let failures = report.failures();
         if failures > 0 || self.needs_full {

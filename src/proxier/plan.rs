@@ -93,9 +93,9 @@ impl KernelOps {
 #[derive(Debug, Clone, Default)]
 pub struct Ledger {
     services: HashMap<ServicePortName, Arc<ServiceState>>,
-    /// The service ports claiming each virtual server; the first by name
-    /// is programmed.
-    owners: BTreeMap<ServiceKey, BTreeSet<ServicePortName>>,
+    /// The service ports claiming each virtual server, sorted; the first
+    /// is programmed. Almost always one: a `Vec`, not a set's node.
+    owners: BTreeMap<ServiceKey, Vec<ServicePortName>>,
     addresses: BTreeMap<IpAddr, usize>,
     entries: BTreeMap<(SetName, SetEntry), usize>,
 }
@@ -282,10 +282,10 @@ impl Ledger {
 
     fn insert(&mut self, name: &ServicePortName, state: Arc<ServiceState>) {
         for vs in &state.virtual_servers {
-            self.owners
-                .entry(vs.key())
-                .or_default()
-                .insert(name.clone());
+            let owners = self.owners.entry(vs.key()).or_default();
+            if let Err(at) = owners.binary_search(name) {
+                owners.insert(at, name.clone());
+            }
         }
         for addr in &state.bound_addresses {
             *self.addresses.entry(*addr).or_default() += 1;
@@ -303,7 +303,7 @@ impl Ledger {
         for vs in &state.virtual_servers {
             let key = vs.key();
             if let Some(owners) = self.owners.get_mut(&key) {
-                owners.remove(name);
+                owners.retain(|owner| owner != name);
                 if owners.is_empty() {
                     self.owners.remove(&key);
                 }

@@ -352,6 +352,9 @@ fn sync_applies_only_the_change_and_drains_removed_tcp_servers() {
     });
     let mut desired = cluster.desired();
     block_on(p.full_reconcile(&desired));
+    // A client still connected to the one about to go.
+    let web = key("198.18.0.1", 80);
+    assert!(p.handles().0.model.set_conns(&web, &dk("198.19.0.5"), 1, 0));
 
     cluster.set("web", &["198.19.0.6", "198.19.0.8"], |_| {});
     let deltas = cluster.change(&mut desired, &["web"]);
@@ -369,7 +372,6 @@ fn sync_applies_only_the_change_and_drains_removed_tcp_servers() {
     );
 
     // Still connected: stays. Idle: deleted at the next poll.
-    let web = key("198.18.0.1", 80);
     assert!(p.handles().0.model.set_conns(&web, &dk("198.19.0.5"), 2, 0));
     assert_eq!(block_on(p.poll_graceful(Instant::now())).op_count(), 0);
     assert!(p.handles().0.model.set_conns(&web, &dk("198.19.0.5"), 0, 0));
@@ -455,6 +457,38 @@ fn an_address_already_bound_is_as_asked() {
     assert_eq!(link(&mut p), Some(vec![ip("198.18.0.1")]));
 }
 
+/// A node that gains IPv6 (an address read by a repair round) gets the
+/// IPv6 sets with the sync that starts programming it, before any rule
+/// can name them.
+#[test]
+fn a_family_the_node_gains_gets_its_sets() {
+    use crate::{backend::testing::batch, sync::SyncState};
+    let mut p = proxier();
+    block_on(p.start());
+    let mut state = SyncState::new(
+        "node-a",
+        crate::sync::NodeSettings::default(),
+        Some(vec![ip(NODE_IP)]),
+        std::time::SystemTime::now(),
+    );
+    let outcome = state.sync();
+    assert!(
+        block_on(Backend::apply(&mut p, batch(&state, &outcome, 1))).is_ok()
+    );
+    let sets = |p: &mut TestProxier| -> Vec<String> {
+        block_on(p.handles().2.dump("KUBE-6-"))
+            .unwrap()
+            .into_keys()
+            .collect()
+    };
+    assert_eq!(sets(&mut p), Vec::<String>::new());
+    assert!(state.set_local_addresses(vec![ip(NODE_IP), ip("2001:db8:100::1")]));
+    let outcome = state.sync();
+    let report = block_on(Backend::apply(&mut p, batch(&state, &outcome, 2)));
+    assert!(report.is_ok(), "{report:?}");
+    assert_eq!(sets(&mut p).len(), crate::desired::SetKind::ALL.len());
+}
+
 /// A round whose read predates a full reconcile (or a later round)
 /// repairs nothing: the kernel has moved on since.
 #[test]
@@ -525,6 +559,26 @@ fn a_repair_round_leaves_alone_what_syncs_touched_since_it_began() {
         .contains(&"TCP 198.18.0.7:80 -> 198.19.0.9:8080@1".to_owned()));
 }
 
+/// A real server without connections is deleted with the sync that
+/// removes it: read back first, as upstream does, not left to drain.
+#[test]
+fn an_idle_real_server_goes_at_once() {
+    let mut p = proxier();
+    block_on(p.start());
+    let mut cluster = Cluster::default();
+    cluster.set("web", &["198.19.0.5", "198.19.0.6"], |_| {});
+    let mut desired = cluster.desired();
+    block_on(p.full_reconcile(&desired));
+    cluster.set("web", &["198.19.0.6"], |_| {});
+    let report = block_on(p.sync(&cluster.change(&mut desired, &["web"])));
+    assert!(report.is_ok(), "{report:?}");
+    assert_eq!(
+        ipvs_lines(&mut p),
+        ["TCP 198.18.0.1:80 -> 198.19.0.6:8080@1"]
+    );
+    assert!(p.graceful().is_empty());
+}
+
 #[test]
 fn endpoint_back_while_draining_returns_to_weight_one() {
     let mut p = proxier();
@@ -533,6 +587,8 @@ fn endpoint_back_while_draining_returns_to_weight_one() {
     cluster.set("web", &["198.19.0.5", "198.19.0.6"], |_| {});
     let mut desired = cluster.desired();
     block_on(p.full_reconcile(&desired));
+    let web = key("198.18.0.1", 80);
+    assert!(p.handles().0.model.set_conns(&web, &dk("198.19.0.5"), 1, 0));
     cluster.set("web", &["198.19.0.6"], |_| {});
     block_on(p.sync(&cluster.change(&mut desired, &["web"])));
     assert_eq!(

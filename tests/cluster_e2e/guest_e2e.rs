@@ -33,13 +33,11 @@ const PROXY: &str = env!("CARGO_BIN_EXE_kube-ipvs-proxy");
 pub(crate) const NODE: &str = "node-a";
 pub(crate) const NODE_IP: &str = "198.18.100.1";
 const TIMEOUT: Duration = Duration::from_secs(3);
-/// control-plane.sh's control port, through guestfwd: the host's port
-/// number, E2E_CONTROL_PORT when several control planes run side by side.
-fn control_address() -> Result<SocketAddr> {
-    let port = std::env::var("E2E_CONTROL_PORT")
-        .ok()
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| "6440".to_owned());
+/// control-plane.sh's control port (E2E_CONTROL_PORT, 6440 unless moved
+/// so that control planes can run side by side), through guestfwd.
+fn control_addr() -> Result<SocketAddr> {
+    let port =
+        std::env::var("E2E_CONTROL_PORT").unwrap_or_else(|_| "6440".into());
     Ok(format!("10.0.2.100:{port}").parse()?)
 }
 
@@ -80,7 +78,7 @@ impl Node for Guest {
 /// "ok". The write side stays open until the answer: guestfwd's socat
 /// gives up on a half-closed connection.
 pub(crate) fn control(command: &str) -> Result<()> {
-    let addr = control_address()?;
+    let addr = control_addr()?;
     let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT)?;
     stream.set_read_timeout(Some(Duration::from_secs(300)))?;
     writeln!(stream, "{command}")?;

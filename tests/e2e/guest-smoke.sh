@@ -65,7 +65,7 @@ control() {
     local answer
     # Not socat: it half-closes after its input, and guestfwd's socat then
     # gives up on the answer.
-    exec 3<>"/dev/tcp/10.0.2.100/${E2E_CONTROL_PORT:-6440}"
+    exec 3<>"/dev/tcp/10.0.2.100/$E2E_CONTROL_PORT"
     echo "$1" >&3
     answer=$(cat <&3)
     exec 3<&-
