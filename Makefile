@@ -57,7 +57,7 @@ bench-vs-upstream:
 
 # ipvs-sys against ipvsadm -R / -Sn on the same rules, in the guest.
 # BENCH_SERVICES (default 10000) x BENCH_DESTS (10); see
-# ipvs-sys/examples/vs_ipvsadm.rs.
+# ipvs-sys/benches/vs_ipvsadm.rs.
 bench-ipvs:
 	tests/vm/bench-ipvs.sh
 
@@ -96,7 +96,7 @@ e2e-k8s:
 # processes hold the memory a link needs.
 E2E_FEATURES = kube-ipvs-proxy/kernel-tests,kube-ipvs-proxy/e2e-tests,kube-ipvs-proxy/node-tests
 e2e:
-	tests/vm/deps.sh
+	tests/vm/deps.sh prometheus
 	cargo test --no-run -p kube-ipvs-proxy --features $(E2E_FEATURES)
 	tests/e2e/control-plane.sh start
 	eval "$$(tests/e2e/control-plane.sh env)" && \

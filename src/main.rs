@@ -1,6 +1,8 @@
 //! kube-ipvs-proxy: parse the command line, resolve the configuration,
 //! run. A configuration that cannot be used exits with status 64
-//! (EX_USAGE) and one line naming the field or flag.
+//! (EX_USAGE) and one line naming the field or flag; a kernel that cannot
+//! run IPVS mode exits with 69 (EX_UNAVAILABLE) and one line naming what
+//! is missing.
 
 use std::{
     net::IpAddr,
@@ -16,12 +18,13 @@ use futures::{stream::BoxStream, StreamExt};
 use kube_ipvs_proxy::{
     backend::Backend,
     config::{
-        self, Cli, Command, Config, ConfigArgs, OutputFormat, PlanArgs,
-        Resolved, RunArgs,
+        self, Cli, Command, Config, ConfigArgs, ConfigWarning, OutputFormat,
+        PlanArgs, Resolved, RunArgs,
     },
     daemon::{self, LoopSettings},
     kernel::{
         addresses::NetlinkAddresses,
+        capabilities::Unsupported,
         ipsets::NetlinkIpsets,
         iptables::{
             real::{RealIptables, Variant},
@@ -30,20 +33,27 @@ use kube_ipvs_proxy::{
         ipvs::NetlinkIpvs,
         sysctl::{self, KernelVersion, ProcSysctls, SysctlConfig},
     },
-    proxier::{
-        stack::{self, KernelBackend},
-        Proxier, ProxierConfig,
-    },
+    logging::{self, LogSettings},
+    oom,
+    proxier::{stack, Proxier, ProxierConfig},
     server::{
         self, service_health, ProxyHealth, ServiceHealthServer, SyncReporter,
     },
-    source::{self, SourceEvent},
+    source::{
+        self, client_metrics::RestClientMetricsLayer, recorder::EventSink,
+        SourceEvent,
+    },
     sync::{self, NodeSettings, SyncState},
+    version::{VersionFlag, BUILD},
 };
-use tracing_subscriber::EnvFilter;
 
 /// sysexits' EX_USAGE, as linkerd2-proxy uses for a bad configuration.
 const EXIT_BAD_CONFIG: u8 = 64;
+/// sysexits' EX_UNAVAILABLE: the kernel lacks what IPVS mode needs.
+const EXIT_KERNEL_UNSUPPORTED: u8 = 69;
+/// Where the kubelet reads a container's termination message: the one
+/// line a DaemonSet's Pod shows as the reason it crashed.
+const TERMINATION_LOG: &str = "/dev/termination-log";
 
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -55,40 +65,45 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    init_tracing();
+    if let Some(value) = cli.run.version.as_deref() {
+        match VersionFlag::parse(value) {
+            Ok(VersionFlag::Off) => {}
+            Ok(flag) => {
+                print!("{}", BUILD.render(flag));
+                return ExitCode::SUCCESS;
+            }
+            Err(e) => return bad_config(&anyhow::anyhow!(e)),
+        }
+    }
     match cli.command {
         Some(Command::Plan(args)) => plan(&args),
         None => run(&cli.run),
     }
 }
 
-/// Logs go to stderr so that `plan` output on stdout stays parseable.
-fn init_tracing() {
-    let (filter, bad_filter) = match EnvFilter::try_from_default_env() {
-        Ok(filter) => (filter, None),
-        Err(e) if std::env::var_os("RUST_LOG").is_some() => {
-            (EnvFilter::new("info"), Some(e))
-        }
-        Err(_) => (EnvFilter::new("info"), None),
+/// Resolves the configuration, then starts logging as it says (stderr,
+/// so that `plan` output on stdout stays parseable) and logs each
+/// warning once.
+fn load(args: &ConfigArgs) -> Result<Config, ExitCode> {
+    let Resolved { config, warnings } = match resolve(args) {
+        Ok(resolved) => resolved,
+        Err(e) => return Err(bad_config(&e)),
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
-    if let Some(e) = bad_filter {
-        tracing::warn!("RUST_LOG ignored: {e}; logging at info");
+    if let Some(problem) =
+        logging::init(LogSettings::for_stderr(&config.logging))
+    {
+        tracing::warn!("{problem}");
     }
-}
-
-/// Reads `--config` if given and resolves flags and file into a
-/// [`Config`]; warnings are logged once each.
-fn load(args: &ConfigArgs) -> anyhow::Result<Config> {
-    let text = args.config.as_deref().map(read_config).transpose()?;
-    let Resolved { config, warnings } = config::resolve(args, text.as_deref())?;
-    for warning in &warnings {
-        tracing::warn!(field = %warning.field, "{}", warning.message);
+    for ConfigWarning { field, message } in &warnings {
+        tracing::warn!(field = %field, "{message}");
     }
     Ok(config)
+}
+
+/// Reads `--config` if given and resolves flags and file.
+fn resolve(args: &ConfigArgs) -> anyhow::Result<Resolved> {
+    let text = args.config.as_deref().map(read_config).transpose()?;
+    Ok(config::resolve(args, text.as_deref())?)
 }
 
 fn read_config(path: &Path) -> anyhow::Result<String> {
@@ -105,8 +120,11 @@ fn bad_config(error: &anyhow::Error) -> ExitCode {
 fn run(args: &RunArgs) -> ExitCode {
     let config = match load(&args.config) {
         Ok(config) => config,
-        Err(e) => return bad_config(&e),
+        Err(code) => return code,
     };
+    if let Some(path) = &args.write_config_to {
+        return write_config(&config, path);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -117,44 +135,117 @@ fn run(args: &RunArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run_proxy(config, args.cleanup())) {
+    let mode = if args.cleanup() {
+        Mode::Cleanup
+    } else if args.init_only() {
+        Mode::InitOnly
+    } else {
+        Mode::Run
+    };
+    match runtime.block_on(run_proxy(config, mode)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e:#}");
+            // `{:#}` keeps the whole context chain on one line.
+            let line = format!("{e:#}");
+            tracing::error!("{line}");
+            write_termination_message(&line);
+            if e.downcast_ref::<Unsupported>().is_some() {
+                ExitCode::from(EXIT_KERNEL_UNSUPPORTED)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}
+
+/// Only inside a container, where the kubelet mounted the file: never
+/// creates it on a host.
+fn write_termination_message(line: &str) {
+    let path = Path::new(TERMINATION_LOG);
+    if path.is_file() {
+        let _ = std::fs::write(path, format!("{line}\n"));
+    }
+}
+
+/// `--write-config-to`: as upstream, the resolved configuration with
+/// its defaults, then exit.
+fn write_config(config: &Config, path: &Path) -> ExitCode {
+    let written = config::to_yaml(config)
+        .map_err(anyhow::Error::from)
+        .and_then(|yaml| Ok(std::fs::write(path, yaml)?));
+    match written {
+        Ok(()) => {
+            tracing::info!(file = %path.display(), "wrote the configuration");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            tracing::error!(file = %path.display(), "cannot write the configuration: {e:#}");
             ExitCode::FAILURE
         }
     }
 }
 
+/// What the process is asked to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Run,
+    /// `--cleanup`: remove what IPVS mode created, then exit.
+    Cleanup,
+    /// `--init-only`: the privileged start-up steps, then exit.
+    InitOnly,
+}
+
 /// How often the state file is checked for edits.
 const STATE_FILE_POLL: Duration = Duration::from_millis(500);
 
-async fn run_proxy(config: Config, cleanup: bool) -> anyhow::Result<()> {
-    if cleanup {
+async fn run_proxy(config: Config, mode: Mode) -> anyhow::Result<()> {
+    if mode == Mode::Cleanup {
         return clean_up(&config).await;
     }
     let node_name = config.node_name(&hostname());
-    tracing::info!(node = %node_name, "starting");
-    let mut backend = kernel_backend(&config).await?;
+    tracing::info!(
+        node = %node_name,
+        version = BUILD.git_version,
+        commit = BUILD.git_commit,
+        "starting"
+    );
+    stack::check_kernel(&config).await?;
+    set_sysctls(&config);
+    if mode == Mode::InitOnly {
+        tracing::info!("system initialized and --init-only specified");
+        return Ok(());
+    }
+    if let Err(error) = oom::apply_score_adj(config.oom_score_adj) {
+        tracing::debug!(value = config.oom_score_adj, %error, "oomScoreAdj not applied");
+    }
+    let mut backend = stack::open(&config)
+        .await
+        .context("opening the kernel facilities")?;
+    let mut events = None;
     let source: BoxStream<'static, SourceEvent> = match &config.state_file {
         Some(path) => {
             source::file::watch(path.clone(), STATE_FILE_POLL).boxed()
         }
         None => {
             let client = kube_client(config.kubeconfig.as_deref()).await?;
-            source::kube::watch(
-                client,
+            let watch = source::kube::watch(
+                client.clone(),
                 &node_name,
                 config.service_proxy_name.as_deref(),
             )?
-            .boxed()
+            .boxed();
+            // Upstream's birth cry, once its informers are started.
+            let sink = EventSink::spawn(client, &node_name);
+            sink.starting();
+            events = Some(sink);
+            watch
         }
     };
     let health_addresses = service_health::listen_addresses(
         &config.node_port_addresses,
         &backend.local_addresses().await.unwrap_or_default(),
     );
-    let reporter = start_servers(&config, health_addresses)?;
+    let reporter = start_servers(&config, health_addresses, events)?;
     let state = SyncState::new(
         node_name,
         NodeSettings::from_config(&config),
@@ -167,14 +258,6 @@ async fn run_proxy(config: Config, cleanup: bool) -> anyhow::Result<()> {
     };
     daemon::run(source, state, backend, settings, reporter).await?;
     Ok(())
-}
-
-/// Sets IPVS mode's sysctls, then opens the kernel facilities.
-async fn kernel_backend(config: &Config) -> anyhow::Result<KernelBackend> {
-    set_sysctls(config);
-    stack::open(config)
-        .await
-        .context("opening the kernel facilities")
 }
 
 /// IPVS mode's sysctls, written only where they differ. A failure is
@@ -248,6 +331,7 @@ const METRICS_UPKEEP: Duration = Duration::from_secs(5);
 fn start_servers(
     config: &Config,
     health_addresses: Vec<IpAddr>,
+    events: Option<EventSink>,
 ) -> anyhow::Result<SyncReporter> {
     // Upstream's health timeout: a queued update may wait two periods.
     let health = Arc::new(ProxyHealth::new(2 * config.ipvs.sync_period));
@@ -269,6 +353,9 @@ fn start_servers(
     }
     let service_health =
         ServiceHealthServer::new(health_addresses, Arc::clone(&health))?;
+    if let Some(events) = events {
+        service_health.record_events_to(events);
+    }
     Ok(SyncReporter::new(health, Some(service_health)))
 }
 
@@ -290,7 +377,11 @@ async fn kube_client(
             .await
             .context("no --kubeconfig, and no in-cluster or default config")?,
     };
-    Ok(kube::Client::try_from(config)?)
+    // Every request counted and timed for the rest_client_* metrics.
+    let metrics = RestClientMetricsLayer::for_url(&config.cluster_url);
+    Ok(kube::client::ClientBuilder::try_from(config)?
+        .with_layer(&metrics)
+        .build())
 }
 
 fn hostname() -> String {
@@ -300,7 +391,7 @@ fn hostname() -> String {
 fn plan(args: &PlanArgs) -> ExitCode {
     let config = match load(&args.config) {
         Ok(config) => config,
-        Err(e) => return bad_config(&e),
+        Err(code) => return code,
     };
     // `--state` is required for plan, so this is always set.
     let Some(path) = config.state_file.as_deref() else {

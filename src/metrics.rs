@@ -9,6 +9,8 @@
 pub mod events;
 pub mod exporter;
 pub mod no_local;
+pub mod process;
+pub mod rest_client;
 #[cfg(test)]
 mod tests;
 

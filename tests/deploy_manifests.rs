@@ -172,3 +172,67 @@ fn the_daemonset_runs_as_its_service_account_on_every_node() {
         object(&docs, "ClusterRole")["metadata"]["name"]
     );
 }
+
+#[test]
+fn the_cluster_role_grants_what_the_proxy_uses_and_nothing_more() {
+    let docs = documents();
+    let rules = &object(&docs, "ClusterRole")["rules"];
+    assert_eq!(
+        rules,
+        &serde_json::json!([
+            {"apiGroups": [""], "resources": ["services"],
+             "verbs": ["list", "watch"]},
+            {"apiGroups": [""], "resources": ["nodes"],
+             "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+             "verbs": ["list", "watch"]},
+            // kube-rs' recorder: events.k8s.io only, create then patch.
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"],
+             "verbs": ["create", "patch"]},
+        ])
+    );
+}
+
+const POD_MONITOR: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/deploy/monitoring/podmonitor.yaml"
+);
+
+/// What kube-prometheus' kube-proxy PodMonitor and the kubernetes-mixin
+/// queries need of the DaemonSet: its pods in kube-system labelled
+/// `k8s-app: kube-proxy` (the job name), metrics on port 10249.
+#[test]
+fn kube_prometheus_finds_the_pods_as_kube_proxys() {
+    let docs = documents();
+    let ds = object(&docs, "DaemonSet");
+    assert_eq!(ds["metadata"]["namespace"], "kube-system");
+    let labels = &ds["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(labels["k8s-app"], "kube-proxy");
+    // Not in the selector, which kube-proxy's own DaemonSet uses.
+    assert!(ds["spec"]["selector"]["matchLabels"]["k8s-app"].is_null());
+
+    let text = std::fs::read_to_string(POD_MONITOR).expect("readable");
+    let monitor: Value = serde_saphyr::from_str(&text).expect("YAML");
+    assert_eq!(monitor["kind"], "PodMonitor");
+    let spec = &monitor["spec"];
+    assert_eq!(spec["namespaceSelector"]["matchNames"][0], "kube-system");
+    let selector = spec["selector"]["matchLabels"]
+        .as_object()
+        .expect("matchLabels");
+    for (key, value) in selector {
+        assert_eq!(&labels[key], value, "the pods carry {key}");
+    }
+    // The job label is the value of the pods' k8s-app label.
+    let job_label = spec["jobLabel"].as_str().expect("jobLabel");
+    assert_eq!(labels[job_label], "kube-proxy");
+    let relabelings = &spec["podMetricsEndpoints"][0]["relabelings"];
+    let address = relabelings
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["targetLabel"] == "__address__"))
+        .expect("the address relabeling");
+    assert_eq!(
+        address["replacement"],
+        format!("$1:{}", config::METRICS_PORT),
+        "the metrics port"
+    );
+}

@@ -15,7 +15,7 @@ use crate::baseline;
 /// Why fresh: the kernel keeps deleted real servers on a per-namespace
 /// trash list that every real server add walks, so a side loading after
 /// another's flush in the same namespace is slowed by the other's
-/// leftovers (see ipvs-sys/examples/vs_ipvsadm.rs).
+/// leftovers (see ipvs-sys/benches/vs_ipvsadm.rs).
 pub fn fresh_netns(node_ip: &str) -> anyhow::Result<()> {
     // SAFETY: unshare has no memory-safety preconditions; it changes the
     // calling thread's namespace only.

@@ -21,8 +21,11 @@ pub const INET_ADDR_LEN: usize = 16;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum AddressFamily {
+    /// IPv4 (`AF_INET`).
     Inet,
+    /// IPv6 (`AF_INET6`).
     Inet6,
+    /// Any other family number, kept as sent.
     Other(u16),
 }
 
@@ -70,9 +73,13 @@ impl fmt::Display for AddressFamily {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum Protocol {
+    /// TCP (`IPPROTO_TCP`).
     Tcp,
+    /// UDP (`IPPROTO_UDP`).
     Udp,
+    /// SCTP (`IPPROTO_SCTP`).
     Sctp,
+    /// Any other protocol number, kept as sent.
     Other(u16),
 }
 
@@ -120,6 +127,8 @@ impl fmt::Display for Protocol {
 pub struct InetAddr(pub [u8; INET_ADDR_LEN]);
 
 impl InetAddr {
+    /// Reads an address attribute: 16 bytes as the kernel sends, or 4
+    /// for an IPv4 address as some tools send; other lengths are an error.
     pub fn parse(value: &[u8]) -> Result<Self, DecodeError> {
         let mut bytes = [0u8; INET_ADDR_LEN];
         match value.len() {

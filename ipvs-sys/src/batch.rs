@@ -71,14 +71,18 @@ impl Batch {
         self
     }
 
+    /// Queue adding a virtual service (`ipvsadm -A`).
     pub fn add_service(&mut self, service: &Service) -> &mut Self {
         self.push(self.handle.service().add(service))
     }
 
+    /// Queue changing a virtual service's scheduler, flags or persistence
+    /// (`ipvsadm -E`).
     pub fn set_service(&mut self, service: &Service) -> &mut Self {
         self.push(self.handle.service().set(service))
     }
 
+    /// Queue deleting a virtual service and its destinations (`ipvsadm -D`).
     pub fn del_service(
         &mut self,
         service: impl AsRef<ServiceKey>,
@@ -86,6 +90,7 @@ impl Batch {
         self.push(self.handle.service().del(service))
     }
 
+    /// Queue adding a destination to a service (`ipvsadm -a`).
     pub fn add_dest(
         &mut self,
         service: impl AsRef<ServiceKey>,
@@ -94,6 +99,8 @@ impl Batch {
         self.push(self.handle.dest(service).add(dest))
     }
 
+    /// Queue changing a destination's weight, forwarding method or
+    /// thresholds (`ipvsadm -e`).
     pub fn set_dest(
         &mut self,
         service: impl AsRef<ServiceKey>,
@@ -102,6 +109,7 @@ impl Batch {
         self.push(self.handle.dest(service).set(dest))
     }
 
+    /// Queue deleting a destination from a service (`ipvsadm -d`).
     pub fn del_dest(
         &mut self,
         service: impl AsRef<ServiceKey>,
@@ -110,10 +118,12 @@ impl Batch {
         self.push(self.handle.dest(service).del(dest))
     }
 
+    /// How many requests are queued.
     pub fn len(&self) -> usize {
         self.requests.len()
     }
 
+    /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
         self.requests.is_empty()
     }

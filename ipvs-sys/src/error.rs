@@ -15,20 +15,35 @@ const EINVAL: i32 = 22;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Operation {
+    /// Adding a virtual service.
     AddService,
+    /// Changing a virtual service.
     SetService,
+    /// Deleting a virtual service.
     DelService,
+    /// Reading one virtual service.
     GetService,
+    /// Dumping the virtual services.
     ListServices,
+    /// Adding a destination.
     AddDest,
+    /// Changing a destination.
     SetDest,
+    /// Deleting a destination.
     DelDest,
+    /// Dumping a service's destinations.
     ListDests,
+    /// Deleting every service.
     Flush,
+    /// Zeroing counters.
     Zero,
+    /// Reading IPVS's version and table size.
     GetInfo,
+    /// Reading the connection timeouts.
     GetTimeouts,
+    /// Setting the connection timeouts.
     SetTimeouts,
+    /// Looking up the "IPVS" generic netlink family.
     ResolveFamily,
 }
 
@@ -77,10 +92,13 @@ pub enum Error {
     /// The kernel refused a request. `errno` is positive (`EEXIST` = 17).
     #[error("{operation} {object}: {} ({})", io::Error::from_raw_os_error(*errno), errno_name(*errno))]
     Kernel {
+        /// What was asked.
         operation: Operation,
         /// `TCP 198.18.0.10:80`, `198.19.0.5:8080 in TCP 198.18.0.10:80`.
         object: String,
+        /// The kernel's errno, positive.
         errno: i32,
+        /// The kernel's whole error message.
         message: ErrorMessage,
     },
 
@@ -89,8 +107,11 @@ pub enum Error {
         "{operation} {object}: cannot decode the kernel's reply: {source}"
     )]
     Decode {
+        /// What was asked.
         operation: Operation,
+        /// What it was about.
         object: String,
+        /// Why the reply could not be read.
         #[source]
         source: DecodeError,
     },
@@ -98,24 +119,33 @@ pub enum Error {
     /// The kernel answered with something the request does not expect.
     #[error("{operation} {object}: unexpected reply: {detail}")]
     UnexpectedReply {
+        /// What was asked.
         operation: Operation,
+        /// What it was about.
         object: String,
+        /// What came back instead.
         detail: String,
     },
 
     /// A request was refused before being sent (it could not be encoded).
     #[error("{operation} {object}: invalid request: {reason}")]
     InvalidRequest {
+        /// What was asked.
         operation: Operation,
+        /// What it was about.
         object: String,
+        /// Why it cannot be sent.
         reason: String,
     },
 
     /// The netlink connection failed (closed socket, send error).
     #[error("{operation} {object}: netlink transport error: {source}")]
     Transport {
+        /// What was asked.
         operation: Operation,
+        /// What it was about.
         object: String,
+        /// The connection's error.
         #[source]
         source: GenetlinkError,
     },

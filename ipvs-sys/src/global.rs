@@ -21,6 +21,7 @@ impl InfoRequest {
         Self { handle }
     }
 
+    /// Sends the request and reads the reply.
     pub async fn execute(self) -> Result<Info, Error> {
         let object = "IPVS";
         let reply = fetch_one(
@@ -74,6 +75,7 @@ pub struct TimeoutsGetRequest {
 }
 
 impl TimeoutsGetRequest {
+    /// Sends the request and reads the reply.
     pub async fn execute(self) -> Result<Timeouts, Error> {
         let reply = fetch_one(
             &self.handle,

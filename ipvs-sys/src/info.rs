@@ -19,8 +19,11 @@ const IPVS_INFO_ATTR_CONN_TAB_SIZE: u16 = 2;
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum InfoAttribute {
+    /// IPVS's version (`IPVS_INFO_ATTR_VERSION`).
     Version(IpvsVersion),
+    /// Size of the connection hash table (`IPVS_INFO_ATTR_CONN_TAB_SIZE`).
     ConnTableSize(u32),
+    /// An attribute this crate does not know, kept as received.
     Other(DefaultNla),
 }
 
@@ -91,12 +94,15 @@ impl fmt::Display for IpvsVersion {
 /// General IPVS information (`ipvsadm -Ln`'s first line).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Info {
+    /// IPVS's version, as `ipvsadm` prints it.
     pub version: IpvsVersion,
     /// Size of the connection hash table.
     pub conn_table_size: u32,
 }
 
 impl Info {
+    /// Reads an info reply's attributes; both the version and the table
+    /// size must be there.
     pub fn from_attributes(
         attrs: &[InfoAttribute],
     ) -> Result<Self, DecodeError> {
@@ -120,6 +126,7 @@ impl Info {
         }
     }
 
+    /// The attributes of an info reply with these values.
     pub fn attributes(&self) -> Vec<InfoAttribute> {
         vec![
             InfoAttribute::Version(self.version),

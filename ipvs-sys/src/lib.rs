@@ -47,6 +47,8 @@
 //! Decoding never panics: a truncated or malformed buffer is a
 //! [`DecodeError`](netlink_packet_core::DecodeError).
 
+#![deny(missing_docs)]
+
 mod address;
 mod batch;
 pub mod daemon;

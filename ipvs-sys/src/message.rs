@@ -50,29 +50,41 @@ const IPVS_CMD_ATTR_TIMEOUT_UDP: u16 = 6;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum IpvsCmd {
+    /// Add a virtual service.
     NewService,
+    /// Change a virtual service.
     SetService,
+    /// Delete a virtual service.
     DelService,
     /// One service, or all of them with `NLM_F_DUMP`.
     GetService,
+    /// Add a destination.
     NewDest,
+    /// Change a destination.
     SetDest,
+    /// Delete a destination.
     DelDest,
     /// Dump only: the destinations of one service.
     GetDest,
+    /// Start a connection sync daemon.
     NewDaemon,
+    /// Stop a connection sync daemon.
     DelDaemon,
+    /// Dump the sync daemons.
     GetDaemon,
     /// Set timeouts; also the command of `GetConfig`'s reply.
     SetConfig,
+    /// Ask for the timeouts (answered with `SetConfig`).
     GetConfig,
     /// Only the command of `GetInfo`'s reply.
     SetInfo,
+    /// Ask for the version and table size (answered with `SetInfo`).
     GetInfo,
     /// Zero the counters of one service or of all.
     Zero,
     /// Delete every service and destination.
     Flush,
+    /// Any other command number, kept as sent.
     Other(u8),
 }
 
@@ -136,11 +148,15 @@ pub enum IpvsAttribute {
     Dest(Vec<DestAttribute>),
     /// `IPVS_CMD_ATTR_DAEMON`.
     Daemon(Vec<DaemonAttribute>),
+    /// TCP timeout in seconds (`IPVS_CMD_ATTR_TIMEOUT_TCP`).
     TimeoutTcp(u32),
+    /// TCP timeout after a FIN, in seconds (`IPVS_CMD_ATTR_TIMEOUT_TCP_FIN`).
     TimeoutTcpFin(u32),
+    /// UDP timeout in seconds (`IPVS_CMD_ATTR_TIMEOUT_UDP`).
     TimeoutUdp(u32),
     /// Attributes of an info reply, whose numbers overlap the ones above.
     Info(InfoAttribute),
+    /// An attribute this crate does not know, kept as received.
     Other(DefaultNla),
 }
 
@@ -236,7 +252,9 @@ impl IpvsAttribute {
 /// The payload of an IPVS generic netlink message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IpvsMessage {
+    /// The command.
     pub cmd: IpvsCmd,
+    /// Its attributes, in order.
     pub nlas: Vec<IpvsAttribute>,
 }
 
@@ -283,6 +301,7 @@ impl ParseableParametrized<[u8], GenlHeader> for IpvsMessage {
 }
 
 impl IpvsMessage {
+    /// A message with this command and attributes.
     pub fn new(cmd: IpvsCmd, nlas: Vec<IpvsAttribute>) -> Self {
         Self { cmd, nlas }
     }
@@ -378,6 +397,7 @@ impl IpvsMessage {
         Self::new(IpvsCmd::Zero, nlas)
     }
 
+    /// Ask for IPVS's version and connection table size.
     pub fn get_info() -> Self {
         Self::new(IpvsCmd::GetInfo, vec![])
     }

@@ -67,10 +67,12 @@ impl WriteRequest {
         &mut self.message
     }
 
+    /// The message to be sent.
     pub fn message(&self) -> &IpvsMessage {
         &self.message
     }
 
+    /// What the request does, as errors name it.
     pub fn operation(&self) -> Operation {
         self.operation
     }

@@ -27,15 +27,23 @@ const IPVS_STATS_ATTR_OUTBPS: u16 = 10;
 pub struct Stats {
     /// Connections scheduled.
     pub conns: u64,
+    /// Packets received.
     pub in_packets: u64,
+    /// Packets sent.
     pub out_packets: u64,
+    /// Bytes received.
     pub in_bytes: u64,
+    /// Bytes sent.
     pub out_bytes: u64,
     /// Current connection rate (per second).
     pub cps: u64,
+    /// Current packet rate in (per second).
     pub in_pps: u64,
+    /// Current packet rate out (per second).
     pub out_pps: u64,
+    /// Current byte rate in (per second).
     pub in_bps: u64,
+    /// Current byte rate out (per second).
     pub out_bps: u64,
 }
 

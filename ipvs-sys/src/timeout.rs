@@ -6,8 +6,11 @@ use std::fmt;
 /// unchanged, as in the kernel; replies fill every field the kernel knows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Timeouts {
+    /// TCP timeout.
     pub tcp: Option<u32>,
+    /// TCP timeout after a FIN.
     pub tcp_fin: Option<u32>,
+    /// UDP timeout.
     pub udp: Option<u32>,
 }
 

@@ -154,6 +154,13 @@ impl fmt::Display for GoDuration {
     }
 }
 
+/// As Go's `time.Duration.String()`, which upstream writes.
+impl serde::Serialize for GoDuration {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
 impl<'de> Deserialize<'de> for GoDuration {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;

@@ -13,14 +13,15 @@ use super::{
     duration::GoDuration,
     kubeproxy::{
         ClientConnection, DetectLocalSection, Iptables, Ipvs,
-        KubeProxyConfiguration, API_VERSION, KIND,
+        KubeProxyConfiguration, Logging, API_VERSION, KIND,
     },
 };
 
 #[derive(Debug, Clone, PartialEq, Parser)]
 #[command(
     name = "kube-ipvs-proxy",
-    version,
+    // `--version` is ours: it takes kube-proxy's `=raw` too.
+    disable_version_flag = true,
     about = "kube-proxy in IPVS mode: same flags, same config file, \
              same kernel state",
     args_conflicts_with_subcommands = true
@@ -53,11 +54,39 @@ pub struct RunArgs {
         value_parser = BoolishValueParser::new(),
     )]
     pub cleanup: Option<bool>,
+    /// Print version information and exit; `--version=raw` prints every
+    /// build detail.
+    #[arg(
+        long,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_name = "true|raw"
+    )]
+    pub version: Option<String>,
+    /// Write the effective configuration, defaults included, to this
+    /// file as a KubeProxyConfiguration, then exit.
+    #[arg(long, value_name = "FILE")]
+    pub write_config_to: Option<PathBuf>,
+    /// Do the start-up steps that need full root privileges (the kernel
+    /// checks and IPVS mode's sysctls), then exit.
+    #[arg(
+        long,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new(),
+    )]
+    pub init_only: Option<bool>,
 }
 
 impl RunArgs {
     pub fn cleanup(&self) -> bool {
         self.cleanup.unwrap_or(false)
+    }
+
+    pub fn init_only(&self) -> bool {
+        self.init_only.unwrap_or(false)
     }
 }
 
@@ -212,20 +241,34 @@ pub struct ConfigArgs {
     #[arg(long, value_name = "DURATION", value_parser = GoDuration::parse)]
     pub config_sync_period: Option<GoDuration>,
 
+    /// The OOM score adjustment of the process, in [-1000, 1000]
+    /// (default -999).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub oom_score_adj: Option<i64>,
+
+    /// Log verbosity: 0-1 info, 2-4 debug, 5 and more trace. Applies
+    /// with --config too, over the file's logging.verbosity. RUST_LOG,
+    /// when set, takes precedence.
+    #[arg(long = "v", short = 'v', value_name = "LEVEL")]
+    pub verbosity: Option<u32>,
+
+    /// "text" or "json" (one JSON object per line). Applies with
+    /// --config too, over the file's logging.format.
+    #[arg(long, value_name = "FORMAT", value_parser = ["text", "json"])]
+    pub logging_format: Option<String>,
+
     #[command(flatten)]
     pub ignored: IgnoredFlags,
 }
 
 /// kube-proxy flags we accept so that existing manifests keep working, but
 /// do not implement; each one given gets a warning. Flags that change what
-/// the process does (`--init-only`, `--write-config-to`) are deliberately
-/// absent: ignoring them would run the proxy where upstream would exit.
+/// the process does are never here: ignoring them would run the proxy
+/// where upstream would exit.
 #[derive(Debug, Clone, Default, PartialEq, Args)]
 pub struct IgnoredFlags {
     #[arg(long, hide = true)]
     pub master: Option<String>,
-    #[arg(long = "v", short = 'v', hide = true)]
-    pub verbosity: Option<String>,
     #[arg(long, hide = true)]
     pub feature_gates: Option<String>,
     #[arg(long, hide = true)]
@@ -234,8 +277,6 @@ pub struct IgnoredFlags {
     pub iptables_min_sync_period: Option<String>,
     #[arg(long, hide = true)]
     pub iptables_localhost_nodeports: Option<String>,
-    #[arg(long, hide = true, allow_negative_numbers = true)]
-    pub oom_score_adj: Option<String>,
     #[arg(long, hide = true)]
     pub conntrack_max_per_core: Option<String>,
     #[arg(long, hide = true)]
@@ -262,8 +303,6 @@ pub struct IgnoredFlags {
     pub metrics_port: Option<String>,
     #[arg(long, hide = true)]
     pub proxy_port_range: Option<String>,
-    #[arg(long, hide = true)]
-    pub logging_format: Option<String>,
     #[arg(long, hide = true)]
     pub log_flush_frequency: Option<String>,
     #[arg(long, hide = true)]
@@ -299,7 +338,6 @@ impl IgnoredFlags {
     pub fn given(&self) -> Vec<(&'static str, &str)> {
         [
             ("--master", &self.master),
-            ("-v", &self.verbosity),
             ("--feature-gates", &self.feature_gates),
             ("--iptables-sync-period", &self.iptables_sync_period),
             ("--iptables-min-sync-period", &self.iptables_min_sync_period),
@@ -307,7 +345,6 @@ impl IgnoredFlags {
                 "--iptables-localhost-nodeports",
                 &self.iptables_localhost_nodeports,
             ),
-            ("--oom-score-adj", &self.oom_score_adj),
             ("--conntrack-max-per-core", &self.conntrack_max_per_core),
             ("--conntrack-min", &self.conntrack_min),
             (
@@ -333,7 +370,6 @@ impl IgnoredFlags {
             ("--healthz-port", &self.healthz_port),
             ("--metrics-port", &self.metrics_port),
             ("--proxy-port-range", &self.proxy_port_range),
-            ("--logging-format", &self.logging_format),
             ("--log-flush-frequency", &self.log_flush_frequency),
             ("--vmodule", &self.vmodule),
             ("--profiling", &self.profiling),
@@ -365,6 +401,11 @@ impl ConfigArgs {
             masquerade_all: self.masquerade_all,
             ..Iptables::default()
         };
+        let logging = Logging {
+            format: self.logging_format.clone(),
+            verbosity: self.verbosity.map(i64::from),
+            ..Logging::default()
+        };
         KubeProxyConfiguration {
             api_version: Some(API_VERSION.to_owned()),
             kind: Some(KIND.to_owned()),
@@ -391,6 +432,8 @@ impl ConfigArgs {
             cluster_cidr: self.cluster_cidr.clone(),
             node_port_addresses: self.nodeport_addresses.clone(),
             config_sync_period: self.config_sync_period,
+            oom_score_adj: self.oom_score_adj,
+            logging: Some(logging),
             ..KubeProxyConfiguration::default()
         }
     }
@@ -438,6 +481,7 @@ impl ConfigArgs {
             ),
             ("--kubeconfig", self.kubeconfig.is_some()),
             ("--config-sync-period", self.config_sync_period.is_some()),
+            ("--oom-score-adj", self.oom_score_adj.is_some()),
         ]
         .into_iter()
         .filter_map(|(flag, given)| given.then_some(flag))

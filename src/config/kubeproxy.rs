@@ -9,14 +9,14 @@
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use super::{duration::GoDuration, ConfigError, ConfigWarning};
 
 pub const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
 pub const KIND: &str = "KubeProxyConfiguration";
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct KubeProxyConfiguration {
     /// Paths of fields no version of the type has (typos, or fields from
@@ -28,9 +28,8 @@ pub struct KubeProxyConfiguration {
     pub kind: Option<String>,
     pub feature_gates: Option<BTreeMap<String, bool>>,
     pub client_connection: Option<ClientConnection>,
-    /// component-base's logging options; we log through `RUST_LOG`, so the
-    /// contents are only checked for being non-default.
-    pub logging: Option<serde_json::Value>,
+    /// component-base's logging options: `format` and `verbosity` apply.
+    pub logging: Option<Logging>,
     pub hostname_override: Option<String>,
     pub bind_address: Option<String>,
     pub healthz_bind_address: Option<String>,
@@ -58,7 +57,19 @@ pub struct KubeProxyConfiguration {
     pub udp_idle_timeout: Option<GoDuration>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+/// component-base's `LoggingConfiguration`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Logging {
+    pub format: Option<String>,
+    /// A duration string or nanoseconds; only checked for being zero.
+    pub flush_frequency: Option<serde_json::Value>,
+    pub verbosity: Option<i64>,
+    pub vmodule: Option<serde_json::Value>,
+    pub options: Option<serde_json::Value>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClientConnection {
     pub accept_content_types: Option<String>,
@@ -68,7 +79,7 @@ pub struct ClientConnection {
     pub qps: Option<f64>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Iptables {
     pub masquerade_bit: Option<i64>,
@@ -80,7 +91,7 @@ pub struct Iptables {
     pub min_sync_period: Option<GoDuration>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Ipvs {
     pub sync_period: Option<GoDuration>,
@@ -95,7 +106,7 @@ pub struct Ipvs {
     pub udp_timeout: Option<GoDuration>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Nftables {
     pub masquerade_bit: Option<i64>,
@@ -104,7 +115,7 @@ pub struct Nftables {
     pub min_sync_period: Option<GoDuration>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Winkernel {
     pub network_name: Option<String>,
@@ -115,14 +126,14 @@ pub struct Winkernel {
     pub forward_health_check_vip: Option<bool>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DetectLocalSection {
     pub bridge_interface: Option<String>,
     pub interface_name_prefix: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Conntrack {
     pub max_per_core: Option<i64>,
@@ -296,7 +307,11 @@ impl KubeProxyConfiguration {
             u.check("clientConnection.contentType", &c.content_type);
             u.check("clientConnection.qps", &c.qps);
         }
-        u.check("logging", &self.logging);
+        if let Some(l) = &self.logging {
+            u.check("logging.flushFrequency", &l.flush_frequency);
+            u.check("logging.vmodule", &l.vmodule);
+            u.check("logging.options", &l.options);
+        }
         u.check("bindAddressHardFail", &self.bind_address_hard_fail);
         u.check("enableProfiling", &self.enable_profiling);
         u.check(
@@ -325,7 +340,6 @@ impl KubeProxyConfiguration {
                 &w.forward_health_check_vip,
             );
         }
-        u.check("oomScoreAdj", &self.oom_score_adj);
         if let Some(c) = &self.conntrack {
             u.check("conntrack.maxPerCore", &c.max_per_core);
             u.check("conntrack.min", &c.min);

@@ -11,6 +11,7 @@ mod flags;
 mod kubeproxy;
 mod settings;
 mod validate;
+mod write;
 
 pub use duration::{DurationError, GoDuration};
 pub use error::{ConfigError, ConfigWarning, FieldError};
@@ -21,9 +22,12 @@ pub use kubeproxy::{
     parse as parse_kube_proxy_configuration, KubeProxyConfiguration,
 };
 pub use settings::{
-    Config, DetectLocal, IpvsConfig, NodePortAddress, Scheduler,
-    UnknownScheduler, HEALTHZ_PORT, METRICS_PORT,
+    Config, DetectLocal, IpvsConfig, LogFormat, LoggingConfig, NodePortAddress,
+    Scheduler, UnknownScheduler, DEFAULT_OOM_SCORE_ADJ, HEALTHZ_PORT,
+    METRICS_PORT,
 };
+
+pub use write::{to_kube_proxy_configuration, to_yaml};
 
 use validate::{to_config, Origin};
 
@@ -92,14 +96,22 @@ pub fn resolve(
         }
     }
 
+    // Logging flags win over the file, as kube-proxy copies them over
+    // the loaded configuration (`--config ... -v=5` must work).
+    if let Some(level) = args.verbosity {
+        config.logging.verbosity = level;
+    }
+    if let Some(format) = args.logging_format.as_deref() {
+        // clap accepts only the known names.
+        config.logging.format = format.parse().unwrap_or_default();
+    }
+
     for (flag, value) in args.ignored.given() {
         warnings.push(ConfigWarning {
             field: flag.to_owned(),
-            message: if flag == "-v" {
-                format!("verbosity {value:?} ignored; use RUST_LOG")
-            } else {
-                format!("not implemented by kube-ipvs-proxy; {value:?} ignored")
-            },
+            message: format!(
+                "not implemented by kube-ipvs-proxy; {value:?} ignored"
+            ),
         });
     }
 

@@ -48,6 +48,55 @@ pub struct Config {
     pub service_proxy_name: Option<String>,
     /// How often the informers relist from the API server.
     pub config_sync_period: Duration,
+    pub logging: LoggingConfig,
+    /// Written to `/proc/self/oom_score_adj` at start-up, as upstream
+    /// does (`oomScoreAdj`, `--oom-score-adj`).
+    pub oom_score_adj: i32,
+}
+
+/// kube-proxy's OOM score adjustment when none is configured
+/// (`qos.KubeProxyOOMScoreAdj`): almost never chosen by the OOM killer.
+pub const DEFAULT_OOM_SCORE_ADJ: i32 = -999;
+
+/// How logs are written (`logging.format` and `logging.verbosity` in the
+/// file, `--logging-format` and `-v` on the command line).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LoggingConfig {
+    pub format: LogFormat,
+    /// kube-proxy's `-v`: 0 and 1 log at info, 2 to 4 at debug, 5 and
+    /// more at trace.
+    pub verbosity: u32,
+}
+
+/// component-base's log formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// One line per event, for people.
+    #[default]
+    Text,
+    /// One JSON object per line, for log pipelines.
+    Json,
+}
+
+impl LogFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        }
+    }
+}
+
+impl FromStr for LogFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(other.to_owned()),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -204,6 +253,8 @@ impl Default for Config {
             state_file: None,
             service_proxy_name: None,
             config_sync_period: Duration::from_secs(15 * 60),
+            logging: LoggingConfig::default(),
+            oom_score_adj: DEFAULT_OOM_SCORE_ADJ,
         }
     }
 }

@@ -80,6 +80,8 @@ fn kubeadm_configmap_gives_upstream_defaults_in_ipvs_mode() {
         state_file: None,
         service_proxy_name: None,
         config_sync_period: Duration::from_secs(15 * 60),
+        logging: LoggingConfig::default(),
+        oom_score_adj: -999,
     };
     assert_eq!(resolved.config, expected);
     // Zero values everywhere else: nothing is being ignored.
@@ -389,6 +391,24 @@ const INVALID: &[Invalid] = &[
         reason: "must be greater than 0",
     },
     Invalid {
+        name: "oom score adjustment out of range",
+        text: "oomScoreAdj: -1001",
+        field: "oomScoreAdj",
+        reason: "[-1000, 1000]",
+    },
+    Invalid {
+        name: "unknown log format",
+        text: "logging:\n  format: logfmt",
+        field: "logging.format",
+        reason: "unsupported log format \"logfmt\"",
+    },
+    Invalid {
+        name: "negative verbosity",
+        text: "logging:\n  verbosity: -1",
+        field: "logging.verbosity",
+        reason: "must be 0 or more",
+    },
+    Invalid {
         name: "wrong type",
         text: "iptables:\n  masqueradeAll: [true]",
         field: "iptables.masqueradeAll",
@@ -477,7 +497,7 @@ fn unused_fields_warn_once_each() {
         "{HEAD}mode: ipvs\n\
          featureGates:\n  SomeGate: true\n  OtherGate: false\n\
          conntrack:\n  maxPerCore: 32768\n  min: 0\n  tcpBeLiberal: true\n\
-         logging:\n  verbosity: 4\n\
+         logging:\n  verbosity: 4\n  flushFrequency: 5s\n\
          iptables:\n  syncPeriod: 30s\n  masqueradeBit: 14\n\
          winkernel:\n  networkName: l2bridge\n  enableDSR: false\n\
          oomScoreAdj: -999\n\
@@ -490,10 +510,9 @@ fn unused_fields_warn_once_each() {
         vec![
             "featureGates.OtherGate",
             "featureGates.SomeGate",
-            "logging",
+            "logging.flushFrequency",
             "iptables.syncPeriod",
             "winkernel.networkName",
-            "oomScoreAdj",
             "conntrack.maxPerCore",
             "conntrack.tcpBeLiberal",
             "udpIdleTimeout",
@@ -527,6 +546,9 @@ fn flags_alone_configure_everything() {
         "--config-sync-period=5m",
         "--state=examples/cluster.yaml",
         "--service-proxy-name=ours",
+        "--oom-score-adj=-500",
+        "-v=3",
+        "--logging-format=json",
     ]);
     let resolved = resolve(&a, None).unwrap();
     let expected = Config {
@@ -554,9 +576,26 @@ fn flags_alone_configure_everything() {
         state_file: Some(PathBuf::from("examples/cluster.yaml")),
         service_proxy_name: Some("ours".into()),
         config_sync_period: Duration::from_secs(300),
+        logging: LoggingConfig {
+            format: LogFormat::Json,
+            verbosity: 3,
+        },
+        oom_score_adj: -500,
     };
     assert_eq!(resolved.config, expected);
-    assert_eq!(resolved.warnings, vec![]);
+    // Accepted and checked, but not applied: each says so.
+    let warned: Vec<&str> =
+        resolved.warnings.iter().map(|w| w.field.as_str()).collect();
+    assert_eq!(
+        warned,
+        vec![
+            "--bind-address",
+            "--ipvs-tcp-timeout",
+            "--ipvs-tcpfin-timeout",
+            "--ipvs-udp-timeout",
+            "--config-sync-period",
+        ]
+    );
 }
 
 #[test]
@@ -659,8 +698,6 @@ fn invalid_flags_name_the_flag() {
 fn unimplemented_upstream_flags_are_accepted_with_a_warning() {
     let a = args(&[
         "--conntrack-max-per-core=0",
-        "--oom-score-adj=-999",
-        "--v=4",
         "--profiling",
         "--conntrack-tcp-be-liberal=false",
         "--healthz-port=10256",
@@ -670,8 +707,6 @@ fn unimplemented_upstream_flags_are_accepted_with_a_warning() {
     assert_eq!(
         fields,
         vec![
-            "-v",
-            "--oom-score-adj",
             "--conntrack-max-per-core",
             "--healthz-port",
             "--profiling",
@@ -731,6 +766,11 @@ fn cli_rejections() {
         (
             &["--cleanup=maybe"],
             clap::error::ErrorKind::ValueValidation,
+        ),
+        (&["-v=two"], clap::error::ErrorKind::ValueValidation),
+        (
+            &["--logging-format=logfmt"],
+            clap::error::ErrorKind::InvalidValue,
         ),
     ];
     for (argv, kind) in cases {
@@ -855,4 +895,157 @@ fn unknown_fields_are_warnings_as_with_kube_proxys_lenient_decoding() {
     assert!(fields.contains(&"modee"), "{fields:?}");
     assert!(fields.contains(&"ipvs.schedulr"), "{fields:?}");
     assert_eq!(resolved.config.ipvs.scheduler.as_str(), "rr");
+}
+
+#[test]
+fn logging_from_the_file_and_flags_over_it() {
+    let text = kubeadm_with(
+        "logging:",
+        "logging:\n  format: json\n  verbosity: 2\nunused:",
+    );
+    // `unused:` swallows the kubeadm lines that followed `logging:`.
+    let file_only = from_file(&text).unwrap().config.logging;
+    assert_eq!(
+        file_only,
+        LoggingConfig {
+            format: LogFormat::Json,
+            verbosity: 2
+        }
+    );
+    // kube-proxy copies the logging flags over the loaded file, so
+    // `--config ... -v=5` works; they are not "ignored" config flags.
+    let a = args(&["--config=x", "-v=5", "--logging-format=text"]);
+    let resolved = resolve(&a, Some(&text)).unwrap();
+    assert_eq!(
+        resolved.config.logging,
+        LoggingConfig {
+            format: LogFormat::Text,
+            verbosity: 5
+        }
+    );
+    assert!(
+        !resolved.warnings.iter().any(|w| w.field.starts_with('-')),
+        "{:?}",
+        resolved.warnings
+    );
+    let a = args(&["--config=x", "--v=3"]);
+    let resolved = resolve(&a, Some(&text)).unwrap().config.logging;
+    assert_eq!(resolved.format, LogFormat::Json, "the file's format stays");
+    assert_eq!(resolved.verbosity, 3);
+}
+
+#[test]
+fn oom_score_adj_defaults_to_upstreams_minus_999() {
+    assert_eq!(from_file(KUBEADM).unwrap().config.oom_score_adj, -999);
+    let text = kubeadm_with("oomScoreAdj:", "oomScoreAdj: 500");
+    assert_eq!(from_file(&text).unwrap().config.oom_score_adj, 500);
+    assert_eq!(
+        resolve(&args(&[]), None).unwrap().config.oom_score_adj,
+        -999
+    );
+}
+
+#[test]
+fn an_empty_mode_in_the_file_says_ipvs_runs() {
+    for line in ["mode: \"\"", "mode: null"] {
+        let text = kubeadm_with("mode:", line);
+        let resolved = from_file(&text).unwrap();
+        let warned: Vec<&ConfigWarning> = resolved
+            .warnings
+            .iter()
+            .filter(|w| w.field == "mode")
+            .collect();
+        assert_eq!(warned.len(), 1, "{line}: {:?}", resolved.warnings);
+        assert!(warned[0].message.contains("iptables"), "{warned:?}");
+        assert!(warned[0].message.contains("runs in ipvs mode"));
+    }
+    // The flags never said iptables: no --proxy-mode is no news.
+    assert_eq!(resolve(&args(&[]), None).unwrap().warnings, vec![]);
+    // And the other modes stay errors, file or flag.
+    for mode in ["iptables", "nftables", "kernelspace"] {
+        let text = kubeadm_with("mode:", &format!("mode: {mode}"));
+        let err = from_file(&text).unwrap_err();
+        assert!(err.to_string().starts_with("mode: only \"ipvs\""), "{err}");
+        let flag = format!("--proxy-mode={mode}");
+        let err = resolve(&args(&[&flag]), None).unwrap_err();
+        assert!(err.to_string().starts_with("--proxy-mode:"), "{err}");
+    }
+}
+
+#[test]
+fn accepted_but_unapplied_fields_warn() {
+    let text = kubeadm_with("bindAddress:", "bindAddress: 198.18.0.7");
+    let warnings = from_file(&text).unwrap().warnings;
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].field, "bindAddress");
+    assert!(warnings[0].message.contains("198.18.0.7 is not used"));
+    // The unspecified address is kubeadm's default: nothing to say.
+    for line in ["bindAddress: 0.0.0.0", "bindAddress: \"::\""] {
+        let text = kubeadm_with("bindAddress:", line);
+        assert_eq!(from_file(&text).unwrap().warnings, vec![], "{line}");
+    }
+    let text = kubeadm_with("configSyncPeriod:", "configSyncPeriod: 15m");
+    let warnings = from_file(&text).unwrap().warnings;
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].field, "configSyncPeriod");
+    let text = format!("{HEAD}ipvs:\n  tcpTimeout: 2m\n  udpTimeout: 0s\n");
+    let fields: Vec<String> = from_file(&text)
+        .unwrap()
+        .warnings
+        .into_iter()
+        .map(|w| w.field)
+        .collect();
+    assert!(fields.contains(&"ipvs.tcpTimeout".to_owned()), "{fields:?}");
+    assert!(
+        !fields.contains(&"ipvs.udpTimeout".to_owned()),
+        "zero: default"
+    );
+}
+
+#[test]
+fn written_configuration_reads_back_the_same_without_warnings() {
+    let configs = [
+        from_file(KUBEADM).unwrap().config,
+        Config::default(),
+        resolve(
+            &args(&[
+                "--ipvs-scheduler=sh",
+                "--ipvs-exclude-cidrs=198.18.10.0/24,2001:db8::/64",
+                "--cluster-cidr=198.19.0.0/16,2001:db8:1::/64",
+                "--detect-local-mode=BridgeInterface",
+                "--pod-bridge-interface=cbr0",
+                "--nodeport-addresses=primary,198.18.0.0/16",
+                "--masquerade-all",
+                "--iptables-masquerade-bit=3",
+                "--hostname-override=node-b",
+                "--healthz-bind-address=[::]:20256",
+                "--oom-score-adj=-10",
+                "-v=4",
+                "--logging-format=json",
+            ]),
+            None,
+        )
+        .unwrap()
+        .config,
+    ];
+    for config in configs {
+        let yaml = to_yaml(&config).unwrap();
+        let read = from_file(&yaml).unwrap();
+        assert_eq!(read.warnings, vec![], "{yaml}");
+        assert_eq!(read.config, config, "{yaml}");
+        // kubeadm's shape: every top-level field is present.
+        for key in [
+            "apiVersion:",
+            "bindAddress:",
+            "clientConnection:",
+            "conntrack:",
+            "ipvs:",
+            "logging:",
+            "mode: ipvs",
+            "oomScoreAdj:",
+            "winkernel:",
+        ] {
+            assert!(yaml.contains(key), "{key} missing in {yaml}");
+        }
+    }
 }

@@ -15,7 +15,8 @@ use super::{
     kubeproxy::KubeProxyConfiguration,
     settings::{
         default_healthz_address, default_metrics_address, Config, DetectLocal,
-        IpvsConfig, NodePortAddress, Scheduler, HEALTHZ_PORT, METRICS_PORT,
+        IpvsConfig, LogFormat, LoggingConfig, NodePortAddress, Scheduler,
+        DEFAULT_OOM_SCORE_ADJ, HEALTHZ_PORT, METRICS_PORT,
     },
     ConfigError, ConfigWarning, FieldError,
 };
@@ -51,6 +52,9 @@ const FLAG_NAMES: &[(&str, &str)] = &[
     ("metricsBindAddress", "--metrics-bind-address"),
     ("hostnameOverride", "--hostname-override"),
     ("configSyncPeriod", "--config-sync-period"),
+    ("oomScoreAdj", "--oom-score-adj"),
+    ("logging.format", "--logging-format"),
+    ("logging.verbosity", "-v"),
 ];
 
 impl Origin {
@@ -145,6 +149,13 @@ pub fn to_config(
     let defaults = Config::default();
 
     match kpc.mode.as_deref().unwrap_or("") {
+        // kubeadm writes `mode: ""`, which kube-proxy reads as iptables:
+        // whoever swapped the image in should hear which mode runs.
+        "" if origin == Origin::File => v.warn(
+            "mode",
+            "empty, which kube-proxy takes as \"iptables\"; kube-ipvs-proxy \
+             runs in ipvs mode (set mode: ipvs to say so)",
+        ),
         "" | "ipvs" => {}
         other => {
             v.err("mode", format!("only \"ipvs\" is supported, got {other:?}"))
@@ -219,6 +230,21 @@ pub fn to_config(
         kpc.config_sync_period,
         defaults.config_sync_period,
     );
+    let logging = logging_config(&mut v, kpc);
+    let oom_score_adj = match kpc.oom_score_adj {
+        None => DEFAULT_OOM_SCORE_ADJ,
+        Some(n) => i32::try_from(n)
+            .ok()
+            .filter(|n| (-1000..=1000).contains(n))
+            .unwrap_or_else(|| {
+                v.err(
+                    "oomScoreAdj",
+                    format!("must be within the range [-1000, 1000], got {n}"),
+                );
+                DEFAULT_OOM_SCORE_ADJ
+            }),
+    };
+    unapplied_fields(&mut v, kpc, bind_address);
 
     if !v.errors.is_empty() {
         return Err(ConfigError::Invalid(v.errors));
@@ -238,8 +264,83 @@ pub fn to_config(
         state_file: None,
         service_proxy_name: None,
         config_sync_period,
+        logging,
+        oom_score_adj,
     };
     Ok((config, v.warnings))
+}
+
+/// `logging.format` and `logging.verbosity` (`--logging-format`, `-v`).
+fn logging_config(
+    v: &mut Validator,
+    kpc: &KubeProxyConfiguration,
+) -> LoggingConfig {
+    let logging = kpc.logging.clone().unwrap_or_default();
+    let format = match logging.format.as_deref().unwrap_or("") {
+        "" => LogFormat::Text,
+        name => name.parse().unwrap_or_else(|_| {
+            v.err(
+                "logging.format",
+                format!(
+                    "unsupported log format {name:?} (must be \"text\" or \
+                     \"json\")"
+                ),
+            );
+            LogFormat::Text
+        }),
+    };
+    let verbosity = match logging.verbosity {
+        None => 0,
+        Some(level) => u32::try_from(level).unwrap_or_else(|_| {
+            v.err(
+                "logging.verbosity",
+                format!("must be 0 or more, got {level}"),
+            );
+            0
+        }),
+    };
+    LoggingConfig { format, verbosity }
+}
+
+/// Fields that are valid and accepted but change nothing here: each one
+/// set gets a warning, so nobody relies on it unknowingly.
+fn unapplied_fields(
+    v: &mut Validator,
+    kpc: &KubeProxyConfiguration,
+    bind_address: Option<IpAddr>,
+) {
+    if let Some(ip) = bind_address.filter(|ip| !ip.is_unspecified()) {
+        v.warn(
+            "bindAddress",
+            format!(
+                "{ip} is not used as the node's primary IP (kube-proxy's \
+                 override); the Node object's addresses are, e.g. for \
+                 nodePortAddresses: [primary]. It only picks the family of \
+                 the default healthz and metrics addresses"
+            ),
+        );
+    }
+    let ipvs = kpc.ipvs.clone().unwrap_or_default();
+    for (path, timeout) in [
+        ("ipvs.tcpTimeout", ipvs.tcp_timeout),
+        ("ipvs.tcpFinTimeout", ipvs.tcp_fin_timeout),
+        ("ipvs.udpTimeout", ipvs.udp_timeout),
+    ] {
+        if timeout.is_some_and(|d| !d.is_zero()) {
+            v.warn(
+                path,
+                "not applied: the kernel's IPVS connection timeouts are left \
+                 as they are",
+            );
+        }
+    }
+    if kpc.config_sync_period.is_some_and(|d| !d.is_zero()) {
+        v.warn(
+            "configSyncPeriod",
+            "not applied: the watches relist after an error, not \
+             periodically; ipvs.syncPeriod still re-applies the whole state",
+        );
+    }
 }
 
 fn ipvs_config(v: &mut Validator, kpc: &KubeProxyConfiguration) -> IpvsConfig {

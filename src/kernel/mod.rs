@@ -11,6 +11,7 @@
 //! such a list, and the real implementations pipeline it.
 
 pub mod addresses;
+pub mod capabilities;
 pub mod conntrack;
 mod error;
 pub mod ipsets;

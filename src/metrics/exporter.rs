@@ -7,8 +7,10 @@ use metrics_exporter_prometheus::{
 };
 
 use super::{
-    network_programming_buckets, stage_buckets, sync_duration_buckets,
-    CHANGE_STAGE_DURATION_SECONDS, CONNTRACK_RECONCILER_DELETED_ENTRIES_TOTAL,
+    network_programming_buckets,
+    rest_client::{self, REQUESTS_TOTAL, REQUEST_DURATION_SECONDS},
+    stage_buckets, sync_duration_buckets, CHANGE_STAGE_DURATION_SECONDS,
+    CONNTRACK_RECONCILER_DELETED_ENTRIES_TOTAL,
     CONNTRACK_RECONCILER_SYNC_DURATION_SECONDS, ENDPOINT_CHANGES_PENDING,
     ENDPOINT_CHANGES_TOTAL, INVALID_OBJECTS_TOTAL, KERNEL_OPERATIONS_TOTAL,
     NETWORK_PROGRAMMING_DURATION_SECONDS, PROXY_HEALTHZ_TOTAL,
@@ -54,6 +56,10 @@ pub fn builder() -> Result<PrometheusBuilder, ExporterError> {
         .set_buckets_for_metric(
             Matcher::Full(REPAIR_DURATION_SECONDS.to_owned()),
             &stage_buckets(),
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(REQUEST_DURATION_SECONDS.to_owned()),
+            &rest_client::DURATION_BUCKETS,
         )?)
 }
 
@@ -63,13 +69,45 @@ pub fn recorder() -> Result<PrometheusRecorder, ExporterError> {
     Ok(builder()?.build_recorder())
 }
 
-/// Installs the process-wide recorder and describes our metrics. Call
-/// once, from `main`; the handle renders `/metrics`.
+/// Installs the process-wide recorder, describes our metrics and
+/// creates the series upstream has from start-up. Call once, from
+/// `main`; the handle renders `/metrics`.
 pub fn install() -> Result<PrometheusHandle, ExporterError> {
     let handle = builder()?.install_recorder()?;
     describe();
+    at_start_up(&crate::version::BUILD);
     Ok(handle)
 }
+
+/// The series kube-proxy exposes before anything happened: its metrics
+/// without labels exist at zero from registration (client_golang), and
+/// component-base sets `kubernetes_build_info` to 1. Labelled ones
+/// appear with their first value, as upstream's.
+pub fn at_start_up(build: &crate::version::BuildInfo) {
+    metrics::counter!(ENDPOINT_CHANGES_TOTAL).increment(0);
+    metrics::counter!(SERVICE_CHANGES_TOTAL).increment(0);
+    metrics::gauge!(ENDPOINT_CHANGES_PENDING).set(0.0);
+    metrics::gauge!(SERVICE_CHANGES_PENDING).set(0.0);
+    metrics::gauge!(
+        BUILD_INFO,
+        "major" => build.major,
+        "minor" => build.minor,
+        "git_version" => build.git_version,
+        "git_commit" => build.git_commit,
+        // Not recorded at build time: a clean tree cannot be told from
+        // edits made after the last commit without reading every file.
+        "git_tree_state" => "",
+        "build_date" => build.build_date,
+        // Not Go: the compiler label names rustc and its version.
+        "go_version" => "",
+        "compiler" => build.compiler_version,
+        "platform" => crate::version::platform(),
+    )
+    .set(1.0);
+}
+
+/// component-base's build information gauge.
+pub const BUILD_INFO: &str = "kubernetes_build_info";
 
 /// The `# HELP` lines, with upstream's texts for upstream's metrics.
 /// Applies to the recorder in effect (global or thread-local).
@@ -148,5 +186,21 @@ pub fn describe() {
     describe_counter!(
         SERVICE_HEALTH_LISTEN_FAILURES_TOTAL,
         "Health check node ports that could not be opened"
+    );
+    describe_counter!(
+        REQUESTS_TOTAL,
+        "Number of HTTP requests, partitioned by status code, method, and \
+         host."
+    );
+    describe_histogram!(
+        REQUEST_DURATION_SECONDS,
+        "Request latency in seconds. Broken down by verb, and host."
+    );
+    describe_gauge!(
+        BUILD_INFO,
+        "A metric with a constant '1' value labeled by major, minor, git \
+         version, git commit, git tree state, build date, Go version, and \
+         compiler from which Kubernetes was built, and platform on which it \
+         is running."
     );
 }

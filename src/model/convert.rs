@@ -140,9 +140,11 @@ impl InvalidObject {
     /// Logs the problem and counts it, so that the log line and the
     /// metric cannot drift apart.
     pub fn report(&self) {
+        // Namespace and name as fields of their own, for log pipelines.
         tracing::warn!(
             kind = self.kind.as_str(),
-            object = %self.object,
+            namespace = %self.object.namespace,
+            name = %self.object.name,
             reason = self.reason.metric_label(),
             "{self}"
         );
@@ -332,7 +334,8 @@ pub fn service_ports(
         match spec.health_check_node_port.unwrap_or(0) {
             0 => {
                 tracing::warn!(
-                    service = %problems.object,
+                    namespace = %problems.object.namespace,
+                    name = %problems.object.name,
                     "service has no healthCheckNodePort"
                 );
                 0

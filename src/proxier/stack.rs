@@ -14,6 +14,7 @@ use crate::{
     config::Config,
     kernel::{
         addresses::NetlinkAddresses,
+        capabilities::{self, FacilityProbe, Missing, Need, Unsupported},
         conntrack::NetlinkConntrack,
         ipsets::NetlinkIpsets,
         iptables::real::{RealIptables, Variant},
@@ -29,6 +30,23 @@ pub type KernelBackend = WithConntrack<
     >,
     NetlinkConntrack,
 >;
+
+/// Refuses a kernel without what IPVS mode needs, before anything is
+/// changed (see [`capabilities`]): the probe's own virtual server and
+/// link are gone again either way.
+pub async fn check_kernel(config: &Config) -> Result<(), Unsupported> {
+    let unsupported = |need, error| Unsupported(vec![Missing { need, error }]);
+    let ipvs =
+        NetlinkIpvs::connect().map_err(|e| unsupported(Need::Ipvs, e))?;
+    let addresses = NetlinkAddresses::new()
+        .map_err(|e| unsupported(Need::DummyLinks, e))?;
+    let mut probe = FacilityProbe {
+        ipvs,
+        addresses,
+        ipsets: NetlinkIpsets::new(),
+    };
+    capabilities::check(&mut probe, config.ipvs.scheduler.as_str()).await
+}
 
 /// Opens the kernel facilities and makes sure kube-ipvs0 and the sets
 /// exist. Nothing is flushed: the first sync reads the kernel and applies

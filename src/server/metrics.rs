@@ -30,12 +30,14 @@ pub fn router(handle: PrometheusHandle) -> Router {
 }
 
 async fn render(State(handle): State<PrometheusHandle>) -> Response {
+    let mut body = handle.render();
+    crate::metrics::process::append_to(&mut body);
     (
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static(METRICS_CONTENT_TYPE),
         )],
-        handle.render(),
+        body,
     )
         .into_response()
 }

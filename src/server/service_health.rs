@@ -9,7 +9,7 @@ use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
     sync::{
         atomic::{AtomicBool, AtomicUsize, Ordering},
-        Arc, Mutex, MutexGuard, PoisonError,
+        Arc, Mutex, MutexGuard, OnceLock, PoisonError,
     },
 };
 
@@ -25,6 +25,7 @@ use crate::{
     config::NodePortAddress,
     metrics::events::{HealthCheckListenFailed, InternalEvent},
     model::{EndpointsMap, NamespacedName, ServicePortMap, ServicePortName},
+    source::recorder::EventSink,
 };
 
 /// The header Google Cloud's weighted load balancing reads the node's
@@ -56,6 +57,8 @@ struct Inner {
     runtime: tokio::runtime::Handle,
     services: Mutex<Services>,
     retry_pending: AtomicBool,
+    /// Where a port that cannot be opened is reported as upstream does.
+    events: OnceLock<EventSink>,
 }
 
 /// Where the health check servers listen, decided once at start-up as
@@ -108,8 +111,15 @@ impl ServiceHealthServer {
                 runtime,
                 services: Mutex::new(Services::default()),
                 retry_pending: AtomicBool::new(false),
+                events: OnceLock::new(),
             }),
         })
+    }
+
+    /// Records a Warning Event on each Service whose health check port
+    /// cannot be opened, as upstream does; the first sink given stays.
+    pub fn record_events_to(&self, sink: EventSink) {
+        let _ = self.inner.events.set(sink);
     }
 
     fn services(&self) -> MutexGuard<'_, Services> {
@@ -134,7 +144,8 @@ impl ServiceHealthServer {
             let keep = wanted.get(name) == Some(&instance.port);
             if !keep {
                 tracing::info!(
-                    service = %name,
+                    namespace = %name.namespace,
+                    name = %name.name,
                     port = instance.port,
                     "closing health check"
                 );
@@ -149,10 +160,18 @@ impl ServiceHealthServer {
             let count = services.endpoints.get(name).copied().unwrap_or(0);
             match self.open(name, port, count) {
                 Ok(instance) => {
-                    tracing::info!(service = %name, port, "opened health check");
+                    tracing::info!(
+                        namespace = %name.namespace,
+                        name = %name.name,
+                        port,
+                        "opened health check"
+                    );
                     services.open.insert(name.clone(), instance);
                 }
                 Err((address, error)) => {
+                    if let Some(events) = self.inner.events.get() {
+                        events.health_check_failed(name, port, &error);
+                    }
                     HealthCheckListenFailed {
                         service: name,
                         address,

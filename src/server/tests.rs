@@ -382,6 +382,7 @@ async fn metrics_server_answers_metrics_healthz_and_proxy_mode() {
     let recorder = exporter::recorder().expect("buckets are not empty");
     metrics::with_local_recorder(&recorder, || {
         exporter::describe();
+        exporter::at_start_up(&crate::version::BUILD);
         SyncCompleted {
             families: &[IpFamily::V4],
             duration: Duration::from_millis(20),
@@ -420,6 +421,17 @@ async fn metrics_server_answers_metrics_healthz_and_proxy_mode() {
         r#"kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family="IPv4",le="0.032"} 1"#,
         r#"kubeproxy_sync_proxy_rules_duration_seconds_bucket{ip_family="IPv4",le="+Inf"} 1"#,
         r#"kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family="IPv4"} 1700000000"#,
+        // Upstream's unlabelled series exist from start-up, at zero.
+        "kubeproxy_sync_proxy_rules_endpoint_changes_total 0",
+        "kubeproxy_sync_proxy_rules_service_changes_total 0",
+        "kubeproxy_sync_proxy_rules_endpoint_changes_pending 0",
+        "kubeproxy_sync_proxy_rules_service_changes_pending 0",
+        // The process collector's families, read from /proc.
+        "# TYPE process_cpu_seconds_total counter",
+        "# TYPE process_resident_memory_bytes gauge",
+        "# TYPE process_open_fds gauge",
+        "# TYPE process_start_time_seconds gauge",
+        "# TYPE go_goroutines gauge",
     ] {
         assert!(
             metrics.body.lines().any(|l| l == line),
@@ -427,6 +439,30 @@ async fn metrics_server_answers_metrics_healthz_and_proxy_mode() {
             metrics.body
         );
     }
+    let build_info = metrics
+        .body
+        .lines()
+        .find(|l| l.starts_with("kubernetes_build_info{"))
+        .unwrap_or_else(|| panic!("no build info in\n{}", metrics.body));
+    assert!(build_info.ends_with("} 1"), "{build_info}");
+    assert!(
+        build_info.contains(&format!(
+            "git_commit=\"{}\"",
+            crate::version::BUILD.git_commit
+        )),
+        "{build_info}"
+    );
+    // Each family once, its samples together: Prometheus refuses others.
+    let mut families: Vec<&str> = metrics
+        .body
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let count = families.len();
+    families.sort_unstable();
+    families.dedup();
+    assert_eq!(families.len(), count, "a family twice in\n{}", metrics.body);
     // Go's handlers ignore the method.
     let posted = request(addr, "POST", "/proxyMode").await.expect("POST");
     assert_eq!((posted.status, posted.body.as_str()), (200, "ipvs"));

@@ -21,9 +21,12 @@ use std::{
 
 use ::kube::runtime::watcher::Event;
 use futures::{stream, Stream};
-use k8s_openapi::api::{
-    core::v1::{Node, Service},
-    discovery::v1::EndpointSlice,
+use k8s_openapi::{
+    api::{
+        core::v1::{Node, Service},
+        discovery::v1::EndpointSlice,
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
 use serde::{
     de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor},
@@ -231,13 +234,26 @@ fn add_all(
                 return Err(at(&format!("{kind} {key} appears twice")));
             }
         }
+        // The API server's defaults, as `kubectl apply` would have had
+        // them stored; what it would allocate must be in the file.
+        let named = |kind: &str, meta: &ObjectMeta, reason: String| {
+            at(&format!(
+                "{kind} {}/{}: {reason}",
+                meta.namespace.as_deref().unwrap_or_default(),
+                meta.name.as_deref().unwrap_or_default()
+            ))
+        };
         match found.object {
             Object::Service(mut o) => {
                 default_namespace(&mut o.metadata.namespace);
+                super::defaults::service(&mut o)
+                    .map_err(|r| named("Service", &o.metadata, r))?;
                 snapshot.services.push(o);
             }
             Object::EndpointSlice(mut o) => {
                 default_namespace(&mut o.metadata.namespace);
+                super::defaults::endpoint_slice(&mut o)
+                    .map_err(|r| named("EndpointSlice", &o.metadata, r))?;
                 snapshot.endpoint_slices.push(o);
             }
             Object::Node(o) => snapshot.nodes.push(o),

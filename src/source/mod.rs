@@ -6,9 +6,12 @@
 //! relist as `Init`, `InitApply`…, `InitDone`), so that everything after
 //! them is the same whether the objects come from an API server or a file.
 
+pub mod client_metrics;
+pub mod defaults;
 pub mod file;
 pub mod kube;
 pub mod pods;
+pub mod recorder;
 pub mod store;
 
 use ::kube::runtime::watcher::Event;

@@ -34,6 +34,17 @@ struct Case {
 }
 
 const CASES: &[Case] = &[
+    // No port names anywhere: the API server's defaults make both sides
+    // the unnamed port, so the service has its real servers.
+    Case {
+        file: "plan/hand-written.yaml",
+        virtual_servers: &["TCP 198.18.0.20:80 -> 198.19.0.2:8080,198.19.0.3:8080"],
+        bound: &["198.18.0.20"],
+        sets: &[
+            ("KUBE-CLUSTER-IP", &["198.18.0.20,tcp:80"]),
+            ("KUBE-IPVS-IPS", &["198.18.0.20"]),
+        ],
+    },
     Case {
         file: "plan/clusterip-tcp-udp.yaml",
         virtual_servers: &[

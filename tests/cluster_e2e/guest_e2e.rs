@@ -22,14 +22,16 @@ use serde_json::{json, Value};
 use testkit::{start_pods, PodSpec, Tally};
 
 use crate::api::{container_ports, Namespaced};
+
+mod dashboards;
 use crate::scenarios::{
     self, expect_serving, metric, only, programming, serving, wait_for,
     Cluster, Node,
 };
 
 const PROXY: &str = env!("CARGO_BIN_EXE_kube-ipvs-proxy");
-const NODE: &str = "node-a";
-const NODE_IP: &str = "198.18.100.1";
+pub(crate) const NODE: &str = "node-a";
+pub(crate) const NODE_IP: &str = "198.18.100.1";
 const TIMEOUT: Duration = Duration::from_secs(3);
 /// control-plane.sh's control port (E2E_CONTROL_PORT, 6440 unless moved
 /// so that control planes can run side by side), through guestfwd.
@@ -39,19 +41,19 @@ fn control_addr() -> Result<SocketAddr> {
     Ok(format!("10.0.2.100:{port}").parse()?)
 }
 
-fn env_path(name: &str) -> Result<PathBuf> {
+pub(crate) fn env_path(name: &str) -> Result<PathBuf> {
     std::env::var_os(name)
         .map(PathBuf::from)
         .with_context(|| format!("{name} is not set: run `make e2e`"))
 }
 
-fn sh(script: &str) -> Result<String> {
+pub(crate) fn sh(script: &str) -> Result<String> {
     Ok(testkit::run(Command::new("sh").args(["-c", script]))?)
 }
 
 /// The guest: commands and traffic are local, the proxy's metrics on
 /// loopback.
-struct Guest;
+pub(crate) struct Guest;
 
 impl Node for Guest {
     fn sh(&self, script: &str) -> Result<String> {
@@ -75,7 +77,7 @@ impl Node for Guest {
 /// Sends a line to control-plane.sh's control port and waits for its
 /// "ok". The write side stays open until the answer: guestfwd's socat
 /// gives up on a half-closed connection.
-fn control(command: &str) -> Result<()> {
+pub(crate) fn control(command: &str) -> Result<()> {
     let addr = control_addr()?;
     let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT)?;
     stream.set_read_timeout(Some(Duration::from_secs(300)))?;
@@ -99,11 +101,13 @@ fn now_rfc3339() -> String {
 /// One test's namespace, pods and proxy. Dropping it stops the proxy,
 /// runs `--cleanup`, force-deletes the Pods and the namespace, and removes
 /// node0 and the netns pods.
-struct GuestCluster {
+pub(crate) struct GuestCluster {
     // Dropped first: the namespace's Pods go before the netns pods.
-    api: Namespaced,
+    pub(crate) api: Namespaced,
     log: PathBuf,
-    proxy: Option<Child>,
+    pub(crate) proxy: Option<Child>,
+    /// More flags for the proxy, after the kubeconfig and node name.
+    proxy_args: Vec<String>,
     pods: Vec<testkit::Pod>,
     /// Pod addresses, each test in its own /24 of 198.19.0.0/16.
     subnet: u8,
@@ -115,6 +119,15 @@ impl GuestCluster {
     /// A fresh namespace `ns` whose pods take addresses in
     /// 198.19.`subnet`.0/24, and the proxy started on node0.
     fn new(ns: &str, subnet: u8) -> Result<Self> {
+        Self::with_proxy_args(ns, subnet, &[])
+    }
+
+    /// As [`Self::new`], the proxy started with `args` as well.
+    pub(crate) fn with_proxy_args(
+        ns: &str,
+        subnet: u8,
+        args: &[&str],
+    ) -> Result<Self> {
         testkit::guest::require();
         let root = testkit::guest::lock_root_netns();
         let _ = Command::new(PROXY).arg("--cleanup").output();
@@ -135,6 +148,7 @@ impl GuestCluster {
             api: Namespaced::new(rt, config, ns)?,
             log: dir.join(format!("{ns}.log")),
             proxy: None,
+            proxy_args: args.iter().map(|a| (*a).to_owned()).collect(),
             pods: Vec::new(),
             subnet,
             ips: BTreeMap::new(),
@@ -145,6 +159,21 @@ impl GuestCluster {
     }
 
     fn start_proxy(&mut self) -> Result<()> {
+        self.spawn_proxy()?;
+        self.wait_for_first_sync()
+    }
+
+    fn wait_for_first_sync(&self) -> Result<()> {
+        wait_for(self, "the proxy's first sync", || {
+            Ok(metric(
+                &Guest,
+                "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
+            )? > 0.0)
+        })
+    }
+
+    /// Starts the proxy without waiting for anything.
+    fn spawn_proxy(&mut self) -> Result<()> {
         let kubeconfig = env_path("E2E_PROXY_KUBECONFIG")?;
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -154,6 +183,7 @@ impl GuestCluster {
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .args(["--hostname-override", NODE])
+            .args(&self.proxy_args)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())
@@ -161,15 +191,10 @@ impl GuestCluster {
             .spawn()
             .context("starting the proxy")?;
         self.proxy = Some(child);
-        wait_for(self, "the proxy's first sync", || {
-            Ok(metric(
-                &Guest,
-                "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
-            )? > 0.0)
-        })
+        Ok(())
     }
 
-    fn stop_proxy(&mut self) {
+    pub(crate) fn stop_proxy(&mut self) {
         if let Some(mut child) = self.proxy.take() {
             let _ = child.kill();
             let _ = child.wait();

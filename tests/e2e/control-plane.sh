@@ -577,6 +577,19 @@ EOF
     if "${p[@]}" -n "$ns" delete service web --dry-run=server >/dev/null 2>&1; then
         die "the proxy's ServiceAccount can delete Services"
     fi
+    # Events: created and patched through events.k8s.io (kube-rs'
+    # recorder), nothing else.
+    local verb
+    for verb in create patch; do
+        [[ $("${p[@]}" auth can-i "$verb" events.events.k8s.io -n default) == yes ]] ||
+            die "the proxy's ServiceAccount cannot $verb events.k8s.io Events"
+    done
+    for verb in "update events.events.k8s.io" "create events" "delete events.events.k8s.io"; do
+        # shellcheck disable=SC2086 # two words on purpose
+        if [[ $("${p[@]}" auth can-i $verb -n default 2>/dev/null) == yes ]]; then
+            die "the proxy's ServiceAccount can $verb; its role is too wide"
+        fi
+    done
     log "check: the proxy's ServiceAccount can watch its objects and nothing more"
 
     # The DaemonSet controller made its Pod for the node, so the Pod spec

@@ -25,8 +25,11 @@ const IP_VS_STATE_BACKUP: u32 = 2;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum DaemonState {
+    /// Sends the connection table to backups.
     Master,
+    /// Receives the connection table from a master.
     Backup,
+    /// Any other state value, kept as sent.
     Other(u32),
 }
 
@@ -54,16 +57,23 @@ impl From<DaemonState> for u32 {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum DaemonAttribute {
+    /// Whether it runs as master or backup.
     State(DaemonState),
     /// Multicast interface name.
     McastInterface(String),
+    /// Sync id, to tell several sync groups apart.
     SyncId(u32),
     /// UDP payload size.
     SyncMaxLen(u16),
+    /// IPv4 multicast group.
     McastGroup(Ipv4Addr),
+    /// IPv6 multicast group.
     McastGroup6(Ipv6Addr),
+    /// UDP port of the multicast group.
     McastPort(u16),
+    /// Multicast TTL.
     McastTtl(u8),
+    /// An attribute this crate does not know, kept as received.
     Other(DefaultNla),
 }
 

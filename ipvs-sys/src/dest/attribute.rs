@@ -40,20 +40,33 @@ pub enum DestAttribute {
     Address(InetAddr),
     /// Network byte order on the wire.
     Port(u16),
+    /// How packets reach it (NAT, tunnel, direct routing).
     ForwardMethod(ForwardMethod),
+    /// Scheduling weight; 0 takes it out of scheduling.
     Weight(u32),
+    /// Upper connection threshold; 0 is none.
     UpperThreshold(u32),
+    /// Lower connection threshold; 0 is none.
     LowerThreshold(u32),
+    /// Active connections (replies only).
     ActiveConns(u32),
+    /// Inactive connections (replies only).
     InactiveConns(u32),
+    /// Persistence templates (replies only).
     PersistentConns(u32),
+    /// Counters with 32-bit fields (replies only).
     Stats(Stats),
+    /// The destination's own address family (kernels 3.18 and later).
     AddressFamily(AddressFamily),
+    /// Counters with 64-bit fields (replies only).
     Stats64(Stats),
+    /// Tunnel encapsulation, for the tunnel forwarding method.
     TunnelType(TunnelType),
     /// Network byte order on the wire.
     TunnelPort(u16),
+    /// Tunnel encapsulation flags.
     TunnelFlags(TunnelFlags),
+    /// An attribute this crate does not know, kept as received.
     Other(DefaultNla),
 }
 

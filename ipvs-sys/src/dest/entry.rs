@@ -13,8 +13,11 @@ use crate::{
 /// Connection counts the kernel reports for a destination.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ConnCounts {
+    /// Connections in the established state.
     pub active: u32,
+    /// Connections in any other state.
     pub inactive: u32,
+    /// Persistence templates pointing at the destination.
     pub persistent: u32,
 }
 
@@ -22,9 +25,11 @@ pub struct ConnCounts {
 /// `ipvsadm -a`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Destination {
+    /// The real server's address.
     pub address: IpAddr,
     /// 0 is allowed for fwmark services (the packet's port is kept).
     pub port: u16,
+    /// How packets reach it; kube-proxy uses masquerading (NAT).
     pub fwd_method: ForwardMethod,
     /// The kernel refuses weights above `i32::MAX` with ERANGE.
     pub weight: u32,
@@ -60,18 +65,21 @@ impl Destination {
         }
     }
 
+    /// Sets the scheduling weight.
     #[must_use]
     pub fn with_weight(mut self, weight: u32) -> Self {
         self.weight = weight;
         self
     }
 
+    /// Sets the forwarding method.
     #[must_use]
     pub fn with_fwd_method(mut self, method: ForwardMethod) -> Self {
         self.fwd_method = method;
         self
     }
 
+    /// Sets the upper and lower connection thresholds (0 for none).
     #[must_use]
     pub fn with_thresholds(mut self, upper: u32, lower: u32) -> Self {
         self.upper_threshold = upper;
@@ -79,12 +87,14 @@ impl Destination {
         self
     }
 
+    /// Sets the tunnel parameters (with [`ForwardMethod::Tunnel`]).
     #[must_use]
     pub fn with_tunnel(mut self, tunnel: Tunnel) -> Self {
         self.tunnel = Some(tunnel);
         self
     }
 
+    /// The family of the destination's address.
     pub fn family(&self) -> AddressFamily {
         AddressFamily::of(&self.address)
     }

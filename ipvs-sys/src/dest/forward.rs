@@ -23,6 +23,7 @@ pub enum ForwardMethod {
     DirectRoute,
     /// Cache bypass.
     Bypass,
+    /// Any other method value, kept as sent.
     Other(u32),
 }
 

@@ -13,10 +13,14 @@ const IP_VS_TUNNEL_ENCAP_FLAG_REMCSUM: u16 = 1 << 1;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum TunnelType {
+    /// IP in IP.
     #[default]
     Ipip,
+    /// Generic UDP Encapsulation, on [`Tunnel::port`].
     Gue,
+    /// GRE.
     Gre,
+    /// Any other encapsulation value, kept as sent.
     Other(u8),
 }
 
@@ -58,10 +62,14 @@ impl fmt::Display for TunnelType {
 pub struct TunnelFlags(pub u16);
 
 impl TunnelFlags {
+    /// No checksum.
     pub const NOCSUM: Self = Self(0);
+    /// Checksum the encapsulation.
     pub const CSUM: Self = Self(IP_VS_TUNNEL_ENCAP_FLAG_CSUM);
+    /// Remote checksum offload.
     pub const REMCSUM: Self = Self(IP_VS_TUNNEL_ENCAP_FLAG_REMCSUM);
 
+    /// Whether every bit of `other` is set.
     pub fn contains(self, other: Self) -> bool {
         self.0 & other.0 == other.0
     }
@@ -82,8 +90,10 @@ impl From<TunnelFlags> for u16 {
 /// Tunnel type, port (GUE) and flags, sent together.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Tunnel {
+    /// The encapsulation.
     pub kind: TunnelType,
     /// UDP port for GUE; 0 otherwise.
     pub port: u16,
+    /// Encapsulation flags.
     pub flags: TunnelFlags,
 }

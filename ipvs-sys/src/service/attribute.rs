@@ -30,15 +30,19 @@ const IPVS_SVC_ATTR_STATS64: u16 = 12;
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ServiceAttribute {
+    /// The family of the address (or of the fwmark service).
     AddressFamily(AddressFamily),
+    /// The transport protocol.
     Protocol(Protocol),
     /// Raw address; [`AddressFamily`] says how to read it.
     Address(InetAddr),
     /// Virtual port (network byte order on the wire).
     Port(u16),
+    /// Firewall mark, for fwmark services (`ipvsadm -f`).
     Fwmark(u32),
     /// Scheduler name (`rr`, `wrr`, `lc`, `sh`, `mh`, ...).
     Scheduler(String),
+    /// Flags, and which of them to change.
     Flags(FlagsMask),
     /// Persistence timeout, in seconds.
     Timeout(u32),
@@ -47,10 +51,13 @@ pub enum ServiceAttribute {
     /// IPv6 a prefix length in host byte order. See
     /// [`Service::netmask`](crate::Service::netmask) for the typed view.
     Netmask(u32),
+    /// Counters with 32-bit fields (replies only).
     Stats(Stats),
     /// Persistence engine name (`sip`).
     PersistenceEngine(String),
+    /// Counters with 64-bit fields (replies only).
     Stats64(Stats),
+    /// An attribute this crate does not know, kept as received.
     Other(DefaultNla),
 }
 

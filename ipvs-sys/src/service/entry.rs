@@ -18,15 +18,24 @@ use crate::{
 pub enum ServiceKey {
     /// `ipvsadm -t/-u/--sctp-service ADDR:PORT`.
     Inet {
+        /// The transport protocol.
         protocol: Protocol,
+        /// The virtual address.
         address: IpAddr,
+        /// The virtual port.
         port: u16,
     },
     /// `ipvsadm -f MARK` (with `-6` for IPv6).
-    Fwmark { family: AddressFamily, mark: u32 },
+    Fwmark {
+        /// IPv4 or IPv6 (`-6`).
+        family: AddressFamily,
+        /// The firewall mark packets carry.
+        mark: u32,
+    },
 }
 
 impl ServiceKey {
+    /// A TCP service.
     pub fn tcp(address: IpAddr, port: u16) -> Self {
         Self::Inet {
             protocol: Protocol::Tcp,
@@ -35,6 +44,7 @@ impl ServiceKey {
         }
     }
 
+    /// A UDP service.
     pub fn udp(address: IpAddr, port: u16) -> Self {
         Self::Inet {
             protocol: Protocol::Udp,
@@ -43,6 +53,7 @@ impl ServiceKey {
         }
     }
 
+    /// An SCTP service.
     pub fn sctp(address: IpAddr, port: u16) -> Self {
         Self::Inet {
             protocol: Protocol::Sctp,
@@ -51,10 +62,12 @@ impl ServiceKey {
         }
     }
 
+    /// A firewall-mark service.
     pub fn fwmark(family: AddressFamily, mark: u32) -> Self {
         Self::Fwmark { family, mark }
     }
 
+    /// The family of the address, or the fwmark service's.
     pub fn family(&self) -> AddressFamily {
         match self {
             Self::Inet { address, .. } => AddressFamily::of(address),
@@ -109,9 +122,11 @@ impl fmt::Display for ServiceKey {
 /// persistent, full netmask).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Service {
+    /// What identifies it.
     pub key: ServiceKey,
     /// Scheduler name; the kernel refuses unknown ones with ENOENT.
     pub scheduler: String,
+    /// Its flags (`PERSISTENT`, the scheduler's flags).
     pub flags: ServiceFlags,
     /// Persistence timeout in seconds (meaningful with `PERSISTENT`).
     pub timeout: u32,
@@ -150,12 +165,14 @@ impl Service {
         }
     }
 
+    /// Sets the scheduler.
     #[must_use]
     pub fn with_scheduler(mut self, scheduler: impl Into<String>) -> Self {
         self.scheduler = scheduler.into();
         self
     }
 
+    /// Replaces the flags.
     #[must_use]
     pub fn with_flags(mut self, flags: ServiceFlags) -> Self {
         self.flags = flags;
@@ -170,12 +187,14 @@ impl Service {
         self
     }
 
+    /// Sets the persistence netmask as a prefix length.
     #[must_use]
     pub fn with_netmask(mut self, prefix_len: u8) -> Self {
         self.netmask = prefix_len;
         self
     }
 
+    /// The service's address family.
     pub fn family(&self) -> AddressFamily {
         self.key.family()
     }

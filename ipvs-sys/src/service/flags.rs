@@ -17,6 +17,7 @@ const IP_VS_SVC_F_SCHED3: u32 = 0x0020;
 pub struct ServiceFlags(pub u32);
 
 impl ServiceFlags {
+    /// No flag.
     pub const EMPTY: Self = Self(0);
     /// Persistent (sticky) service: `ipvsadm -p`.
     pub const PERSISTENT: Self = Self(IP_VS_SVC_F_PERSISTENT);
@@ -24,8 +25,11 @@ impl ServiceFlags {
     pub const HASHED: Self = Self(IP_VS_SVC_F_HASHED);
     /// One-packet scheduling (`ipvsadm -o`), for UDP.
     pub const ONE_PACKET: Self = Self(IP_VS_SVC_F_ONEPACKET);
+    /// The scheduler's first flag (`sh-fallback`, `mh-fallback`).
     pub const SCHED1: Self = Self(IP_VS_SVC_F_SCHED1);
+    /// The scheduler's second flag (`sh-port`, `mh-port`).
     pub const SCHED2: Self = Self(IP_VS_SVC_F_SCHED2);
+    /// The scheduler's third flag.
     pub const SCHED3: Self = Self(IP_VS_SVC_F_SCHED3);
     /// `sh` scheduler: fall back to another destination when one is down.
     pub const SH_FALLBACK: Self = Self::SCHED1;
@@ -36,14 +40,17 @@ impl ServiceFlags {
     /// `mh` scheduler: hash the source port too (same bit as `sh-port`).
     pub const MH_PORT: Self = Self::SCHED2;
 
+    /// The flags as the kernel's bit mask.
     pub fn bits(self) -> u32 {
         self.0
     }
 
+    /// Whether every flag of `other` is set.
     pub fn contains(self, other: Self) -> bool {
         self.0 & other.0 == other.0
     }
 
+    /// Whether no flag is set.
     pub fn is_empty(self) -> bool {
         self.0 == 0
     }
@@ -125,7 +132,9 @@ impl fmt::Display for ServiceFlags {
 /// `struct ip_vs_flags`: the kernel changes only the bits set in `mask`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct FlagsMask {
+    /// The flags' values.
     pub flags: ServiceFlags,
+    /// Which bits to change.
     pub mask: u32,
 }
 
@@ -140,6 +149,7 @@ impl FlagsMask {
         }
     }
 
+    /// Reads a `struct ip_vs_flags` (8 bytes, or more from a newer kernel).
     pub fn parse(value: &[u8]) -> Result<Self, DecodeError> {
         // The kernel's policy demands at least the struct's size; trailing
         // bytes from a future, larger struct are ignored.

@@ -105,6 +105,7 @@ pub struct ServiceGetRequest {
 }
 
 impl ServiceGetRequest {
+    /// Sends the request and reads the service.
     pub async fn execute(self) -> Result<Service, Error> {
         let object = self.key.to_string();
         let reply = fetch_one(

@@ -42,10 +42,17 @@ impl NetlinkAddresses {
         // Outside a runtime the socket and `spawn` would panic; say so.
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|e| transport(e.to_string()))?;
+        // rtnetlink's `new_connection_with_strict_check` is this, in a
+        // release on a netlink-proto the rest of the tree does not use.
+        use netlink_proto::sys::AsyncSocket;
         let open = || {
-            let (connection, handle, _) =
-                rtnetlink::new_connection_with_strict_check()
-                    .map_err(|e| transport(e.to_string()))?;
+            let (mut connection, handle, _) = rtnetlink::new_connection()
+                .map_err(|e| transport(e.to_string()))?;
+            connection
+                .socket_mut()
+                .socket_mut()
+                .set_netlink_get_strict_chk(true)
+                .map_err(|e| transport(e.to_string()))?;
             runtime.spawn(connection);
             Ok::<_, KernelError>(handle)
         };

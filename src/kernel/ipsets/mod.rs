@@ -45,6 +45,12 @@ pub enum IpsetOp {
     Delete(String, SetEntry),
 }
 
+/// Whether sets of a type can be created here: the kernel loads a type's
+/// module on demand, so asking is enough, and creates nothing.
+pub trait SetTypes {
+    fn check_type(&mut self, set_type: SetType) -> Result<(), KernelError>;
+}
+
 impl IpsetOp {
     /// What an error about this operation names: the set, and the
     /// element in `ipset save` syntax.

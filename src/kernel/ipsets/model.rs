@@ -155,6 +155,16 @@ fn as_member(
     Ok(stored)
 }
 
+/// Every type exists in the model.
+impl super::SetTypes for ModelIpsets {
+    fn check_type(
+        &mut self,
+        _set_type: super::SetType,
+    ) -> Result<(), KernelError> {
+        Ok(())
+    }
+}
+
 impl ModelIpsets {
     fn listing(&self, prefix: &str) -> BTreeMap<String, SetState> {
         self.sets

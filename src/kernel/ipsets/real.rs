@@ -18,7 +18,7 @@ use super::{
         },
         socket::{IpsetSocket, RequestError, WINDOW, WINDOW_BYTES},
     },
-    IpsetOp, Ipsets, SetSpec, SetState, SetType,
+    IpsetOp, Ipsets, SetSpec, SetState, SetType, SetTypes,
 };
 use crate::kernel::{ErrorKind, KernelError};
 
@@ -384,6 +384,14 @@ fn command(op: &IpsetOp) -> Command {
         IpsetOp::Flush(_) => Command::Flush,
         IpsetOp::Add(..) => Command::Add,
         IpsetOp::Delete(..) => Command::Del,
+    }
+}
+
+impl SetTypes for NetlinkIpsets {
+    /// The type query [`NetlinkIpsets::revision`] makes anyway (IPv4: a
+    /// type's module serves both families).
+    fn check_type(&mut self, set_type: SetType) -> Result<(), KernelError> {
+        self.revision(set_type, false).map(|_| ())
     }
 }
 

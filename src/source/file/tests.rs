@@ -130,8 +130,9 @@ fn parse_reads_documents_lists_and_json() {
         ),
         (
             "a typed list whose items leave out kind and apiVersion",
-            "apiVersion: v1\nkind: ServiceList\nitems:\n- metadata: {name: x}\n\
-             - metadata: {name: y, namespace: n}\n"
+            "apiVersion: v1\nkind: ServiceList\nitems:\n- metadata: {name: x}\n  \
+             spec: {clusterIP: None}\n\
+             - metadata: {name: y, namespace: n}\n  spec: {clusterIP: None}\n"
                 .into(),
             [v(&["default/x", "n/y"]), v(&[]), v(&[]), v(&[])],
         ),
@@ -162,7 +163,8 @@ fn parse_reads_documents_lists_and_json() {
         ),
         (
             "namespaced objects default to the default namespace",
-            "apiVersion: v1\nkind: Service\nmetadata: {name: x}\n---\n\
+            "apiVersion: v1\nkind: Service\nmetadata: {name: x}\n\
+             spec: {clusterIP: None}\n---\n\
              apiVersion: discovery.k8s.io/v1\nkind: EndpointSlice\n\
              metadata: {name: x-1}\naddressType: IPv4\nendpoints: []\n"
                 .into(),
@@ -185,7 +187,8 @@ fn parse_reads_documents_lists_and_json() {
             "a JSON List, tabs and all",
             "{\n\t\"kind\": \"List\", \"apiVersion\": \"v1\", \"items\": [\n\t\t\
              {\"apiVersion\": \"v1\", \"kind\": \"Service\", \
-             \"metadata\": {\"name\": \"s\"}},\n\t\t\
+             \"metadata\": {\"name\": \"s\"}, \
+             \"spec\": {\"clusterIP\": \"None\"}},\n\t\t\
              {\"apiVersion\": \"v1\", \"kind\": \"Pod\", \
              \"metadata\": {\"name\": \"p\"}}]}\n"
                 .into(),
