@@ -21,8 +21,8 @@ pub use kubeproxy::{
     parse as parse_kube_proxy_configuration, KubeProxyConfiguration,
 };
 pub use settings::{
-    Config, DetectLocal, IpvsConfig, NodePortAddress, Scheduler,
-    UnknownScheduler, HEALTHZ_PORT, METRICS_PORT,
+    Config, ConntrackConfig, DetectLocal, IpvsConfig, NodePortAddress,
+    Scheduler, UnknownScheduler, HEALTHZ_PORT, METRICS_PORT,
 };
 
 use validate::{to_config, Origin};

@@ -46,8 +46,41 @@ pub struct Config {
     /// `service.kubernetes.io/service-proxy-name=<this>` are handled;
     /// otherwise only Services without that label.
     pub service_proxy_name: Option<String>,
-    /// How often the informers relist from the API server.
+    /// How often upstream's informers resync; our watches do not resync,
+    /// so only a warning uses it.
     pub config_sync_period: Duration,
+    pub conntrack: ConntrackConfig,
+}
+
+/// conntrack's table size and timeouts, which upstream sets when it starts
+/// (`conntrack.*`; kubeadm writes the section all null, so these
+/// defaults apply there).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConntrackConfig {
+    /// `nf_conntrack_max` becomes `max_per_core` × CPUs, at least `min`;
+    /// 0 leaves it alone.
+    pub max_per_core: u32,
+    pub min: u32,
+    /// A zero duration leaves that timeout as the kernel has it.
+    pub tcp_established_timeout: Duration,
+    pub tcp_close_wait_timeout: Duration,
+    pub tcp_be_liberal: bool,
+    pub udp_timeout: Duration,
+    pub udp_stream_timeout: Duration,
+}
+
+impl Default for ConntrackConfig {
+    fn default() -> Self {
+        Self {
+            max_per_core: 32 * 1024,
+            min: 128 * 1024,
+            tcp_established_timeout: Duration::from_secs(24 * 3600),
+            tcp_close_wait_timeout: Duration::from_secs(3600),
+            tcp_be_liberal: false,
+            udp_timeout: Duration::ZERO,
+            udp_stream_timeout: Duration::ZERO,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -204,6 +237,7 @@ impl Default for Config {
             state_file: None,
             service_proxy_name: None,
             config_sync_period: Duration::from_secs(15 * 60),
+            conntrack: ConntrackConfig::default(),
         }
     }
 }

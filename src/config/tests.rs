@@ -80,6 +80,7 @@ fn kubeadm_configmap_gives_upstream_defaults_in_ipvs_mode() {
         state_file: None,
         service_proxy_name: None,
         config_sync_period: Duration::from_secs(15 * 60),
+        conntrack: ConntrackConfig::default(),
     };
     assert_eq!(resolved.config, expected);
     // Zero values everywhere else: nothing is being ignored.
@@ -224,6 +225,29 @@ const VALID: &[Valid] = &[
         name: "config sync period",
         text: "configSyncPeriod: 1h",
         check: |c| c.config_sync_period == Duration::from_secs(3600),
+    },
+    Valid {
+        name: "conntrack settings; zero leaves a value alone",
+        text: "conntrack:\n  maxPerCore: 0\n  min: 5\n  \
+               tcpEstablishedTimeout: 0s\n  tcpCloseWaitTimeout: 30m\n  \
+               tcpBeLiberal: true\n  udpTimeout: 30s\n  udpStreamTimeout: 2m",
+        check: |c| {
+            c.conntrack
+                == ConntrackConfig {
+                    max_per_core: 0,
+                    min: 5,
+                    tcp_established_timeout: Duration::ZERO,
+                    tcp_close_wait_timeout: Duration::from_secs(1800),
+                    tcp_be_liberal: true,
+                    udp_timeout: Duration::from_secs(30),
+                    udp_stream_timeout: Duration::from_secs(120),
+                }
+        },
+    },
+    Valid {
+        name: "conntrack section absent: upstream's defaults",
+        text: "mode: ipvs",
+        check: |c| c.conntrack == ConntrackConfig::default(),
     },
 ];
 
@@ -389,6 +413,18 @@ const INVALID: &[Invalid] = &[
         reason: "must be greater than 0",
     },
     Invalid {
+        name: "negative conntrack size",
+        text: "conntrack:\n  maxPerCore: -1",
+        field: "conntrack.maxPerCore",
+        reason: "must be in [0,",
+    },
+    Invalid {
+        name: "negative conntrack timeout",
+        text: "conntrack:\n  udpTimeout: -1s",
+        field: "conntrack.udpTimeout",
+        reason: "greater than or equal to 0",
+    },
+    Invalid {
         name: "wrong type",
         text: "iptables:\n  masqueradeAll: [true]",
         field: "iptables.masqueradeAll",
@@ -494,8 +530,6 @@ fn unused_fields_warn_once_each() {
             "iptables.syncPeriod",
             "winkernel.networkName",
             "oomScoreAdj",
-            "conntrack.maxPerCore",
-            "conntrack.tcpBeLiberal",
             "udpIdleTimeout",
         ]
     );
@@ -525,6 +559,9 @@ fn flags_alone_configure_everything() {
         "--metrics-bind-address=",
         "--kubeconfig=/etc/kube/proxy.conf",
         "--config-sync-period=5m",
+        "--conntrack-max-per-core=0",
+        "--conntrack-tcp-be-liberal",
+        "--conntrack-udp-timeout=30s",
         "--state=examples/cluster.yaml",
         "--service-proxy-name=ours",
     ]);
@@ -554,9 +591,17 @@ fn flags_alone_configure_everything() {
         state_file: Some(PathBuf::from("examples/cluster.yaml")),
         service_proxy_name: Some("ours".into()),
         config_sync_period: Duration::from_secs(300),
+        conntrack: ConntrackConfig {
+            max_per_core: 0,
+            tcp_be_liberal: true,
+            udp_timeout: Duration::from_secs(30),
+            ..ConntrackConfig::default()
+        },
     };
     assert_eq!(resolved.config, expected);
-    assert_eq!(resolved.warnings, vec![]);
+    let warned: Vec<&str> =
+        resolved.warnings.iter().map(|w| w.field.as_str()).collect();
+    assert_eq!(warned, ["--config-sync-period"]);
 }
 
 #[test]
@@ -658,25 +703,16 @@ fn invalid_flags_name_the_flag() {
 #[test]
 fn unimplemented_upstream_flags_are_accepted_with_a_warning() {
     let a = args(&[
-        "--conntrack-max-per-core=0",
         "--oom-score-adj=-999",
         "--v=4",
         "--profiling",
-        "--conntrack-tcp-be-liberal=false",
         "--healthz-port=10256",
     ]);
     let warnings = resolve(&a, None).unwrap().warnings;
     let fields: Vec<&str> = warnings.iter().map(|w| w.field.as_str()).collect();
     assert_eq!(
         fields,
-        vec![
-            "-v",
-            "--oom-score-adj",
-            "--conntrack-max-per-core",
-            "--healthz-port",
-            "--profiling",
-            "--conntrack-tcp-be-liberal",
-        ]
+        vec!["-v", "--oom-score-adj", "--healthz-port", "--profiling",]
     );
 }
 
@@ -855,4 +891,19 @@ fn unknown_fields_are_warnings_as_with_kube_proxys_lenient_decoding() {
     assert!(fields.contains(&"modee"), "{fields:?}");
     assert!(fields.contains(&"ipvs.schedulr"), "{fields:?}");
     assert_eq!(resolved.config.ipvs.scheduler.as_str(), "rr");
+}
+
+#[test]
+fn a_config_sync_period_says_it_is_not_used() {
+    let warned = |text: &str| {
+        from_file(&format!("{HEAD}{text}\n"))
+            .unwrap()
+            .warnings
+            .iter()
+            .any(|w| w.field == "configSyncPeriod")
+    };
+    assert!(warned("configSyncPeriod: 1h"));
+    // kubeadm writes the default (or 0s, which means it): nothing to say.
+    assert!(!warned("configSyncPeriod: 15m0s"));
+    assert!(!warned("configSyncPeriod: 0s"));
 }

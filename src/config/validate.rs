@@ -14,8 +14,9 @@ use super::{
     duration::GoDuration,
     kubeproxy::KubeProxyConfiguration,
     settings::{
-        default_healthz_address, default_metrics_address, Config, DetectLocal,
-        IpvsConfig, NodePortAddress, Scheduler, HEALTHZ_PORT, METRICS_PORT,
+        default_healthz_address, default_metrics_address, Config,
+        ConntrackConfig, DetectLocal, IpvsConfig, NodePortAddress, Scheduler,
+        HEALTHZ_PORT, METRICS_PORT,
     },
     ConfigError, ConfigWarning, FieldError,
 };
@@ -51,6 +52,22 @@ const FLAG_NAMES: &[(&str, &str)] = &[
     ("metricsBindAddress", "--metrics-bind-address"),
     ("hostnameOverride", "--hostname-override"),
     ("configSyncPeriod", "--config-sync-period"),
+    ("conntrack.maxPerCore", "--conntrack-max-per-core"),
+    ("conntrack.min", "--conntrack-min"),
+    (
+        "conntrack.tcpEstablishedTimeout",
+        "--conntrack-tcp-timeout-established",
+    ),
+    (
+        "conntrack.tcpCloseWaitTimeout",
+        "--conntrack-tcp-timeout-close-wait",
+    ),
+    ("conntrack.tcpBeLiberal", "--conntrack-tcp-be-liberal"),
+    ("conntrack.udpTimeout", "--conntrack-udp-timeout"),
+    (
+        "conntrack.udpStreamTimeout",
+        "--conntrack-udp-timeout-stream",
+    ),
 ];
 
 impl Origin {
@@ -219,6 +236,17 @@ pub fn to_config(
         kpc.config_sync_period,
         defaults.config_sync_period,
     );
+    // Upstream's informers re-deliver every object at this period, which
+    // changes nothing in a proxy that already has them; our watches do
+    // not, so the period has nothing to act on.
+    if config_sync_period != defaults.config_sync_period {
+        v.warn(
+            "configSyncPeriod",
+            "kube-ipvs-proxy's watches do not resync periodically (upstream's \
+             resync only re-delivers unchanged objects); ignored",
+        );
+    }
+    let conntrack = conntrack_config(&mut v, kpc);
 
     if !v.errors.is_empty() {
         return Err(ConfigError::Invalid(v.errors));
@@ -238,8 +266,69 @@ pub fn to_config(
         state_file: None,
         service_proxy_name: None,
         config_sync_period,
+        conntrack,
     };
     Ok((config, v.warnings))
+}
+
+/// Upstream's defaults for what is null or absent; zero durations are
+/// kept (they leave the kernel's value), negative values are errors.
+fn conntrack_config(
+    v: &mut Validator,
+    kpc: &KubeProxyConfiguration,
+) -> ConntrackConfig {
+    let c = kpc.conntrack.clone().unwrap_or_default();
+    let d = ConntrackConfig::default();
+    let count = |v: &mut Validator, path: &str, value: Option<i64>, default| {
+        match value {
+            None => default,
+            Some(n) => u32::try_from(n).unwrap_or_else(|_| {
+                v.err(path, format!("must be in [0, {}], got {n}", u32::MAX));
+                default
+            }),
+        }
+    };
+    let timeout =
+        |v: &mut Validator, path: &str, value: Option<GoDuration>, default| {
+            match value {
+                None => default,
+                some => v.non_negative(path, some),
+            }
+        };
+    ConntrackConfig {
+        max_per_core: count(
+            v,
+            "conntrack.maxPerCore",
+            c.max_per_core,
+            d.max_per_core,
+        ),
+        min: count(v, "conntrack.min", c.min, d.min),
+        tcp_established_timeout: timeout(
+            v,
+            "conntrack.tcpEstablishedTimeout",
+            c.tcp_established_timeout,
+            d.tcp_established_timeout,
+        ),
+        tcp_close_wait_timeout: timeout(
+            v,
+            "conntrack.tcpCloseWaitTimeout",
+            c.tcp_close_wait_timeout,
+            d.tcp_close_wait_timeout,
+        ),
+        tcp_be_liberal: c.tcp_be_liberal.unwrap_or(d.tcp_be_liberal),
+        udp_timeout: timeout(
+            v,
+            "conntrack.udpTimeout",
+            c.udp_timeout,
+            d.udp_timeout,
+        ),
+        udp_stream_timeout: timeout(
+            v,
+            "conntrack.udpStreamTimeout",
+            c.udp_stream_timeout,
+            d.udp_stream_timeout,
+        ),
+    }
 }
 
 fn ipvs_config(v: &mut Validator, kpc: &KubeProxyConfiguration) -> IpvsConfig {
