@@ -21,10 +21,13 @@
 #   random:N       N random walks on fresh seeds, printed
 #   kill-SEED      a random walk of CONFORMANCE_KILL_STEPS (60) steps in
 #                  which ours is killed with SIGKILL at about every other
-#                  step, up to CONFORMANCE_KILL_WITHIN_MS (1500) after the
-#                  step's changes, and started again: after each kill the
-#                  kernel must converge to upstream's snapshot of the step;
-#                  each kill's stage and convergence time is reported
+#                  step, at a random moment up to CONFORMANCE_KILL_WITHIN_MS
+#                  (4000) after the step's request (while the host applies
+#                  it, while ours syncs it, or after), and started again:
+#                  the kernel must converge to upstream's snapshot of the
+#                  step; each kill's stage (what ours' debug log says it was
+#                  doing, and which step's state the kernel was in) and
+#                  convergence time is reported
 #   kill:N         N of those on fresh seeds
 #   takeover-NAME  the handover on scenario NAME, which has a Traffic
 #                  document: each proxy's snapshot from a clean start; then
@@ -98,14 +101,19 @@ kc() {
 apply_step() {
     local ns=$1 file=$2 tmp=$hostwork/tmp-$1
     mkdir -p "$tmp"
+    # Server-side: each apply owns its fields, and one that a step leaves
+    # out goes (a port renumbered keeps its node port; client-side apply's
+    # merge would keep the old port beside the new one).
     if (($(jq '.apply.items | length' "$file") > 0)); then
         jq '.apply' "$file" >"$tmp/apply.json"
-        kc -n "$ns" apply -f "$tmp/apply.json" || return 1
+        kc -n "$ns" apply --server-side --force-conflicts \
+            --field-manager=conformance -f "$tmp/apply.json" || return 1
     fi
     if (($(jq '.status.items | length' "$file") > 0)); then
         jq '.status' "$file" >"$tmp/status.json"
         kc -n "$ns" apply --server-side --subresource=status \
-            --force-conflicts -f "$tmp/status.json" || return 1
+            --force-conflicts --field-manager=conformance-status \
+            -f "$tmp/status.json" || return 1
     fi
     local n i kind name type sub patch
     n=$(jq '.patch | length' "$file")
@@ -263,7 +271,7 @@ prepare() {
     kill-*)
         file=$hostwork/$run.yaml
         "$tool" walk "${run#kill-}" --steps "${CONFORMANCE_KILL_STEPS:-60}" \
-            --kill-within "${CONFORMANCE_KILL_WITHIN_MS:-1500}" >"$file"
+            --kill-within "${CONFORMANCE_KILL_WITHIN_MS:-4000}" >"$file"
         ;;
     takeover-*) file=$here/scenarios/${run#takeover-}.yaml ;;
     *) file=$here/scenarios/$run.yaml ;;
@@ -487,7 +495,10 @@ start_proxy() {
         extra=(${CONFORMANCE_UPSTREAM_ARGS:-})
     fi
     echo "--- started $(date -u +%T)" >>"$dir/$proxy_label.log"
-    "$binary" --config "$config" "${extra[@]}" >>"$dir/$proxy_label.log" 2>&1 &
+    # Ours logs each sync's start, writes and end at debug: a SIGKILL's
+    # stage is read from there.
+    RUST_LOG=${RUST_LOG:-info,kube_ipvs_proxy=debug} \
+        "$binary" --config "$config" "${extra[@]}" >>"$dir/$proxy_label.log" 2>&1 &
     proxy_pid=$!
     fresh=1
 }
@@ -633,7 +644,9 @@ pass() {
             [[ $restart == kill ]] && stop_proxy KILL || stop_proxy TERM
         fi
         local asked=$(now_ms)
-        if ! request "step $run $i"; then
+        if [[ $proxy_label == ours && $kill != - ]]; then
+            kill_during_step "$i" "$kill" || { problems=1; break; }
+        elif ! request "step $run $i"; then
             echo "step $i ($name): applying it failed"
             problems=1
             break
@@ -642,9 +655,6 @@ pass() {
         services[i]=${answer#services=}
         if [[ -z $proxy_pid ]]; then
             start_proxy
-        fi
-        if [[ $proxy_label == ours && $kill != - ]]; then
-            kill_and_converge "$i" "$kill" || { problems=1; break; }
         fi
         if ! wait_synced "$i" "$dir/$proxy_label-$i.txt" "$node"; then
             echo "step $i: $name"
@@ -670,28 +680,64 @@ check_programmed() {
     fi
 }
 
-# kill_and_converge STEP MS: SIGKILL ours MS after the step's changes;
-# which of the step's states the kernel was in says at which stage it
-# died; ours starts again and must converge to upstream's snapshot.
-kill_and_converge() {
-    local i=$1 ms=$2 at stage t0 now
+# What ours was doing when it died, from the end of its debug log: the
+# runner, the proxier and the reporter log each sync's start, each
+# facility's writes and its end.
+sync_stage() {
+    awk '
+        /^--- started/ { stage = "starting up" }
+        /sync starting/ { stage = "in a sync, planning" }
+        /ipvs operations applied/ { stage = "in a sync, IPVS written" }
+        /address operations applied/ { stage = "in a sync, addresses written" }
+        /ipset operations applied/ { stage = "in a sync, ipsets written" }
+        /(sync|full reconcile) applied/ { stage = "in a sync, at iptables" }
+        /sync done/ { stage = "between syncs" }
+        END { print stage }' "$dir/ours.log"
+}
+
+# kill_during_step STEP MS: the step's request goes to the host, and MS
+# later, whatever the host and ours are doing then, ours is killed with
+# SIGKILL and started again. Which of the step's states the kernel was in
+# (the previous step's, this one's, or neither) and what ours' log says it
+# was doing are the stage of the kill; once the step is applied, the
+# kernel must converge to upstream's snapshot of it.
+kill_during_step() {
+    local i=$1 ms=$2 at kernel process restarted requester applied now
     if [[ ! -f $dir/upstream-$i.txt || ! -f $dir/ours-$((i - 1)).txt ]]; then
         echo "no snapshot of upstream's step $i to converge to"
         return 1
     fi
+    rm -f "$work/step.answer"
+    (
+        if request "step $run $i" >"$work/step.log" 2>&1; then
+            echo "ok $answer"
+        else
+            echo error
+        fi >"$work/step.answer"
+    ) &
+    requester=$!
     sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"
     stop_proxy KILL
+    process=$(sync_stage)
     at=$(snapshot)
-    printf '%s\n' "$at" >"$work/at-kill.txt"
-    if [[ $at == "$(<"$dir/upstream-$i.txt")" ]]; then
-        stage="after the step's sync"
-    elif [[ $at == "$(<"$dir/ours-$((i - 1)).txt")" ]]; then
-        stage="before the step's sync"
-    else
-        stage="in the middle of the step's sync"
-    fi
     start_proxy
-    t0=$(now_ms)
+    restarted=$(now_ms)
+    wait "$requester" || true
+    applied=$(now_ms)
+    answer=$(<"$work/step.answer")
+    if [[ $answer != ok* ]]; then
+        echo "step $i: applying it failed:"
+        cat "$work/step.log"
+        return 1
+    fi
+    answer=${answer#ok }
+    if [[ $at == "$(<"$dir/upstream-$i.txt")" ]]; then
+        kernel="the step's state"
+    elif [[ $at == "$(<"$dir/ours-$((i - 1)).txt")" ]]; then
+        kernel="the previous step's state"
+    else
+        kernel="a state between the two"
+    fi
     local deadline=$((SECONDS + sync_timeout))
     while :; do
         now=$(snapshot)
@@ -701,16 +747,16 @@ kill_and_converge() {
             return 1
         fi
         if ((SECONDS >= deadline)); then
-            echo "ours did not converge to upstream's step $i within ${sync_timeout}s of its restart after a SIGKILL $stage:"
+            echo "ours did not converge to upstream's step $i within ${sync_timeout}s of its restart after a SIGKILL ($process, kernel in $kernel):"
             printf '%s\n' "$now" >"$work/now.txt"
             compare "$dir/upstream-$i.txt" "$work/now.txt" "step $i after the kill" || true
             return 1
         fi
         sleep 0.2
     done
-    local took=$(($(now_ms) - t0))
-    kills+=("$i|$ms|$stage|$took")
-    log "$run: SIGKILL ${ms}ms after step $i, $stage; converged in ${took}ms"
+    local took=$(($(now_ms) - (applied > restarted ? applied : restarted)))
+    kills+=("$i|$ms|$process|$kernel|$took")
+    log "$run: SIGKILL ${ms}ms into step $i, $process, kernel in $kernel; converged ${took}ms after the restart and the step"
 }
 
 # Compares every step's snapshots and the global state; prints the steps
@@ -790,15 +836,15 @@ scenario() {
 }
 
 report_kills() {
-    local k i ms stage took
+    local k i ms process kernel took stage
     local -A by_stage=()
     local times=()
     echo "--- $run: ${#kills[@]} SIGKILLs of ours"
     for k in "${kills[@]}"; do
-        IFS='|' read -r i ms stage took <<<"$k"
-        printf 'KILL %s step %s, %sms after its changes, %s: converged in %sms\n' \
-            "$run" "$i" "$ms" "$stage" "$took"
-        by_stage[$stage]=$((${by_stage[$stage]:-0} + 1))
+        IFS='|' read -r i ms process kernel took <<<"$k"
+        printf 'KILL %s step %s, %sms into it, %s, kernel in %s: converged in %sms\n' \
+            "$run" "$i" "$ms" "$process" "$kernel" "$took"
+        by_stage["$process, kernel in $kernel"]=$((${by_stage["$process, kernel in $kernel"]:-0} + 1))
         times+=("$took")
     done
     for stage in "${!by_stage[@]}"; do
