@@ -359,7 +359,8 @@ EOF
         VM_TIMEOUT=${VM_TIMEOUT:-$((1800 + 900 * ${#runs[@]}))} \
         VM_PASS_ENV="CARGO_TARGET_DIR E2E_UPSTREAM_PROXY E2E_NODE_NAME \
 CONFORMANCE_RUNS CONFORMANCE_SYNC_TIMEOUT CONFORMANCE_FAMILIES \
-CONFORMANCE_VERBOSE CONFORMANCE_UPSTREAM_ARGS CONFORMANCE_PORT CONFORMANCE_WORK \
+CONFORMANCE_VERBOSE CONFORMANCE_UPSTREAM_ARGS CONFORMANCE_FREEZE_UPSTREAM \
+CONFORMANCE_PORT CONFORMANCE_WORK \
 CONFORMANCE_CLEANUP_UPSTREAM CONFORMANCE_CLEANUP_OURS" \
         tests/vm/run tests/conformance/run.sh --in-guest |
         tee "$hostwork/report.txt" || rc=$?
@@ -377,6 +378,10 @@ families=${CONFORMANCE_FAMILIES:-2}
 work=/tmp/conformance
 mkdir -p "$work"
 export TESTKIT_TESTPOD=$bin/testpod
+# A descriptor that never has anything to read: `read -t` on it is a
+# sleep without a process.
+mkfifo "$work/never"
+exec 9<>"$work/never"
 # Progress goes to the console as it happens; each run's own output is
 # printed when it ends.
 exec 4>&2
@@ -643,14 +648,24 @@ pass() {
             log "$run: $proxy_label stopped with SIG${restart^^} before step $i"
             [[ $restart == kill ]] && stop_proxy KILL || stop_proxy TERM
         fi
-        local asked=$(now_ms)
+        local asked=$(now_ms) frozen=
+        # Upstream rebuilds everything at each sync, so its state after a
+        # step does not depend on how the step's events trickle in: it is
+        # paused while the host applies the step, and takes it in at once
+        # (one sync of ~10 s in the guest instead of two). Ours is not: its
+        # incremental path is what the trickle exercises.
+        if [[ $proxy_label == upstream && -n $proxy_pid && ${CONFORMANCE_FREEZE_UPSTREAM:-1} == 1 ]]; then
+            kill -STOP "$proxy_pid" && frozen=$proxy_pid
+        fi
         if [[ $proxy_label == ours && $kill != - ]]; then
             kill_during_step "$i" "$kill" || { problems=1; break; }
         elif ! request "step $run $i"; then
             echo "step $i ($name): applying it failed"
+            [[ -z $frozen ]] || kill -CONT "$frozen"
             problems=1
             break
         fi
+        [[ -z $frozen ]] || kill -CONT "$frozen"
         applied_ms=$(($(now_ms) - asked))
         services[i]=${answer#services=}
         if [[ -z $proxy_pid ]]; then
@@ -707,6 +722,16 @@ kill_during_step() {
         echo "no snapshot of upstream's step $i to converge to"
         return 1
     fi
+    local watcher= seen=$work/sync-seen
+    if [[ $ms == s* ]]; then
+        # Aimed at ours' first sync of the step: its start is in the log.
+        ms=${ms#s}
+        rm -f "$seen"
+        (timeout "$sync_timeout" tail -n0 -f "$dir/ours.log" |
+            grep -q -m1 'sync starting' && : >"$seen") &
+        watcher=$!
+        sleep 0.3
+    fi
     rm -f "$work/step.answer"
     (
         if request "step $run $i" >"$work/step.log" 2>&1; then
@@ -716,6 +741,12 @@ kill_during_step() {
         fi >"$work/step.answer"
     ) &
     requester=$!
+    if [[ -n $watcher ]]; then
+        # Polled with a builtin: a process per poll would be late.
+        until [[ -e $seen ]] || ! kill -0 "$watcher" 2>/dev/null; do
+            read -r -t 0.01 -u 9 || true
+        done
+    fi
     sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"
     stop_proxy KILL
     process=$(sync_stage)

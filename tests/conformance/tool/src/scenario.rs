@@ -17,8 +17,10 @@
 //!   way stays terminating: no kubelet confirms it) or `forceDelete` them,
 //!   and, for our proxy only, `restart` it (`term` or `kill`: stopped
 //!   before the step's changes, started after) or kill it with SIGKILL
-//!   `killAfterMs` after them and start it again; `restartUpstream` does
-//!   the same to upstream only (for what upstream reads only at start-up).
+//!   `killAfterMs` after the step's request (or, with `killInSync: true`,
+//!   after ours starts its first sync of the step) and start it again;
+//!   `restartUpstream` does the same to upstream only (for what upstream
+//!   reads only at start-up).
 //!
 //! An object's `status` is applied through the status subresource, and a
 //! Pod annotated `conformance/delete: "true"` is deleted once applied.
@@ -67,6 +69,8 @@ pub struct Step {
     pub restart: Option<Restart>,
     pub restart_upstream: Option<Restart>,
     pub kill_after_ms: Option<u64>,
+    /// `kill_after_ms` counts from ours' first sync of the step.
+    pub kill_in_sync: bool,
 }
 
 impl Step {
@@ -193,6 +197,7 @@ fn parse_step(doc: &Map<String, Value>) -> Result<Step> {
             "restart",
             "restartUpstream",
             "killAfterMs",
+            "killInSync",
         ],
     )?;
     let name = doc
@@ -235,6 +240,16 @@ fn parse_step(doc: &Map<String, Value>) -> Result<Step> {
             in_step(anyhow!("killAfterMs must be a number of milliseconds"))
         })?),
     };
+    let kill_in_sync = match doc.get("killInSync") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(in_step(anyhow!("killInSync must be true or false")))
+        }
+    };
+    if kill_in_sync && kill_after_ms.is_none() {
+        return Err(in_step(anyhow!("killInSync needs killAfterMs")));
+    }
     if restart.is_some() && kill_after_ms.is_some() {
         return Err(in_step(anyhow!(
             "restart and killAfterMs exclude each other"
@@ -249,6 +264,7 @@ fn parse_step(doc: &Map<String, Value>) -> Result<Step> {
         restart,
         restart_upstream,
         kill_after_ms,
+        kill_in_sync,
     })
 }
 
@@ -474,8 +490,9 @@ pub fn step_json(step: &Step) -> Value {
 }
 
 /// One line per step for the guest: index, our restart and upstream's
-/// (-, term, kill), milliseconds before a kill (- for none), whether the
-/// Node changes, and the step's name.
+/// (-, term, kill), milliseconds before a kill (- for none; `sN` counts
+/// from ours' first sync of the step), whether the Node changes, and the
+/// step's name.
 pub fn steps_table(scenario: &Scenario) -> String {
     let word = |restart: Option<Restart>| match restart {
         None => "-",
@@ -486,9 +503,11 @@ pub fn steps_table(scenario: &Scenario) -> String {
     for (i, step) in scenario.steps.iter().enumerate() {
         let restart = word(step.restart);
         let restart_upstream = word(step.restart_upstream);
-        let kill = step
-            .kill_after_ms
-            .map_or_else(|| "-".to_owned(), |ms| ms.to_string());
+        let kill = match (step.kill_after_ms, step.kill_in_sync) {
+            (None, _) => "-".to_owned(),
+            (Some(ms), false) => ms.to_string(),
+            (Some(ms), true) => format!("s{ms}"),
+        };
         let node = if step.touches_node() { "node" } else { "-" };
         let name = step.name.replace(['\t', '\n'], " ");
         let _ = writeln!(
@@ -594,6 +613,11 @@ spec:
 kind: Step
 name: nothing but a kill
 killAfterMs: 250
+---
+kind: Step
+name: a kill in a sync
+killAfterMs: 20
+killInSync: true
 "#;
 
     #[test]
@@ -603,7 +627,7 @@ killAfterMs: 250
         assert_eq!(s.setup, ["ip addr add 198.18.100.1/32 dev lo"]);
         assert_eq!(s.initial.apply.len(), 2);
         assert_eq!(s.initial.delete, ["pod/web-0"]);
-        assert_eq!(s.steps.len(), 2);
+        assert_eq!(s.steps.len(), 3);
         assert_eq!(s.steps[0].name, "back to ClusterIP");
         assert_eq!(s.steps[0].apply.len(), 1);
         assert_eq!(s.steps[0].delete, ["pod/web-0"]);
@@ -613,7 +637,8 @@ killAfterMs: 250
         assert!(s.steps[1].apply.is_empty());
         assert_eq!(
             steps_table(&s),
-            "1\tkill\t-\t-\tnode\tback to ClusterIP\n2\t-\t-\t250\t-\tnothing but a kill\n"
+            "1\tkill\t-\t-\tnode\tback to ClusterIP\n2\t-\t-\t250\t-\tnothing but a kill\n\
+             3\t-\t-\ts20\t-\ta kill in a sync\n"
         );
     }
 
@@ -653,6 +678,10 @@ killAfterMs: 250
             ("kind: Step\nname: x\ndelete: [web]\n", "KIND/NAME"),
             ("kind: Step\nname: x\nrestart: later\n", "term or kill"),
             ("kind: Step\nname: x\nrestartUpstream: 1\n", "term or kill"),
+            (
+                "kind: Step\nname: x\nkillInSync: true\n",
+                "needs killAfterMs",
+            ),
             (
                 "apiVersion: v1\nkind: Node\nmetadata: {name: n}\n",
                 "owns the Node",

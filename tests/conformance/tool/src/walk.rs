@@ -996,6 +996,11 @@ fn draw_move(rng: &mut Rng) -> Move {
     MOVES[0].0
 }
 
+/// How long after the start of ours' sync a kill aimed at it comes, at
+/// most: a sync of the walk's few objects takes tens to hundreds of
+/// milliseconds in the emulated guest.
+const KILL_IN_SYNC_WITHIN_MS: u64 = 150;
+
 /// What a walk includes beside the changes.
 #[derive(Debug, Clone, Copy)]
 pub struct Options {
@@ -1058,8 +1063,16 @@ fn step_doc(
         }]);
     }
     match options.kill_within_ms {
+        // Half the kills at any moment of the step, half just after ours
+        // starts to sync it, where a sync is seldom caught otherwise.
         Some(within) if rng.one_in(2) => {
-            step["killAfterMs"] = json!(rng.next_u64() % (within + 1));
+            if rng.one_in(2) {
+                step["killAfterMs"] = json!(rng.next_u64() % (within + 1));
+            } else {
+                step["killAfterMs"] =
+                    json!(rng.next_u64() % (KILL_IN_SYNC_WITHIN_MS + 1));
+                step["killInSync"] = json!(true);
+            }
         }
         None if rng.one_in(15) => {
             step["restart"] =
@@ -1293,6 +1306,12 @@ mod tests {
         let s = scenario::parse(&walk_yaml(3, &options).unwrap()).unwrap();
         let kills: Vec<u64> =
             s.steps.iter().filter_map(|st| st.kill_after_ms).collect();
+        let in_sync = s.steps.iter().filter(|st| st.kill_in_sync).count();
+        assert!(
+            in_sync > 0 && in_sync < kills.len(),
+            "{in_sync} of {}",
+            kills.len()
+        );
         assert!((15..=45).contains(&kills.len()), "{} kills", kills.len());
         assert!(kills.iter().all(|ms| *ms <= 1500));
         assert!(s.steps.iter().all(|st| st.restart.is_none()));
