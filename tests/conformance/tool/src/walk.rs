@@ -997,9 +997,9 @@ fn draw_move(rng: &mut Rng) -> Move {
 }
 
 /// How long after the start of ours' sync a kill aimed at it comes, at
-/// most: a sync of the walk's few objects takes tens to hundreds of
-/// milliseconds in the emulated guest.
-const KILL_IN_SYNC_WITHIN_MS: u64 = 150;
+/// most: a sync of the walk's few objects takes about ten milliseconds in
+/// the emulated guest (more when iptables must be written).
+const KILL_IN_SYNC_WITHIN_MS: u64 = 10;
 
 /// What a walk includes beside the changes.
 #[derive(Debug, Clone, Copy)]
