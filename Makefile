@@ -2,7 +2,7 @@
 # needs (tests/vm/deps.sh) and caches the kernel under target/vm/.
 
 .PHONY: e2e demo test fmt-check lint unit bench bench-ipsets bench-ipvs bench-vs-upstream vm-test vm-shell vm-kernel \
-	e2e-k8s e2e-control-plane e2e-guest-smoke kind-e2e conformance \
+	e2e-k8s e2e-control-plane e2e-guest-smoke kind-e2e node-e2e conformance \
 	conformance-random
 
 # Crates whose kernel tests vm-test runs; empty means every workspace crate
@@ -77,9 +77,10 @@ vm-shell:
 vm-kernel:
 	tests/vm/prepare
 
-# Upstream kube-apiserver, kube-controller-manager, kubectl, kube-proxy and
-# etcd, built from the k8s.io/kubernetes Go module into target/k8s/bin (the
-# first build takes about 15 minutes on 2 cores; then nothing).
+# Upstream kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
+# kube-proxy, kubelet and etcd, built from the k8s.io/kubernetes Go module
+# into target/k8s/bin (the first build takes about 20 minutes on 2 cores;
+# then nothing).
 e2e-k8s:
 	tests/e2e/build-k8s.sh
 
@@ -91,10 +92,10 @@ e2e-k8s:
 # ports over several slices, an API server outage, a restart under
 # traffic (tests/cluster_e2e/guest_e2e.rs, the scenarios shared with
 # kind-e2e). The control plane stops either way.
-# One feature set for the host and the guest part, so the crate builds
-# once; built before the control plane starts, whose processes hold the
-# memory a link needs.
-E2E_FEATURES = kube-ipvs-proxy/kernel-tests,kube-ipvs-proxy/e2e-tests
+# One feature set for the host and the guest part, and for node-e2e, so the
+# crate builds once; built before the control plane starts, whose
+# processes hold the memory a link needs.
+E2E_FEATURES = kube-ipvs-proxy/kernel-tests,kube-ipvs-proxy/e2e-tests,kube-ipvs-proxy/node-tests
 e2e:
 	tests/vm/deps.sh
 	cargo test --no-run -p kube-ipvs-proxy --features $(E2E_FEATURES)
@@ -103,10 +104,26 @@ e2e:
 	cargo test -p kube-ipvs-proxy --features $(E2E_FEATURES) \
 		--test slices_vs_controller && \
 	VM_HOST_PORTS="$$E2E_VM_HOST_PORTS" \
-	VM_PASS_ENV="E2E_PROXY_KUBECONFIG E2E_ADMIN_GUEST_KUBECONFIG" \
-	VM_TEST_FEATURES=kube-ipvs-proxy/e2e-tests \
+	VM_PASS_ENV="E2E_PROXY_KUBECONFIG E2E_ADMIN_GUEST_KUBECONFIG E2E_CONTROL_PORT" \
+	VM_TEST_FEATURES=kube-ipvs-proxy/e2e-tests,kube-ipvs-proxy/node-tests \
 	tests/vm/run-tests.sh kube-ipvs-proxy -- guest_e2e --nocapture; \
 	rc=$$?; tests/e2e/control-plane.sh stop; exit $$rc
+
+# The real-kernel guest as a real Kubernetes node (tests/node-e2e/run.sh):
+# containerd, runc and the CNI bridge from Debian, a kubelet from
+# build-k8s.sh registered with the loopback control plane; the images built
+# here without a registry (ours from deploy/Dockerfile with buildah, upstream
+# kube-proxy's, pause and testpod); deploy/ applied as a user applies it.
+# Then the scenarios against real Pods (Deployments with a readiness probe),
+# traffic from the node and from a Pod, the DaemonSet's Pod deleted and
+# replaced, a rolling update and the migration from kube-proxy and back
+# under steady traffic (0 failed requests required), the image on a legacy
+# and an nft node. NODE_E2E_TESTS picks tests (names in run.sh). About 12
+# minutes in the guest under TCG, after the release build for the image
+# (about 6 minutes on 2 cores) and, the first time, the base image (about
+# a minute). The control plane stops either way.
+node-e2e:
+	NODE_E2E_FEATURES=$(E2E_FEATURES) tests/node-e2e/run.sh
 
 # The same scenarios (tests/cluster_e2e/scenarios.rs) on a kind cluster
 # without kube-proxy, for users with Docker and kind: deploy/'s image and

@@ -41,7 +41,7 @@ fn load(services: usize) -> (Loaded, usize, Duration) {
 impl Loaded {
     /// One readiness flip of one endpoint, synced and planned.
     fn one_change(&mut self) -> usize {
-        self.state.apply(&self.flip.next_change());
+        self.state.apply_objects(&self.flip.next_change());
         let outcome = self.state.sync();
         let ops = self.ledger.plan(&outcome.deltas);
         assert_eq!(ops.ipvs.len(), 1, "one real server added or removed");

@@ -28,7 +28,7 @@ fn load(services: usize) -> Loaded {
 impl Loaded {
     /// One readiness flip of one endpoint, synced.
     fn one_change(&mut self) -> usize {
-        self.state.apply(&self.flip.next_change());
+        self.state.apply_objects(&self.flip.next_change());
         let outcome = self.state.sync();
         assert_eq!(outcome.deltas.len(), 1, "exactly one port changes");
         outcome.deltas.len()

@@ -4,6 +4,7 @@
 //! trackers (`tracker`); a sync checks the changes out and turns them into
 //! the desired kernel state (`desired`), which backends apply.
 
+pub mod backend;
 pub mod config;
 pub mod daemon;
 pub mod desired;

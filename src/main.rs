@@ -14,11 +14,12 @@ use anyhow::Context;
 use clap::Parser;
 use futures::{stream::BoxStream, StreamExt};
 use kube_ipvs_proxy::{
+    backend::Backend,
     config::{
         self, Cli, Command, Config, ConfigArgs, OutputFormat, PlanArgs,
         Resolved, RunArgs,
     },
-    daemon::{self, Backend},
+    daemon::{self, LoopSettings},
     kernel::{
         addresses::NetlinkAddresses,
         ipsets::NetlinkIpsets,
@@ -165,15 +166,11 @@ async fn run_proxy(config: Config, cleanup: bool) -> anyhow::Result<()> {
         None,
         SystemTime::now(),
     );
-    daemon::run(
-        source,
-        state,
-        backend,
-        config.ipvs.min_sync_period,
-        config.ipvs.sync_period,
-        reporter,
-    )
-    .await?;
+    let settings = LoopSettings {
+        min_sync_period: config.ipvs.min_sync_period,
+        sync_period: config.ipvs.sync_period,
+    };
+    daemon::run(source, state, backend, settings, reporter).await?;
     Ok(())
 }
 

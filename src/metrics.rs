@@ -69,6 +69,28 @@ pub const KERNEL_OPERATIONS_TOTAL: &str =
 pub const SERVICE_HEALTH_LISTEN_FAILURES_TOTAL: &str =
     "kube_ipvs_proxy_service_health_listen_failures_total";
 
+/// Ours: how long object changes spend in each stage on their way to the
+/// kernel, by `stage`: `api` (the slice's last-change trigger time to our
+/// receiving the watch event: the API server's and the controller's
+/// share), `queue` (received to applied to the trackers), `pending`
+/// (tracked to the start of the sync that checks it out: the
+/// bounded-frequency runner and the syncs before it), `sync` (that sync's
+/// start to the kernel applied) and `total` (received to applied).
+/// Millisecond buckets, where upstream's programming latency starts at
+/// 250 ms.
+pub const CHANGE_STAGE_DURATION_SECONDS: &str =
+    "kube_ipvs_proxy_change_stage_duration_seconds";
+/// Ours: how long each repair round's kernel read took, and each of its
+/// steps held the sync loop, by `part` (`read`, `step`).
+pub const REPAIR_DURATION_SECONDS: &str =
+    "kube_ipvs_proxy_repair_duration_seconds";
+
+/// Half a millisecond to about 65 s, doubling: fine enough for one
+/// change's sync on a quiet node, wide enough for a stalled one.
+pub fn stage_buckets() -> Vec<f64> {
+    (0..18).map(|i| 0.0005 * f64::from(1u32 << i)).collect()
+}
+
 /// Upstream's `ExponentialBuckets(0.001, 2, 15)`: 1 ms to 16.384 s, used
 /// by the sync and conntrack duration histograms.
 pub fn sync_duration_buckets() -> Vec<f64> {

@@ -13,7 +13,6 @@
 //! syncs are incremental.
 
 use std::{
-    future::Future,
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
@@ -104,13 +103,18 @@ impl RunnerHandle {
     }
 }
 
-/// Runs a sync function with bounded frequency; see the module docs.
+/// Runs syncs with bounded frequency; see the module docs. The owner of
+/// the sync loop asks [`BoundedFrequencyRunner::next`] when the next sync
+/// is due, runs it, and reports its end with
+/// [`BoundedFrequencyRunner::finished`]; between the two it may do
+/// anything else, so the runner decides only *when*, never *what*.
 #[derive(Debug)]
 pub struct BoundedFrequencyRunner {
     name: String,
     min_interval: Duration,
     max_interval: Duration,
     shared: Arc<Shared>,
+    state: LoopState,
 }
 
 impl BoundedFrequencyRunner {
@@ -122,11 +126,19 @@ impl BoundedFrequencyRunner {
         max_interval: Duration,
     ) -> (Self, RunnerHandle) {
         let shared = Arc::new(Shared::default());
+        let max_interval = max_interval.max(min_interval);
         let runner = BoundedFrequencyRunner {
             name: name.into(),
             min_interval,
-            max_interval: max_interval.max(min_interval),
+            max_interval,
             shared: Arc::clone(&shared),
+            state: LoopState {
+                last_end: None,
+                deadline: Instant::now() + max_interval,
+                deferred_request: false,
+                retry_due: false,
+                seq: 0,
+            },
         };
         (runner, RunnerHandle { shared })
     }
@@ -137,95 +149,99 @@ impl BoundedFrequencyRunner {
         }
     }
 
-    /// Runs forever, calling `sync` whenever one is due; stop it by
-    /// dropping the future (e.g. in `tokio::select!` with a shutdown
-    /// signal). Syncs never overlap: the next one is only considered after
-    /// the previous future completed. Nothing runs until the first request
-    /// or until `max_interval` has passed, as in kube-proxy.
-    pub async fn run_loop<F, Fut>(self, mut sync: F)
-    where
-        F: FnMut(SyncTrigger) -> Fut,
-        Fut: Future<Output = ()>,
-    {
-        let mut state = LoopState {
-            last_end: None,
-            deadline: Instant::now() + self.max_interval,
-            deferred_request: false,
-            retry_due: false,
-            seq: 0,
-        };
+    /// Waits until a sync is due and returns what it is for. Nothing is
+    /// due before the first request or before `max_interval` has passed,
+    /// as in kube-proxy. Cancel-safe: everything it learns is kept in
+    /// the runner, so dropping the future (in a `select!`) loses no
+    /// request. Call [`BoundedFrequencyRunner::finished`] once the sync
+    /// it announced is over; syncs never overlap.
+    pub async fn next(&mut self) -> SyncTrigger {
         loop {
             let woken = tokio::select! {
                 _ = self.shared.wake.notified() => true,
-                _ = tokio::time::sleep_until(state.deadline) => false,
+                _ = tokio::time::sleep_until(self.state.deadline) => false,
             };
-            let now = Instant::now();
-            let (requested, retry_at) = self
-                .shared
-                .with_requests(|r| (std::mem::take(&mut r.run), r.retry_at));
-            if let Some(at) = retry_at {
-                if at <= now {
-                    self.shared.with_requests(|r| {
-                        if r.retry_at == Some(at) {
-                            r.retry_at = None;
-                        }
-                    });
-                    state.retry_due = true;
-                } else if at < state.deadline {
-                    state.deadline = at;
-                }
-            }
-            let timer_fired = !woken || now >= state.deadline;
-            let reason = if requested || state.deferred_request {
-                Some(SyncReason::Requested)
-            } else if state.retry_due {
-                Some(SyncReason::Retry)
-            } else if timer_fired {
-                Some(SyncReason::Periodic)
-            } else {
-                None
-            };
-            let Some(reason) = reason else { continue };
-
-            let earliest = state.last_end.map(|end| end + self.min_interval);
-            match earliest {
-                Some(earliest) if earliest > now => {
-                    // Too soon: remember why, and come back when allowed.
-                    if reason == SyncReason::Requested {
-                        state.deferred_request = true;
-                    }
-                    state.deadline = state.deadline.min(earliest);
-                }
-                _ => {
-                    state.seq += 1;
-                    let trigger = SyncTrigger {
-                        seq: state.seq,
-                        reason,
-                    };
-                    tracing::debug!(
-                        runner = %self.name,
-                        seq = trigger.seq,
-                        reason = reason.as_str(),
-                        "sync starting"
-                    );
-                    // This sync satisfies any retry asked for before it;
-                    // a retry asked for during it (a failure) is kept.
-                    self.shared.with_requests(|r| r.retry_at = None);
-                    sync(trigger).await;
-                    let end = Instant::now();
-                    state.last_end = Some(end);
-                    state.deferred_request = false;
-                    state.retry_due = false;
-                    // A retry asked for during the sync left a
-                    // notification behind, so the next turn moves this
-                    // deadline earlier again.
-                    state.deadline = end + self.max_interval;
-                }
+            if let Some(trigger) = self.due(woken) {
+                return trigger;
             }
         }
     }
+
+    /// The decision after a wake-up, without awaiting anything.
+    fn due(&mut self, woken: bool) -> Option<SyncTrigger> {
+        let state = &mut self.state;
+        let now = Instant::now();
+        let (requested, retry_at) = self
+            .shared
+            .with_requests(|r| (std::mem::take(&mut r.run), r.retry_at));
+        if let Some(at) = retry_at {
+            if at <= now {
+                self.shared.with_requests(|r| {
+                    if r.retry_at == Some(at) {
+                        r.retry_at = None;
+                    }
+                });
+                state.retry_due = true;
+            } else if at < state.deadline {
+                state.deadline = at;
+            }
+        }
+        let timer_fired = !woken || now >= state.deadline;
+        let reason = if requested || state.deferred_request {
+            SyncReason::Requested
+        } else if state.retry_due {
+            SyncReason::Retry
+        } else if timer_fired {
+            SyncReason::Periodic
+        } else {
+            return None;
+        };
+
+        if let Some(earliest) =
+            state.last_end.map(|end| end + self.min_interval)
+        {
+            if earliest > now {
+                // Too soon: remember why, and come back when allowed.
+                if reason == SyncReason::Requested {
+                    state.deferred_request = true;
+                }
+                state.deadline = state.deadline.min(earliest);
+                return None;
+            }
+        }
+        state.seq += 1;
+        let trigger = SyncTrigger {
+            seq: state.seq,
+            reason,
+        };
+        tracing::debug!(
+            runner = %self.name,
+            seq = trigger.seq,
+            reason = reason.as_str(),
+            "sync starting"
+        );
+        // This sync satisfies any retry asked for before it; a retry
+        // asked for during it (a failure) is kept.
+        self.shared.with_requests(|r| r.retry_at = None);
+        Some(trigger)
+    }
+
+    /// Records the end of the sync [`BoundedFrequencyRunner::next`]
+    /// announced: the minimum interval counts from here, and so does the
+    /// next periodic sync.
+    pub fn finished(&mut self) {
+        let end = Instant::now();
+        let state = &mut self.state;
+        state.last_end = Some(end);
+        state.deferred_request = false;
+        state.retry_due = false;
+        // A retry asked for during the sync left a notification behind,
+        // so the next call moves this deadline earlier again.
+        state.deadline = end + self.max_interval;
+    }
 }
 
+#[derive(Debug)]
 struct LoopState {
     last_end: Option<Instant>,
     deadline: Instant,

@@ -4,16 +4,22 @@
 
 use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    sync::Arc,
     time::SystemTime,
 };
 
 use ipnet::IpNet;
+use kube::runtime::watcher::Event;
 
 use crate::{
     config::{Config, DetectLocal, NodePortAddress},
     desired::{DesiredState, NodeContext, Plan, ServiceDelta},
     model::{EndpointsMap, NodeInfo, ServicePortMap},
-    source::{file::Snapshot, store::ObjectChange},
+    source::{
+        file::Snapshot,
+        store::{Keep, Kept, ObjectChange, RecordChange, Stores},
+        SourceEvent,
+    },
     tracker::{
         endpoints::{EndpointsChangeTracker, EndpointsUpdateResult},
         node::{NodeTracker, NodeUpdate},
@@ -27,7 +33,7 @@ mod tests;
 /// The parts of the configuration that shape the desired state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeSettings {
-    pub scheduler: String,
+    pub scheduler: Arc<str>,
     pub node_port_addresses: Vec<NodePortAddress>,
     pub detect_local_node_cidr: bool,
     /// `bindAddress`, when a specific address: the node's primary IP of
@@ -39,7 +45,7 @@ pub struct NodeSettings {
 impl NodeSettings {
     pub fn from_config(config: &Config) -> Self {
         Self {
-            scheduler: config.ipvs.scheduler.as_str().to_string(),
+            scheduler: config.ipvs.scheduler.as_str().into(),
             node_port_addresses: config.node_port_addresses.clone(),
             detect_local_node_cidr: config.detect_local
                 == DetectLocal::NodeCidr,
@@ -167,6 +173,11 @@ fn is_link_local_v6(ip: &IpAddr) -> bool {
     }
 }
 
+/// The record a kept object holds, if any.
+fn record<R>(kept: &Option<Arc<Kept<R>>>) -> Option<&R> {
+    kept.as_ref().map(|k| &k.record)
+}
+
 /// What applying an object change means for the caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChangeOutcome {
@@ -216,7 +227,7 @@ impl SyncState {
         );
         Self {
             services: ServiceChangeTracker::new(),
-            endpoints: EndpointsChangeTracker::new(&*node_name, start_time),
+            endpoints: EndpointsChangeTracker::new(start_time),
             node: NodeTracker::new(
                 &*node_name,
                 settings.detect_local_node_cidr,
@@ -231,13 +242,25 @@ impl SyncState {
         }
     }
 
-    pub fn apply(&mut self, change: &ObjectChange) -> ChangeOutcome {
+    /// Takes one object's change, as the stores hand it on.
+    pub fn apply(&mut self, change: &RecordChange) -> ChangeOutcome {
         let needs_sync = match change {
-            ObjectChange::Service { previous, current } => self
-                .services
-                .update(previous.as_deref(), current.as_deref()),
-            ObjectChange::EndpointSlice { previous, current } => {
-                match (previous, current) {
+            RecordChange::Service((previous, current)) => {
+                let Some(name) = current
+                    .as_ref()
+                    .or(previous.as_ref())
+                    .map(|k| &k.record.name)
+                else {
+                    return ChangeOutcome::Unchanged;
+                };
+                self.services.update(
+                    name,
+                    record(previous).map(|r| &r.ports),
+                    record(current).map(|r| &r.ports),
+                )
+            }
+            RecordChange::EndpointSlice((previous, current)) => {
+                match (record(previous), record(current)) {
                     (_, Some(slice)) => {
                         self.endpoints.endpoint_slice_update(slice, false)
                     }
@@ -247,8 +270,8 @@ impl SyncState {
                     (None, None) => false,
                 }
             }
-            ObjectChange::Node { current, .. } => {
-                match self.node.update(current.as_deref()) {
+            RecordChange::Node((_, current)) => {
+                match self.node.update(record(current)) {
                     NodeUpdate::Unchanged => false,
                     NodeUpdate::Changed(_) | NodeUpdate::Deleted => {
                         self.node_dirty = true;
@@ -272,14 +295,61 @@ impl SyncState {
         }
     }
 
-    /// Replaces the kernel's view of local addresses (read at start-up
-    /// and on full resyncs); everything is recomputed at the next sync if
-    /// it differs.
-    pub fn set_local_addresses(&mut self, local: Vec<IpAddr>) {
-        if self.local_addresses.as_ref() != Some(&local) {
-            self.local_addresses = Some(local);
-            self.node_dirty = true;
+    /// Takes one API object's change: converted as the stores convert
+    /// what arrives (the current object's problems reported), then
+    /// applied.
+    pub fn apply_objects(&mut self, change: &ObjectChange) -> ChangeOutcome {
+        fn kept<K: Keep>(
+            obj: &Option<Arc<K>>,
+            node: &str,
+            report: bool,
+        ) -> Option<Arc<Kept<K::Record>>> {
+            let obj = obj.as_deref()?;
+            let meta = obj.meta();
+            let converted = obj.convert(node);
+            let record = match report {
+                true => converted.report(),
+                // Reported when it was current.
+                false => converted.value,
+            };
+            Some(Arc::new(Kept {
+                key: crate::model::convert::object_name(meta),
+                resource_version: meta.resource_version.clone(),
+                record,
+            }))
         }
+        let node = self.node_name.clone();
+        let change = match change {
+            ObjectChange::Service { previous, current } => {
+                RecordChange::Service((
+                    kept(previous, &node, false),
+                    kept(current, &node, true),
+                ))
+            }
+            ObjectChange::EndpointSlice { previous, current } => {
+                RecordChange::EndpointSlice((
+                    kept(previous, &node, false),
+                    kept(current, &node, true),
+                ))
+            }
+            ObjectChange::Node { previous, current } => RecordChange::Node((
+                kept(previous, &node, false),
+                kept(current, &node, true),
+            )),
+        };
+        self.apply(&change)
+    }
+
+    /// Replaces the kernel's view of local addresses (read at start-up
+    /// and by each repair round); everything is recomputed at the next
+    /// sync if it differs, which the result says.
+    pub fn set_local_addresses(&mut self, local: Vec<IpAddr>) -> bool {
+        if self.local_addresses.as_ref() == Some(&local) {
+            return false;
+        }
+        self.local_addresses = Some(local);
+        self.node_dirty = true;
+        true
     }
 
     /// Checks out the trackers' changes and updates the desired state for
@@ -320,36 +390,45 @@ impl SyncState {
         }
     }
 
-    /// Applies every object of a snapshot as newly added (nodes first, so
-    /// the first sync already knows the node): what a first listing of a
-    /// state file amounts to.
+    /// Applies every object of a snapshot as a first listing of each kind
+    /// (nodes first, so the first sync already knows the node), through
+    /// the stores a running proxy uses.
     pub fn apply_snapshot(&mut self, snapshot: &Snapshot) -> ChangeOutcome {
-        let changes = snapshot
-            .nodes
-            .iter()
-            .map(|n| ObjectChange::Node {
-                previous: None,
-                current: Some(n.clone().into()),
-            })
-            .chain(snapshot.services.iter().map(|s| ObjectChange::Service {
-                previous: None,
-                current: Some(s.clone().into()),
-            }))
-            .chain(snapshot.endpoint_slices.iter().map(|s| {
-                ObjectChange::EndpointSlice {
-                    previous: None,
-                    current: Some(s.clone().into()),
-                }
-            }));
+        let mut stores = Stores::new(&self.node_name);
+        let mut events = Vec::new();
+        macro_rules! listed {
+            ($kind:ident, $objects:expr) => {
+                events.push(SourceEvent::$kind(Event::Init));
+                events.extend(
+                    $objects
+                        .iter()
+                        .cloned()
+                        .map(|o| SourceEvent::$kind(Event::InitApply(o))),
+                );
+                events.push(SourceEvent::$kind(Event::InitDone));
+            };
+        }
+        listed!(Node, snapshot.nodes);
+        listed!(Service, snapshot.services);
+        listed!(EndpointSlice, snapshot.endpoint_slices);
         let mut outcome = ChangeOutcome::Unchanged;
-        for change in changes {
-            match self.apply(&change) {
-                ChangeOutcome::Unchanged => {}
-                ChangeOutcome::NeedsSync => outcome = ChangeOutcome::NeedsSync,
-                restart @ ChangeOutcome::Restart(_) => return restart,
+        for event in events {
+            for change in stores.apply(event) {
+                match self.apply(&change) {
+                    ChangeOutcome::Unchanged => {}
+                    ChangeOutcome::NeedsSync => {
+                        outcome = ChangeOutcome::NeedsSync
+                    }
+                    restart @ ChangeOutcome::Restart(_) => return restart,
+                }
             }
         }
         outcome
+    }
+
+    /// The node this proxy runs on.
+    pub fn node_name(&self) -> &str {
+        &self.node_name
     }
 
     pub fn pending(&self) -> usize {

@@ -18,7 +18,7 @@ use kube_ipvs_proxy::{
         },
         sysctl::{self, ProcSysctls, Sysctls},
     },
-    model::{EndpointInfo, Protocol, ServicePortInfo},
+    model::{EndpointInfo, Protocol, ServicePortInfo, ServicePortName},
 };
 use testkit::{guest, run, run_with_input, start_pods, PodSpec};
 
@@ -227,7 +227,8 @@ async fn removed_endpoint() -> Result<()> {
         is_load_balancer: false,
     };
     let mut serving = UdpServing::new();
-    serving.add_service(&service, &[endpoint(b.ip())]);
+    let name = ServicePortName::new("ns", "dns", "dns", Protocol::Udp);
+    serving.update(&name, Some(&service), &[endpoint(b.ip())]);
     let report = clean_stale_udp_flows(&mut ct, &serving).await?;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     assert_eq!(report.deleted, 1, "{report:?}, stale in {flow}");
@@ -244,23 +245,51 @@ async fn removed_endpoint() -> Result<()> {
     Ok(())
 }
 
-/// The sync-time wiring on the real table: a batch carrying the UDP
-/// services' serving endpoints removes, after the inner backend applied,
-/// the flow answered by an endpoint that no longer serves, and keeps the
-/// live one.
+/// The sync-time wiring on the real table: after a sync that gave a UDP
+/// service its endpoints, once the inner backend applied, the flow
+/// answered by an endpoint that does not serve is removed and the live
+/// one kept.
 #[tokio::test]
 #[cfg_attr(
     not(feature = "kernel-tests"),
     ignore = "needs the real-kernel guest: run `make vm-test`"
 )]
 async fn with_conntrack_cleans_after_a_sync() -> Result<()> {
+    use std::{sync::Arc, time::SystemTime};
+
     use kube_ipvs_proxy::{
-        daemon::{Backend, LogBackend, SyncBatch},
-        desired::{DesiredState, NodeContext},
+        backend::{Backend, BackendError, RepairStep, SyncBatch},
         proxier::conntrack::WithConntrack,
         runner::{SyncReason, SyncTrigger},
-        sync::SyncOutcome,
+        source::store::ObjectChange,
+        sync::{NodeSettings, SyncState},
     };
+
+    /// Programs nothing: only the conntrack layer is under test.
+    struct NoKernel;
+
+    impl Backend for NoKernel {
+        type Observed = ();
+
+        async fn apply(
+            &mut self,
+            _: SyncBatch<'_>,
+        ) -> Result<(), BackendError> {
+            Ok(())
+        }
+
+        fn begin_repair(
+            &mut self,
+        ) -> impl std::future::Future<Output = ()> + Send + 'static + use<>
+        {
+            std::future::ready(())
+        }
+
+        async fn repair_step(&mut self, _: &mut ()) -> RepairStep {
+            RepairStep::Done
+        }
+    }
+
     guest::require();
     // Another frontend than the contract's, whose test runs alongside.
     let live = contract::nat_flow(
@@ -278,37 +307,47 @@ async fn with_conntrack_cleans_after_a_sync() -> Result<()> {
     for flow in [live, stale] {
         conntrack_insert(&flow)?;
     }
-    let dns = ServicePortInfo {
-        cluster_ips: vec![IpAddr::V4(Ipv4Addr::new(198, 18, 9, 101))],
-        port: 53,
-        protocol: Protocol::Udp,
-        node_port: 0,
-        session_affinity_timeout: None,
-        external_ips: vec![],
-        load_balancer_vips: vec![],
-        load_balancer_source_ranges: vec![],
-        external_policy_local: false,
-        internal_policy_local: false,
-        health_check_node_port: 0,
-        is_load_balancer: false,
-    };
-    let mut serving = UdpServing::new();
-    serving.add_service(&dns, &[endpoint(Ipv4Addr::new(198, 19, 9, 11))]);
+    let dns: k8s_openapi::api::core::v1::Service =
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "ns", "name": "dns"},
+            "spec": {"clusterIP": "198.18.9.101",
+                     "clusterIPs": ["198.18.9.101"],
+                     "ports": [{"name": "dns", "port": 53,
+                                "protocol": "UDP"}]}
+        }))?;
+    let slice: k8s_openapi::api::discovery::v1::EndpointSlice =
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "ns", "name": "dns-1",
+                         "labels": {"kubernetes.io/service-name": "dns"}},
+            "addressType": "IPv4",
+            "ports": [{"name": "dns", "port": 5353, "protocol": "UDP"}],
+            "endpoints": [{"addresses": ["198.19.9.11"]}]
+        }))?;
+    let mut state = SyncState::new(
+        "node-a",
+        NodeSettings::default(),
+        Some(vec![IpAddr::V4(Ipv4Addr::new(198, 18, 100, 1))]),
+        SystemTime::now(),
+    );
+    state.apply_objects(&ObjectChange::Service {
+        previous: None,
+        current: Some(Arc::new(dns)),
+    });
+    state.apply_objects(&ObjectChange::EndpointSlice {
+        previous: None,
+        current: Some(Arc::new(slice)),
+    });
+    let outcome = state.sync();
     let batch = SyncBatch {
         trigger: SyncTrigger {
             seq: 1,
             reason: SyncReason::Requested,
         },
-        outcome: SyncOutcome::default(),
-        service_ports: 1,
-        desired: Some(DesiredState::new(NodeContext {
-            ipv4: true,
-            ..NodeContext::default()
-        })),
-        udp_serving: Some(serving),
+        outcome: &outcome,
+        state: &state,
     };
-    let mut backend = WithConntrack::new(LogBackend, ct);
-    let applied = backend.apply(&batch).await;
+    let mut backend = WithConntrack::new(NoKernel, ct);
+    let applied = backend.apply(batch).await;
     let mut ct = NetlinkConntrack::new()?;
     let dumped = ct.dump_udp().await?;
     let _ = ct.delete(&[live]).await;

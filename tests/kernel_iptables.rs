@@ -218,6 +218,26 @@ mod netns {
             }
         }
 
+        fn save_detached(
+            &self,
+            family: Family,
+            table: &str,
+        ) -> impl Future<
+            Output = Result<String, kube_ipvs_proxy::kernel::KernelError>,
+        >
+               + Send
+               + 'static
+               + use<> {
+            match self {
+                Target::Model(m) => futures::future::Either::Left(
+                    m.save_detached(family, table),
+                ),
+                Target::Real(r) => futures::future::Either::Right(
+                    r.save_detached(family, table),
+                ),
+            }
+        }
+
         async fn restore(
             &mut self,
             family: Family,

@@ -100,9 +100,11 @@ pub async fn run(settings: &Settings) -> anyhow::Result<EventsSide> {
         source,
         sync_state,
         backend,
-        config.ipvs.min_sync_period,
-        // No periodic full reconcile inside the measurements.
-        Duration::from_secs(600),
+        daemon::LoopSettings {
+            min_sync_period: config.ipvs.min_sync_period,
+            // No repair round inside the measurements.
+            sync_period: Duration::from_secs(600),
+        },
         reporter,
     ));
 

@@ -23,9 +23,9 @@ pub struct Proxy {
 
 impl Proxy {
     /// Starts our proxy on `state` in this thread's network namespace.
-    /// The periodic full reconcile (every `--ipvs-sync-period`) is put
-    /// out of the measurements' way: it reads the whole kernel back and
-    /// is not what a change costs.
+    /// The repair rounds (every `--ipvs-sync-period`) are put out of the
+    /// measurements' way: they read the whole kernel back, beside the
+    /// syncs, and are not what a change costs.
     pub fn start(
         state: &Path,
         node: &str,
@@ -142,8 +142,8 @@ pub struct SyncMetrics {
     pub sync_seconds: f64,
 }
 
-/// Scrapes the proxy's metrics; `None` while the server is not up.
-pub fn scrape() -> Option<SyncMetrics> {
+/// The proxy's `/metrics` text; `None` while the server is not up.
+pub fn metrics_text() -> Option<String> {
     let mut stream = TcpStream::connect(METRICS).ok()?;
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -156,6 +156,12 @@ pub fn scrape() -> Option<SyncMetrics> {
         .ok()?;
     let mut body = String::new();
     stream.read_to_string(&mut body).ok()?;
+    Some(body)
+}
+
+/// Scrapes the proxy's metrics; `None` while the server is not up.
+pub fn scrape() -> Option<SyncMetrics> {
+    let body = metrics_text()?;
     // `NAME{ip_family="IPv4"} VALUE`: the first family's series (a
     // dual-stack node reports each sync under both).
     let value = |name: &str| -> f64 {

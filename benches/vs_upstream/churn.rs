@@ -42,7 +42,10 @@ const POLL: Duration = Duration::from_millis(5);
 const MAX_POLL: Duration = Duration::from_secs(1);
 
 pub struct Churn {
-    pub latencies: Vec<Duration>,
+    /// Each timed change: when it was written, and how long until the
+    /// kernel showed it.
+    pub latencies: Vec<(Instant, Duration)>,
+    pub started: Instant,
     pub achieved_rate: f64,
     /// From the last write to the last timed change seen in the kernel.
     pub catch_up: Duration,
@@ -95,6 +98,7 @@ pub async fn run(
     services: usize,
     proxy: &mut Proxy,
 ) -> anyhow::Result<Churn> {
+    let started = Instant::now();
     let shared: SharedState = Arc::default();
     let errors = Arc::new(AtomicUsize::new(0));
     // The writer is a task of its own so that a slow polling round never
@@ -170,7 +174,7 @@ pub async fn run(
             if let Some(j) = upto {
                 for c in f.changes.drain(..=j) {
                     if c.timed {
-                        latencies.push(seen_at - c.issued);
+                        latencies.push((c.issued, seen_at - c.issued));
                         last_seen = seen_at;
                     }
                 }
@@ -194,11 +198,43 @@ pub async fn run(
         .sum();
     Ok(Churn {
         latencies,
+        started,
         achieved_rate: issued as f64 / settings.churn.as_secs_f64().max(1e-3),
         catch_up: last_seen.saturating_duration_since(written_at),
         unobserved,
         write_errors: errors.load(Ordering::Relaxed),
     })
+}
+
+impl Churn {
+    /// The first and the last minute's latencies, sorted, for a churn of
+    /// at least two minutes: whether anything accumulates over a long run.
+    pub fn minutes(&self) -> Vec<(&'static str, Vec<Duration>)> {
+        let minute = Duration::from_secs(60);
+        let Some(last) = self.latencies.iter().map(|(at, _)| *at).max() else {
+            return Vec::new();
+        };
+        if last.duration_since(self.started) < 2 * minute {
+            return Vec::new();
+        }
+        let end = self.started
+            + minute
+                * (last.duration_since(self.started).as_secs() / 60) as u32;
+        let within = |from: Instant, to: Instant| {
+            let mut d: Vec<Duration> = self
+                .latencies
+                .iter()
+                .filter(|(at, _)| *at >= from && *at < to)
+                .map(|(_, d)| *d)
+                .collect();
+            d.sort();
+            d
+        };
+        vec![
+            ("first", within(self.started, self.started + minute)),
+            ("last", within(end - minute, end)),
+        ]
+    }
 }
 
 struct Plan {

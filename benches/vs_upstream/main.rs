@@ -41,6 +41,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 
 mod api;
+mod breakdown;
 mod churn;
 #[allow(dead_code)]
 #[path = "../fixtures/mod.rs"]

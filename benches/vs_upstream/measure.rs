@@ -13,8 +13,10 @@ use ipvs_sys::Handle;
 use kube::Client;
 
 use crate::{
-    api, churn, ipvs, objects,
-    proxy::{scrape, Proxy},
+    api,
+    breakdown::breakdown,
+    churn, ipvs, objects,
+    proxy::{metrics_text, scrape, Proxy},
     Settings,
 };
 
@@ -40,7 +42,7 @@ impl Addresses {
     }
 }
 
-struct Results<'a> {
+pub struct Results<'a> {
     proxy: &'a str,
     services: usize,
 }
@@ -53,7 +55,7 @@ impl Results<'_> {
         Ok(())
     }
 
-    fn print(&self, metric: &str, value: f64) {
+    pub fn print(&self, metric: &str, value: f64) {
         println!(
             "RESULT {} {} {metric} {value:.3}",
             self.proxy, self.services
@@ -148,10 +150,19 @@ pub async fn run(
         results.print("new_service_ms", median_ms(&mut samples));
 
         let cpu_before = proxy.cpu()?;
+        let metrics_before = metrics_text().unwrap_or_default();
         let churn =
             churn::run(settings, &slices, &handle, &addresses, n, &mut proxy)
                 .await?;
-        let mut latencies = churn.latencies;
+        breakdown(&results, &metrics_before);
+        for (label, minute) in churn.minutes() {
+            results.print(
+                &format!("churn_p99_{label}_minute_ms"),
+                percentile_ms(&minute, 0.99),
+            );
+        }
+        let mut latencies: Vec<Duration> =
+            churn.latencies.iter().map(|(_, d)| *d).collect();
         latencies.sort();
         results.print("churn_rate_per_s", churn.achieved_rate);
         results.print("churn_timed", latencies.len() as f64);

@@ -43,6 +43,9 @@ pub fn service_state(
         }
         .compute(cluster_ip);
     }
+    state.virtual_servers.shrink_to_fit();
+    state.bound_addresses.shrink_to_fit();
+    state.set_entries.shrink_to_fit();
     state
 }
 

@@ -10,16 +10,18 @@
 mod compute;
 mod ipsets;
 mod render;
+mod sorted_set;
 mod state;
 #[cfg(test)]
 mod tests;
 
-use std::{collections::BTreeSet, net::IpAddr};
+use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
 
 use serde::Serialize;
 
 pub use compute::service_state;
 pub use ipsets::{SetEntry, SetKind, SetName, SetType};
+pub use sorted_set::SortedSet;
 pub use state::{DesiredState, Plan, ServiceDelta};
 
 use crate::model::{Protocol, ServicePortName};
@@ -50,7 +52,8 @@ pub struct VirtualServer {
     pub protocol: Protocol,
     pub address: IpAddr,
     pub port: u16,
-    pub scheduler: String,
+    /// Shared with every virtual server and the node context.
+    pub scheduler: Arc<str>,
     /// ClientIP session affinity, which IPVS implements as persistence.
     pub persistent: bool,
     /// The persistence timeout in seconds; 0 when not persistent.
@@ -83,8 +86,8 @@ pub struct RealServer {
 pub struct ServiceState {
     pub virtual_servers: Vec<VirtualServer>,
     /// Addresses this service port needs on kube-ipvs0.
-    pub bound_addresses: BTreeSet<IpAddr>,
-    pub set_entries: BTreeSet<(SetName, SetEntry)>,
+    pub bound_addresses: SortedSet<IpAddr>,
+    pub set_entries: SortedSet<(SetName, SetEntry)>,
 }
 
 /// What the computation needs to know about the node it runs on. A change
@@ -105,7 +108,7 @@ pub struct NodeContext {
     /// and load-balancer IPs among them are not bound again.
     pub local_addresses: BTreeSet<IpAddr>,
     /// The IPVS scheduler for every virtual server (`rr` by default).
-    pub scheduler: String,
+    pub scheduler: Arc<str>,
     /// Whether this node runs the IPv6 side too: it decides whether the
     /// `KUBE-6-` sets exist at all.
     pub ipv6: bool,

@@ -9,11 +9,12 @@ use std::{
 };
 
 use super::{
-    IpFamily, CONNTRACK_RECONCILER_DELETED_ENTRIES_TOTAL,
+    IpFamily, CHANGE_STAGE_DURATION_SECONDS,
+    CONNTRACK_RECONCILER_DELETED_ENTRIES_TOTAL,
     CONNTRACK_RECONCILER_SYNC_DURATION_SECONDS, KERNEL_OPERATIONS_TOTAL,
     NETWORK_PROGRAMMING_DURATION_SECONDS, PROXY_HEALTHZ_TOTAL,
-    PROXY_LIVEZ_TOTAL, SERVICE_HEALTH_LISTEN_FAILURES_TOTAL,
-    SYNC_PROXY_RULES_DURATION_SECONDS,
+    PROXY_LIVEZ_TOTAL, REPAIR_DURATION_SECONDS,
+    SERVICE_HEALTH_LISTEN_FAILURES_TOTAL, SYNC_PROXY_RULES_DURATION_SECONDS,
     SYNC_PROXY_RULES_IPTABLES_RESTORE_FAILURES_TOTAL,
     SYNC_PROXY_RULES_LAST_QUEUED_TIMESTAMP_SECONDS,
     SYNC_PROXY_RULES_LAST_TIMESTAMP_SECONDS,
@@ -101,6 +102,72 @@ impl InternalEvent for NetworkProgrammed {
             "ip_family" => self.family.as_str(),
         )
         .record(self.latency.as_secs_f64());
+    }
+}
+
+/// A stage of an object change's way to the kernel; see
+/// [`CHANGE_STAGE_DURATION_SECONDS`](super::CHANGE_STAGE_DURATION_SECONDS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Api,
+    Queue,
+    Pending,
+    Sync,
+    Total,
+}
+
+impl Stage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stage::Api => "api",
+            Stage::Queue => "queue",
+            Stage::Pending => "pending",
+            Stage::Sync => "sync",
+            Stage::Total => "total",
+        }
+    }
+}
+
+/// One change spent `duration` in `stage`.
+#[derive(Debug)]
+pub struct StageTimed {
+    pub stage: Stage,
+    pub duration: Duration,
+}
+
+impl InternalEvent for StageTimed {
+    fn emit(self) {
+        metrics::histogram!(
+            CHANGE_STAGE_DURATION_SECONDS,
+            "stage" => self.stage.as_str(),
+        )
+        .record(self.duration.as_secs_f64());
+    }
+}
+
+/// Which part of a repair round took `duration`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RepairPart {
+    /// The kernel read, beside the syncs.
+    Read,
+    /// One step, holding the sync loop.
+    Step,
+}
+
+#[derive(Debug)]
+pub struct RepairTimed {
+    pub part: RepairPart,
+    pub duration: Duration,
+}
+
+impl InternalEvent for RepairTimed {
+    fn emit(self) {
+        let part = match self.part {
+            RepairPart::Read => "read",
+            RepairPart::Step => "step",
+        };
+        metrics::histogram!(REPAIR_DURATION_SECONDS, "part" => part)
+            .record(self.duration.as_secs_f64());
     }
 }
 

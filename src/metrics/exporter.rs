@@ -7,13 +7,14 @@ use metrics_exporter_prometheus::{
 };
 
 use super::{
-    network_programming_buckets, sync_duration_buckets,
-    CONNTRACK_RECONCILER_DELETED_ENTRIES_TOTAL,
+    network_programming_buckets, stage_buckets, sync_duration_buckets,
+    CHANGE_STAGE_DURATION_SECONDS, CONNTRACK_RECONCILER_DELETED_ENTRIES_TOTAL,
     CONNTRACK_RECONCILER_SYNC_DURATION_SECONDS, ENDPOINT_CHANGES_PENDING,
     ENDPOINT_CHANGES_TOTAL, INVALID_OBJECTS_TOTAL, KERNEL_OPERATIONS_TOTAL,
     NETWORK_PROGRAMMING_DURATION_SECONDS, PROXY_HEALTHZ_TOTAL,
-    PROXY_LIVEZ_TOTAL, SERVICE_CHANGES_PENDING, SERVICE_CHANGES_TOTAL,
-    SERVICE_HEALTH_LISTEN_FAILURES_TOTAL, SYNC_PROXY_RULES_DURATION_SECONDS,
+    PROXY_LIVEZ_TOTAL, REPAIR_DURATION_SECONDS, SERVICE_CHANGES_PENDING,
+    SERVICE_CHANGES_TOTAL, SERVICE_HEALTH_LISTEN_FAILURES_TOTAL,
+    SYNC_PROXY_RULES_DURATION_SECONDS,
     SYNC_PROXY_RULES_IPTABLES_RESTORE_FAILURES_TOTAL,
     SYNC_PROXY_RULES_LAST_QUEUED_TIMESTAMP_SECONDS,
     SYNC_PROXY_RULES_LAST_TIMESTAMP_SECONDS,
@@ -45,6 +46,14 @@ pub fn builder() -> Result<PrometheusBuilder, ExporterError> {
         .set_buckets_for_metric(
             Matcher::Full(NETWORK_PROGRAMMING_DURATION_SECONDS.to_owned()),
             &network_programming_buckets(),
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(CHANGE_STAGE_DURATION_SECONDS.to_owned()),
+            &stage_buckets(),
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(REPAIR_DURATION_SECONDS.to_owned()),
+            &stage_buckets(),
         )?)
 }
 
@@ -127,6 +136,14 @@ pub fn describe() {
     describe_counter!(
         KERNEL_OPERATIONS_TOTAL,
         "Kernel operations by facility, operation and result"
+    );
+    describe_histogram!(
+        CHANGE_STAGE_DURATION_SECONDS,
+        "Time object changes spend in each stage on their way to the kernel"
+    );
+    describe_histogram!(
+        REPAIR_DURATION_SECONDS,
+        "Repair rounds: the kernel read, and each step's hold on the sync loop"
     );
     describe_counter!(
         SERVICE_HEALTH_LISTEN_FAILURES_TOTAL,

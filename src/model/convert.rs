@@ -9,6 +9,7 @@ use std::{
     collections::BTreeSet,
     fmt,
     net::IpAddr,
+    sync::Arc,
     time::{Duration, SystemTime},
 };
 
@@ -488,33 +489,35 @@ pub struct SlicePort {
     pub port: u16,
 }
 
-/// What kube-proxy keeps of one EndpointSlice: its ports, and its
-/// endpoints with `port` left at 0 (each slice port gets a copy).
+/// What kube-proxy keeps of one EndpointSlice: its ports, and for each
+/// port its endpoints with that port filled in, shared (`Arc`) with the
+/// [`EndpointsMap`](super::EndpointsMap) merged from them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EndpointSliceInfo {
     pub service: NamespacedName,
     pub name: String,
     pub ports: Vec<SlicePort>,
-    pub endpoints: Vec<EndpointInfo>,
+    /// Parallel to `ports`.
+    pub endpoints: Vec<Vec<Arc<EndpointInfo>>>,
 }
 
 impl EndpointSliceInfo {
     /// Every (service port, endpoint) pair the slice contributes.
     pub fn endpoints_by_port(
         &self,
-    ) -> impl Iterator<Item = (ServicePortName, EndpointInfo)> + '_ {
-        self.ports.iter().flat_map(move |port| {
-            let key = ServicePortName {
-                service: self.service.clone(),
-                port: port.name.clone(),
-                protocol: port.protocol,
-            };
-            self.endpoints.iter().map(move |endpoint| {
-                let mut endpoint = endpoint.clone();
-                endpoint.port = port.port;
-                (key.clone(), endpoint)
-            })
-        })
+    ) -> impl Iterator<Item = (ServicePortName, &Arc<EndpointInfo>)> + '_ {
+        self.ports.iter().zip(&self.endpoints).flat_map(
+            move |(port, endpoints)| {
+                let key = ServicePortName {
+                    service: self.service.clone(),
+                    port: port.name.clone(),
+                    protocol: port.protocol,
+                };
+                endpoints
+                    .iter()
+                    .map(move |endpoint| (key.clone(), endpoint))
+            },
+        )
     }
 }
 
@@ -651,6 +654,20 @@ pub fn endpoint_slice_info(
         });
     }
 
+    let endpoints = ports
+        .iter()
+        .map(|port| {
+            endpoints
+                .iter()
+                .map(|endpoint| {
+                    Arc::new(EndpointInfo {
+                        port: port.port,
+                        ..endpoint.clone()
+                    })
+                })
+                .collect()
+        })
+        .collect();
     problems.finish(Ok(EndpointSliceInfo {
         service,
         name,

@@ -9,6 +9,7 @@ pub(crate) mod fixtures;
 mod ip_family;
 mod node;
 mod protocol;
+mod records;
 mod service;
 
 pub use convert::{
@@ -19,6 +20,7 @@ pub use endpoint::{EndpointInfo, EndpointsMap};
 pub use ip_family::IpFamily;
 pub use node::NodeInfo;
 pub use protocol::Protocol;
+pub use records::{ServicePorts, ServiceRecord, SliceRecord};
 pub use service::{
     NamespacedName, ServicePortInfo, ServicePortMap, ServicePortName,
 };

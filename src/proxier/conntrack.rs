@@ -1,16 +1,16 @@
-//! UDP conntrack cleanup on top of any backend. After a sync whose
-//! trackers saw UDP endpoints change or a UDP service go, the daemon hands
-//! over the serving endpoints of every UDP service ([`UdpServing`]), and
-//! once the kernel is programmed the flows answered by an endpoint that no
-//! longer serves are deleted, so that their clients reach a live one.
-//! Syncs that touch no UDP service carry nothing and dump nothing.
+//! UDP conntrack cleanup on top of any backend. The layer keeps every UDP
+//! service port's serving endpoints ([`UdpServing`]) from the ports each
+//! sync changed; after a sync whose trackers saw UDP endpoints change or a
+//! UDP service go, once the kernel is programmed, the flows answered by an
+//! endpoint that no longer serves are deleted, so that their clients reach
+//! a live one. Syncs that touch no UDP service dump nothing.
 
-use std::{net::IpAddr, time::Instant};
+use std::{future::Future, net::IpAddr, time::Instant};
 
 use tracing::{debug, warn};
 
 use crate::{
-    daemon::{Backend, BackendError, SyncBatch},
+    backend::{Backend, BackendError, RepairStep, SyncBatch},
     kernel::{
         conntrack::{clean_stale_udp_flows, Conntrack, Flow, UdpServing},
         KernelError,
@@ -19,6 +19,8 @@ use crate::{
         events::{ConntrackReconciled, InternalEvent},
         IpFamily,
     },
+    model::Protocol,
+    sync::SyncOutcome,
 };
 
 #[cfg(test)]
@@ -27,9 +29,15 @@ mod tests;
 pub struct WithConntrack<B, C> {
     inner: B,
     conntrack: C,
-    /// The node's families, from the last full sync's context: each gets
-    /// its reconciler metrics, as upstream runs one cleanup per family.
+    /// The node's families, from each sync's context: each gets its
+    /// reconciler metrics, as upstream runs one cleanup per family.
     families: Vec<IpFamily>,
+    /// Every UDP service port's serving endpoints, kept from the ports
+    /// each sync changed (every port, from an empty state on).
+    serving: UdpServing,
+    /// A cleanup asked for by a sync that failed, or that failed itself,
+    /// is owed to the next sync.
+    owed: bool,
 }
 
 impl<B, C> WithConntrack<B, C> {
@@ -38,6 +46,8 @@ impl<B, C> WithConntrack<B, C> {
             inner,
             conntrack,
             families: Vec::new(),
+            serving: UdpServing::new(),
+            owed: false,
         }
     }
 
@@ -48,23 +58,54 @@ impl<B, C> WithConntrack<B, C> {
     pub fn conntrack(&self) -> &C {
         &self.conntrack
     }
+
+    pub fn serving(&self) -> &UdpServing {
+        &self.serving
+    }
+
+    /// Brings the serving endpoints up to date with the UDP ports the
+    /// sync changed.
+    fn track(&mut self, batch: SyncBatch<'_>) {
+        let outcome = batch.outcome;
+        let changed = outcome
+            .services
+            .changed_ports
+            .iter()
+            .chain(&outcome.endpoints.changed_ports)
+            .filter(|name| name.protocol == Protocol::Udp);
+        let (services, endpoints) =
+            (batch.state.service_map(), batch.state.endpoints_map());
+        for name in changed {
+            let eps = endpoints.get(name).map(Vec::as_slice).unwrap_or(&[]);
+            self.serving.update(
+                name,
+                services.get(name).map(|s| &**s),
+                eps.iter().map(|e| &**e),
+            );
+        }
+    }
+}
+
+/// Whether the sync changed what UDP clients may be stuck on: upstream
+/// cleans conntrack after every sync; the trackers tell us when it can
+/// matter.
+fn needs_cleanup(outcome: &SyncOutcome) -> bool {
+    outcome.endpoints.conntrack_cleanup_required
+        || !outcome.services.deleted_udp_cluster_ips.is_empty()
 }
 
 impl<B, C> WithConntrack<B, C>
 where
     C: Conntrack + Send,
 {
-    async fn clean(
-        &mut self,
-        serving: &UdpServing,
-    ) -> Result<(), BackendError> {
+    async fn clean(&mut self) -> Result<(), BackendError> {
         let started = Instant::now();
         let mut counting = Counting {
             inner: &mut self.conntrack,
             deleted_v4: 0,
             deleted_v6: 0,
         };
-        let result = clean_stale_udp_flows(&mut counting, serving).await;
+        let result = clean_stale_udp_flows(&mut counting, &self.serving).await;
         let (deleted_v4, deleted_v6) =
             (counting.deleted_v4, counting.deleted_v6);
         let duration = started.elapsed();
@@ -107,25 +148,43 @@ where
     B: Backend,
     C: Conntrack + Send + 'static,
 {
-    async fn apply(&mut self, batch: &SyncBatch) -> Result<(), BackendError> {
-        if let Some(desired) = &batch.desired {
-            let ctx = desired.context();
-            self.families =
-                [(ctx.ipv4, IpFamily::V4), (ctx.ipv6, IpFamily::V6)]
-                    .into_iter()
-                    .filter_map(|(on, family)| on.then_some(family))
-                    .collect();
-        }
+    type Observed = B::Observed;
+
+    async fn apply(
+        &mut self,
+        batch: SyncBatch<'_>,
+    ) -> Result<(), BackendError> {
+        let ctx = batch.state.desired().context();
+        self.families = [(ctx.ipv4, IpFamily::V4), (ctx.ipv6, IpFamily::V6)]
+            .into_iter()
+            .filter_map(|(on, family)| on.then_some(family))
+            .collect();
+        self.track(batch);
+        self.owed |= needs_cleanup(batch.outcome);
         self.inner.apply(batch).await?;
         // Only once the kernel sends new flows to the serving endpoints:
         // deleting earlier would let a client's next datagram recreate
         // the entry towards the endpoint that is going away. A failed
-        // apply leaves the cleanup to the retry, which the daemon gives
-        // the serving endpoints again.
-        match &batch.udp_serving {
-            Some(serving) => self.clean(serving).await,
-            None => Ok(()),
+        // apply leaves the cleanup owed to the retry.
+        if !self.owed {
+            return Ok(());
         }
+        self.clean().await?;
+        self.owed = false;
+        Ok(())
+    }
+
+    fn begin_repair(
+        &mut self,
+    ) -> impl Future<Output = Self::Observed> + Send + 'static + use<B, C> {
+        self.inner.begin_repair()
+    }
+
+    fn repair_step(
+        &mut self,
+        observed: &mut Self::Observed,
+    ) -> impl Future<Output = RepairStep> + Send {
+        self.inner.repair_step(observed)
     }
 
     async fn local_addresses(&mut self) -> Option<Vec<IpAddr>> {

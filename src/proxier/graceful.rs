@@ -179,9 +179,8 @@ impl GracefulQueue {
 /// - `DeleteDest` of a TCP real server becomes `UpdateDest` to weight 0
 ///   and starts draining, unless `observed` shows it without connections
 ///   (then it is deleted now) or already at weight 0 (then it only starts
-///   draining). Without `observed` (an incremental sync reads nothing)
-///   every removed TCP real server drains, and the next poll deletes the
-///   idle ones. A `DeleteDest` of one already draining is dropped.
+///   draining). One `observed` does not show (its service could not be
+///   read) drains, and the next poll deletes it once idle. A `DeleteDest` of one already draining is dropped.
 /// - `AddDest` or `UpdateDest` of a draining real server restores it:
 ///   `UpdateDest` with the planned weight.
 /// - `AddService` and `DeleteService` end the draining of that service.

@@ -2,21 +2,23 @@
 //! rules the rules depend only on the configuration and on which sets are
 //! empty, so most syncs run no iptables process at all: the facts are kept
 //! up to date from the same deltas the proxier applies, and a restore runs
-//! only when the rules' input changes (or, on full syncs, when the kernel's
-//! chains drifted from it).
+//! only when the rules' input changes, or when a repair round's saves
+//! (read beside the syncs) show the kernel's chains drifted from it.
 
-use std::net::IpAddr;
+use std::{future::Future, net::IpAddr};
 
 use ipnet::IpNet;
 use tracing::warn;
 
 use crate::{
+    backend::{Backend, BackendError, Observation, RepairStep, SyncBatch},
     config::{Config, DetectLocal},
-    daemon::{Backend, BackendError, SyncBatch},
     desired::NodeContext,
     kernel::iptables::{
-        apply::RulesApplier, facts::RulesFacts, rules::LocalDetector, Family,
-        Iptables,
+        apply::{RulesApplier, SavedTable},
+        facts::RulesFacts,
+        rules::{self, LocalDetector},
+        Family, Iptables, RulesInput,
     },
 };
 
@@ -72,6 +74,21 @@ pub struct WithIptables<B, T> {
     families: Vec<(Family, LocalDetector)>,
 }
 
+/// A repair round's read: the inner backend's, then the tables saved
+/// beside it.
+pub struct IptablesObserved<O> {
+    inner: O,
+    inner_done: bool,
+    saved: Vec<SavedTable>,
+    restores_before: u64,
+}
+
+impl<O: Observation> Observation for IptablesObserved<O> {
+    fn local_addresses(&self) -> Option<&[IpAddr]> {
+        self.inner.local_addresses()
+    }
+}
+
 impl<B, T> WithIptables<B, T> {
     pub fn new(inner: B, iptables: T, settings: RulesSettings) -> Self {
         Self {
@@ -91,6 +108,15 @@ impl<B, T> WithIptables<B, T> {
     pub fn iptables(&self) -> &T {
         &self.iptables
     }
+
+    fn input(&self) -> RulesInput {
+        self.facts.input(
+            self.settings.masquerade_all,
+            self.settings.masquerade_bit,
+            self.settings.random_fully,
+            &self.families,
+        )
+    }
 }
 
 impl<B, T> Backend for WithIptables<B, T>
@@ -98,34 +124,24 @@ where
     B: Backend,
     T: Iptables + Send + 'static,
 {
-    async fn apply(&mut self, batch: &SyncBatch) -> Result<(), BackendError> {
+    type Observed = IptablesObserved<B::Observed>;
+
+    async fn apply(
+        &mut self,
+        batch: SyncBatch<'_>,
+    ) -> Result<(), BackendError> {
         let result = self.inner.apply(batch).await;
         // The facts follow the desired state, not the kernel: a failed
         // kernel operation does not change which sets should be empty.
-        match &batch.desired {
-            Some(desired) => {
-                let mut facts = RulesFacts::new();
-                for (_, state) in desired.services() {
-                    facts.add(state);
-                }
-                self.facts = facts;
-                self.families = self.settings.families(desired.context());
-            }
-            None => {
-                for delta in &batch.outcome.deltas {
-                    self.facts.apply(delta);
-                }
-            }
+        // Every sync's deltas come here once, from an empty state on.
+        for delta in &batch.outcome.deltas {
+            self.facts.apply(delta);
         }
-        let input = self.facts.input(
-            self.settings.masquerade_all,
-            self.settings.masquerade_bit,
-            self.settings.random_fully,
-            &self.families,
-        );
-        let verify = batch.desired.is_some();
-        let report =
-            self.applier.sync(&mut self.iptables, &input, verify).await;
+        self.families = self.settings.families(batch.state.desired().context());
+        let input = self.input();
+        // The first sync (and the one after a failed restore) has nothing
+        // applied to trust, so it reads each table back first.
+        let report = self.applier.sync(&mut self.iptables, &input, false).await;
         for (family, table, error) in &report.errors {
             warn!(%family, table, %error, "iptables rules not applied");
         }
@@ -137,6 +153,57 @@ where
             )));
         }
         Ok(())
+    }
+
+    fn begin_repair(
+        &mut self,
+    ) -> impl Future<Output = Self::Observed> + Send + 'static + use<B, T> {
+        let input = self.input();
+        let saves: Vec<_> = rules::table_rules(&input)
+            .into_iter()
+            .map(|table| {
+                let (family, name) = (table.family, table.table);
+                let save = self.iptables.save_detached(family, name);
+                async move { (family, name, save.await) }
+            })
+            .collect();
+        let restores_before = self.applier.restores();
+        let inner = self.inner.begin_repair();
+        async move {
+            let (inner, saved) =
+                futures::join!(inner, futures::future::join_all(saves));
+            IptablesObserved {
+                inner,
+                inner_done: false,
+                saved,
+                restores_before,
+            }
+        }
+    }
+
+    async fn repair_step(
+        &mut self,
+        observed: &mut Self::Observed,
+    ) -> RepairStep {
+        if !observed.inner_done {
+            let step = self.inner.repair_step(&mut observed.inner).await;
+            observed.inner_done = step == RepairStep::Done;
+            return RepairStep::Continue;
+        }
+        let input = self.input();
+        let report = self
+            .applier
+            .repair(
+                &mut self.iptables,
+                &input,
+                &observed.saved,
+                observed.restores_before,
+            )
+            .await;
+        for (family, table, error) in &report.errors {
+            warn!(%family, table, %error, "iptables rules not repaired");
+        }
+        RepairStep::Done
     }
 
     async fn local_addresses(&mut self) -> Option<Vec<IpAddr>> {

@@ -10,7 +10,7 @@
 //! virtual servers that are still wanted survive a restart.
 //!
 //! Every operation's result is kept in the [`ApplyReport`] and counted in
-//! [`KERNEL_OPERATIONS_TOTAL`]; a failure does not stop the rest. The
+//! [`crate::metrics::KERNEL_OPERATIONS_TOTAL`]; a failure does not stop the rest. The
 //! ledger records what was asked for, not what succeeded: the next full
 //! reconcile compares it with the kernel and repairs whatever failed.
 
@@ -33,25 +33,20 @@ use ipnet::IpNet;
 use tracing::{debug, info, warn};
 
 use crate::{
+    backend::{Backend, BackendError, RepairStep, SyncBatch},
     config::Config,
-    daemon::{Backend, BackendError, SyncBatch},
-    desired::{DesiredState, ServiceDelta},
+    desired::{DesiredState, NodeContext, ServiceDelta, SetEntry},
     kernel::{
-        addresses::{AddressOp, Addresses},
+        addresses::{AddressOp, Addresses, EADDRNOTAVAIL, ENODEV},
         ipsets::{IpsetOp, Ipsets},
-        iptables::Family,
-        ipvs::{Ipvs, IpvsOp, ServiceKey},
-        ErrorKind, KernelError,
+        ipvs::{Ipvs, IpvsOp, IpvsTable, ServiceEntry, ServiceKey},
+        libc_errno, ErrorKind, KernelError,
     },
+    metrics::events::{Facility, InternalEvent, KernelOperations},
+    model::Protocol,
 };
 use graceful::{GracefulConfig, GracefulQueue, Observation};
-use plan::{KernelOps, Ledger, Observed, Ownership};
-
-/// Ours: kernel operations by `facility` (ipvs, addresses, ipsets, link),
-/// `op` (add_service, add, create, …) and `result` (`ok` or the
-/// [`ErrorKind`] label).
-pub const KERNEL_OPERATIONS_TOTAL: &str =
-    "kube_ipvs_proxy_kernel_operations_total";
+use plan::{KernelOps, Ledger, Observed, Ownership, RepairCursor, Touched};
 
 /// kube-proxy's dummy link.
 pub const DUMMY_LINK: &str = "kube-ipvs0";
@@ -100,12 +95,17 @@ impl ProxierConfig {
 /// One operation's result.
 pub type OpResult = Result<(), KernelError>;
 
-/// Every operation a sync attempted, in order, with its result.
+/// What a sync attempted: how many operations per facility, and those
+/// that failed with their errors. Successful operations are counted,
+/// not kept: a cold sync has hundreds of thousands.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ApplyReport {
-    pub ipvs: Vec<(IpvsOp, OpResult)>,
-    pub addresses: Vec<(AddressOp, OpResult)>,
-    pub ipsets: Vec<(IpsetOp, OpResult)>,
+    pub ipvs_ops: usize,
+    pub address_ops: usize,
+    pub ipset_ops: usize,
+    pub failed_ipvs: Vec<(IpvsOp, KernelError)>,
+    pub failed_addresses: Vec<(AddressOp, KernelError)>,
+    pub failed_ipsets: Vec<(IpsetOp, KernelError)>,
     /// Failures outside the operation lists: dumps, the dummy link.
     pub errors: Vec<KernelError>,
     /// Foreign virtual servers seen for the first time (logged once).
@@ -114,17 +114,15 @@ pub struct ApplyReport {
 
 impl ApplyReport {
     pub fn op_count(&self) -> usize {
-        self.ipvs.len() + self.addresses.len() + self.ipsets.len()
+        self.ipvs_ops + self.address_ops + self.ipset_ops
     }
 
+    /// Failures that left the kernel other than asked for. An address or
+    /// set entry that was already there for an add, or anything already
+    /// gone for a delete, is as asked whatever the kernel answered:
+    /// counted in the metrics by its answer, but no failure.
     pub fn failures(&self) -> usize {
-        fn failed<T>(ops: &[(T, OpResult)]) -> usize {
-            ops.iter().filter(|(_, r)| r.is_err()).count()
-        }
-        failed(&self.ipvs)
-            + failed(&self.addresses)
-            + failed(&self.ipsets)
-            + self.errors.len()
+        self.failed().count()
     }
 
     pub fn is_ok(&self) -> bool {
@@ -133,21 +131,28 @@ impl ApplyReport {
 
     /// Every failure, for logs.
     pub fn failed(&self) -> impl Iterator<Item = &KernelError> {
-        fn errs<T>(
-            ops: &[(T, OpResult)],
+        fn unsettled<T>(
+            failed: &[(T, KernelError)],
+            settled: fn(&T, &KernelError) -> bool,
         ) -> impl Iterator<Item = &KernelError> {
-            ops.iter().filter_map(|(_, r)| r.as_ref().err())
+            failed
+                .iter()
+                .filter(move |(op, e)| !settled(op, e))
+                .map(|(_, e)| e)
         }
-        errs(&self.ipvs)
-            .chain(errs(&self.addresses))
-            .chain(errs(&self.ipsets))
+        unsettled(&self.failed_ipvs, settled_ipvs)
+            .chain(unsettled(&self.failed_addresses, settled_address))
+            .chain(unsettled(&self.failed_ipsets, settled_ipset))
             .chain(&self.errors)
     }
 
     fn merge(&mut self, other: ApplyReport) {
-        self.ipvs.extend(other.ipvs);
-        self.addresses.extend(other.addresses);
-        self.ipsets.extend(other.ipsets);
+        self.ipvs_ops += other.ipvs_ops;
+        self.address_ops += other.address_ops;
+        self.ipset_ops += other.ipset_ops;
+        self.failed_ipvs.extend(other.failed_ipvs);
+        self.failed_addresses.extend(other.failed_addresses);
+        self.failed_ipsets.extend(other.failed_ipsets);
         self.errors.extend(other.errors);
         self.foreign.extend(other.foreign);
     }
@@ -160,17 +165,69 @@ pub struct Proxier<I, A, S> {
     config: ProxierConfig,
     ledger: Ledger,
     graceful: GracefulQueue,
-    /// Virtual servers off the dummy link that this run programmed, or
-    /// failed to delete: see [`Ownership::programmed`].
-    programmed: BTreeSet<ServiceKey>,
-    node_addresses: BTreeSet<IpAddr>,
+    /// Whose a virtual server in the kernel is; its `programmed` holds the
+    /// virtual servers off the dummy link that this run programmed, or
+    /// failed to delete.
+    ownership: Ownership,
     ipv4: bool,
     ipv6: bool,
     foreign_logged: BTreeSet<ServiceKey>,
-    /// Until the first full reconcile, incremental syncs would compare
-    /// with an empty ledger that does not describe the kernel.
+    /// The next sync compares the whole desired state with the kernel:
+    /// before the first, and after one that could not read the kernel or
+    /// found a whole object gone (the dummy link, a set).
     needs_full: bool,
+    /// What failed and is tried again at the next sync.
+    suspects: Suspects,
+    /// While a repair round runs: what syncs touched since it began.
+    touched: Option<Touched>,
+    /// The latest repair round begun; an older round's read is stale.
+    round: u64,
 }
+
+/// The objects whose last write failed: a retry compares just these with
+/// the kernel, so a failure never turns later syncs into full ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Suspects {
+    services: BTreeSet<ServiceKey>,
+    addresses: BTreeSet<IpAddr>,
+    entries: BTreeSet<(String, SetEntry)>,
+}
+
+impl Suspects {
+    fn is_empty(&self) -> bool {
+        self.services.is_empty()
+            && self.addresses.is_empty()
+            && self.entries.is_empty()
+    }
+}
+
+/// A repair round's read of the kernel, and where its steps stand.
+#[derive(Debug)]
+pub struct ProxierObserved {
+    round: u64,
+    kernel: Observed,
+    local: Option<Vec<IpAddr>>,
+    /// The reads that failed, reported by the first step.
+    errors: Vec<KernelError>,
+    cursor: RepairCursor,
+}
+
+impl ProxierObserved {
+    pub fn is_done(&self) -> bool {
+        self.cursor.is_done()
+    }
+}
+
+impl crate::backend::Observation for ProxierObserved {
+    fn local_addresses(&self) -> Option<&[IpAddr]> {
+        self.local.as_deref()
+    }
+}
+
+/// Keys a repair step compares at most: whatever the cluster's size, a
+/// step holds the sync loop for the time of a few hundred comparisons
+/// (and, where it found drift, their repair).
+pub const REPAIR_STEP_BUDGET: usize = 256;
 
 impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
     pub fn new(
@@ -186,12 +243,19 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
             graceful: GracefulQueue::new(config.graceful.timeout),
             ipv4: config.ipv4,
             ipv6: config.ipv6,
+            ownership: Ownership {
+                exclude_cidrs: config.exclude_cidrs.clone(),
+                programmed: BTreeSet::new(),
+                node_addresses: BTreeSet::new(),
+                node_port_range: config.node_port_range.clone(),
+            },
             config,
             ledger: Ledger::new(),
-            programmed: BTreeSet::new(),
-            node_addresses: BTreeSet::new(),
             foreign_logged: BTreeSet::new(),
             needs_full: true,
+            suspects: Suspects::default(),
+            touched: None,
+            round: 0,
         }
     }
 
@@ -213,16 +277,9 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
         self.needs_full
     }
 
-    /// The kernel handles, for tests and for the lead's wiring.
+    /// The kernel handles, for tests.
     pub fn handles(&mut self) -> (&mut I, &mut A, &mut S) {
         (&mut self.ipvs, &mut self.addresses, &mut self.ipsets)
-    }
-
-    /// The iptables-restore payloads for the current state. Empty until
-    /// `kernel::iptables::rules` is wired in; the lead connects it here so
-    /// that rules are written only when they change.
-    pub fn iptables_payloads(&self) -> Vec<(Family, String)> {
-        Vec::new()
     }
 
     /// Makes sure the dummy link and our sets exist. Nothing is deleted
@@ -232,7 +289,7 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
         let mut report = ApplyReport::default();
         let link = self.config.link.clone();
         let ensured = self.addresses.ensure_dummy(&link).await;
-        count_one("link", "ensure", &ensured);
+        count_one(Facility::Addresses, "ensure_link", &ensured);
         if let Err(e) = ensured {
             report.errors.push(e);
         }
@@ -244,8 +301,13 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
                         .filter(|set| !have.contains_key(&set.name()))
                         .map(|set| IpsetOp::Create(plan::set_spec(set)))
                         .collect();
-                let results = self.ipsets.apply(&ops).await;
-                report.ipsets = zip(ops, results);
+                report.merge(
+                    self.apply(KernelOps {
+                        ipsets: ops,
+                        ..KernelOps::default()
+                    })
+                    .await,
+                );
             }
             Err(e) => report.errors.push(e),
         }
@@ -254,51 +316,246 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
         report
     }
 
+    /// The node's families and NodePort addresses, from the context each
+    /// sync's desired state carries (a few addresses: cheap). A family
+    /// the node gained gets its sets, as the deltas that follow (and the
+    /// iptables rules that name the sets) need them.
+    fn track_context(&mut self, ctx: &NodeContext) -> KernelOps {
+        let gained =
+            plan::expected_sets(ctx.ipv4 && !self.ipv4, ctx.ipv6 && !self.ipv6);
+        self.ipv4 = ctx.ipv4;
+        self.ipv6 = ctx.ipv6;
+        self.ownership.node_addresses =
+            ctx.node_port_addresses.iter().copied().collect();
+        KernelOps {
+            ipsets: gained
+                .into_iter()
+                .map(|set| IpsetOp::Create(plan::set_spec(set)))
+                .collect(),
+            ..KernelOps::default()
+        }
+    }
+
     /// Applies one sync's deltas: exactly the operations for what
-    /// changed.
+    /// changed, plus a retry of what failed before, each compared with
+    /// the kernel on its own.
     pub async fn sync(&mut self, deltas: &[ServiceDelta]) -> ApplyReport {
         let mut ops = self.ledger.plan(deltas);
-        self.programmed.extend(plan::node_port_keys(
+        self.ownership.programmed.extend(plan::node_port_keys(
             deltas.iter().filter_map(|d| d.current.as_deref()),
         ));
+        let mut report = ApplyReport::default();
+        self.retry_suspects(&mut ops, &mut report).await;
+        let removing = self.read_removing(&ops.ipvs, &mut report).await;
         ops.ipvs = graceful::route(
             &mut self.graceful,
             std::mem::take(&mut ops.ipvs),
             Instant::now(),
-            None,
+            Some(&removing),
         );
-        let report = self.apply(ops).await;
+        report.merge(self.apply(ops).await);
         finish(&report, "sync");
         report
     }
 
-    /// Compares the whole desired state with the kernel, read back with
-    /// one dump per facility, and repairs the difference. Only objects
-    /// we own are deleted; a foreign virtual server is logged once.
+    /// The real servers of the TCP services a sync removes real servers
+    /// from, read now (one dump per such service: the cost follows the
+    /// change): an idle one is deleted at once, as upstream does, and
+    /// only one with connections drains at weight 0.
+    async fn read_removing(
+        &mut self,
+        ops: &[IpvsOp],
+        report: &mut ApplyReport,
+    ) -> IpvsTable {
+        let services: BTreeSet<ServiceKey> = ops
+            .iter()
+            .filter_map(|op| match op {
+                IpvsOp::DeleteDest(key, dest)
+                    if key.protocol == Protocol::Tcp
+                        && !self.graceful.is_draining(key, dest) =>
+                {
+                    Some(*key)
+                }
+                _ => None,
+            })
+            .collect();
+        let mut table = IpvsTable::default();
+        for key in services {
+            let Some(vs) = self.ledger.virtual_server(&key) else {
+                continue;
+            };
+            let spec = plan::service_spec(vs);
+            match self.ipvs.dests(&key).await {
+                Ok(dests) => {
+                    table.services.insert(key, ServiceEntry { spec, dests });
+                }
+                // Unread, it drains: the poll deletes it once idle.
+                Err(e) => report.errors.push(e),
+            }
+        }
+        table
+    }
+
+    /// Replaces whatever `ops` would do to a suspect object by what the
+    /// ledger wants of it now: virtual servers are read back and
+    /// compared; addresses and set entries are written again (one that
+    /// is already as asked counts as done, see [`ApplyReport::failures`]).
+    async fn retry_suspects(
+        &mut self,
+        ops: &mut KernelOps,
+        report: &mut ApplyReport,
+    ) {
+        if self.suspects.is_empty() {
+            return;
+        }
+        let suspects = std::mem::take(&mut self.suspects);
+        ops.ipvs
+            .retain(|op| !suspects.services.contains(&plan::ipvs_op_key(op)));
+        let no_link = BTreeSet::new();
+        for key in &suspects.services {
+            match self.ipvs.service(key).await {
+                Ok(have) => {
+                    let repaired = plan::repair_one(
+                        &self.ledger,
+                        *key,
+                        have.as_ref(),
+                        &self.ownership,
+                        &no_link,
+                    );
+                    ops.ipvs.extend(repaired.ops.ipvs);
+                }
+                Err(e) => {
+                    report.errors.push(e);
+                    self.suspects.services.insert(*key);
+                }
+            }
+        }
+        ops.addresses
+            .retain(|op| !suspects.addresses.contains(&op.address()));
+        ops.addresses.extend(suspects.addresses.iter().map(|addr| {
+            match self.ledger.binds(addr) {
+                true => AddressOp::Add(*addr),
+                false => AddressOp::Delete(*addr),
+            }
+        }));
+        ops.ipsets.retain(|op| match op {
+            IpsetOp::Add(name, entry) | IpsetOp::Delete(name, entry) => {
+                !suspects.entries.contains(&(name.clone(), entry.clone()))
+            }
+            _ => true,
+        });
+        for (name, entry) in suspects.entries {
+            let want = plan::set_named(&name)
+                .is_some_and(|set| self.ledger.has_entry(set, &entry));
+            ops.ipsets.push(match want {
+                true => IpsetOp::Add(name, entry),
+                false => IpsetOp::Delete(name, entry),
+            });
+        }
+    }
+
+    /// Compares the whole desired state with the kernel, in repair steps
+    /// back to back, and repairs the difference: the first sync, and the
+    /// sync after one that lost track of the kernel. Only objects we own
+    /// are deleted; a foreign virtual server is logged once.
     pub async fn full_reconcile(
         &mut self,
         desired: &DesiredState,
     ) -> ApplyReport {
-        let ctx = desired.context();
-        self.ipv4 = ctx.ipv4;
-        self.ipv6 = ctx.ipv6;
-        self.node_addresses = ctx.node_port_addresses.iter().copied().collect();
+        // The round's sets phase creates whatever set is missing.
+        self.track_context(desired.context());
         self.ledger = Ledger::from_services(desired.services());
-        self.programmed.extend(plan::node_port_keys(
+        self.ownership.programmed.extend(plan::node_port_keys(
             desired.services().map(|(_, state)| &**state),
         ));
-
+        self.suspects = Suspects::default();
+        let mut observed = self.begin_repair().await;
+        // Nothing else writes meanwhile.
+        self.touched = None;
         let mut report = ApplyReport::default();
-        let link = self.config.link.clone();
-        if let Err(e) = self.addresses.ensure_dummy(&link).await {
-            report.errors.push(e);
+        while !observed.is_done() {
+            report.merge(
+                self.repair_step(&mut observed, REPAIR_STEP_BUDGET).await,
+            );
         }
-        let observed = self.observe(&mut report).await;
-        let reconciled = plan::reconcile(
+        // Only a reconcile that saw every facility describes the kernel.
+        let kernel = &observed.kernel;
+        self.needs_full = kernel.ipvs.is_none()
+            || kernel.link_addresses.is_none()
+            || kernel.sets.is_none();
+        finish(&report, "full reconcile");
+        report
+    }
+
+    /// Begins a repair round: from now on what syncs write is remembered,
+    /// and the returned future reads the kernel on the facilities'
+    /// detached connections.
+    pub fn begin_repair(
+        &mut self,
+    ) -> impl std::future::Future<Output = ProxierObserved>
+           + Send
+           + 'static
+           + use<I, A, S> {
+        self.touched = Some(Touched::new());
+        self.round += 1;
+        let round = self.round;
+        let link = self.config.link.clone();
+        let ipvs = self.ipvs.dump_detached();
+        let bound = self.addresses.list_detached(&link);
+        let local = self.addresses.local_addresses_detached(&link);
+        let sets = self.ipsets.dump_detached(SET_PREFIX);
+        async move {
+            let (ipvs, bound, local, sets) =
+                futures::join!(ipvs, bound, local, sets);
+            let mut errors = Vec::new();
+            let kernel = Observed {
+                ipvs: keep_read(ipvs, &mut errors),
+                link_addresses: keep_read(bound, &mut errors),
+                sets: keep_read(sets, &mut errors),
+            };
+            ProxierObserved {
+                round,
+                kernel,
+                local: keep_read(local, &mut errors),
+                errors,
+                cursor: RepairCursor::new(),
+            }
+        }
+    }
+
+    /// Compares up to `budget` keys of the round's read with the ledger,
+    /// leaving alone what syncs touched since the round began, and
+    /// repairs the difference. The round ends when `observed` is done.
+    pub async fn repair_step(
+        &mut self,
+        observed: &mut ProxierObserved,
+        budget: usize,
+    ) -> ApplyReport {
+        let mut report = ApplyReport::default();
+        if observed.round != self.round {
+            // A later round, or a full reconcile, began since this read:
+            // it describes a kernel we have moved on from.
+            observed.cursor = RepairCursor::done();
+            return report;
+        }
+        if observed.cursor == RepairCursor::new() {
+            report.errors.append(&mut observed.errors);
+            let link = self.config.link.clone();
+            if let Err(e) = self.addresses.ensure_dummy(&link).await {
+                report.errors.push(e);
+            }
+        }
+        // Out while the step's own operations go: only syncs' writes are
+        // what a round must leave alone.
+        let touched = self.touched.take();
+        let reconciled = plan::repair_step(
             &self.ledger,
             &plan::expected_sets(self.ipv4, self.ipv6),
-            &observed,
-            &self.ownership(),
+            &observed.kernel,
+            &self.ownership,
+            touched.as_ref().unwrap_or(&Touched::new()),
+            &mut observed.cursor,
+            budget,
         );
         for warning in &reconciled.warnings {
             warn!("{warning}");
@@ -317,15 +574,16 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
             &mut self.graceful,
             std::mem::take(&mut ops.ipvs),
             Instant::now(),
-            observed.ipvs.as_ref(),
+            observed.kernel.ipvs.as_ref(),
         );
-        let applied = self.apply(ops).await;
-        report.merge(applied);
-        // Only a reconcile that saw every facility describes the kernel.
-        self.needs_full = observed.ipvs.is_none()
-            || observed.link_addresses.is_none()
-            || observed.sets.is_none();
-        finish(&report, "full reconcile");
+        report.merge(self.apply(ops).await);
+        self.touched = touched;
+        if observed.is_done() {
+            self.touched = None;
+        }
+        if report.op_count() > 0 || !report.errors.is_empty() {
+            finish(&report, "repair");
+        }
         report
     }
 
@@ -372,34 +630,25 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
         let mut report = ApplyReport::default();
         let link = self.config.link.clone();
         match self.addresses.local_addresses(&link).await {
-            Ok(local) => self.node_addresses.extend(local),
+            Ok(local) => self.ownership.node_addresses.extend(local),
             Err(e) => report.errors.push(e),
         }
         let observed = self.observe(&mut report).await;
-        let ops = plan::cleanup(&observed, &self.ownership());
+        let ops = plan::cleanup(&observed, &self.ownership);
         report.merge(self.apply(ops).await);
         let deleted = match self.addresses.delete_link(&link).await {
             Err(e) if e.kind == ErrorKind::NotFound => Ok(()),
             other => other,
         };
-        count_one("link", "delete", &deleted);
+        count_one(Facility::Addresses, "delete_link", &deleted);
         if let Err(e) = deleted {
             report.errors.push(e);
         }
         self.ledger = Ledger::new();
         self.graceful = GracefulQueue::new(self.config.graceful.timeout);
-        self.programmed.clear();
+        self.ownership.programmed.clear();
         finish(&report, "cleanup");
         report
-    }
-
-    fn ownership(&self) -> Ownership {
-        Ownership {
-            exclude_cidrs: self.config.exclude_cidrs.clone(),
-            programmed: self.programmed.clone(),
-            node_addresses: self.node_addresses.clone(),
-            node_port_range: self.config.node_port_range.clone(),
-        }
     }
 
     async fn observe(&mut self, report: &mut ApplyReport) -> Observed {
@@ -414,10 +663,15 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
         }
     }
 
-    /// Applies each facility's list in the documented order, keeping
-    /// every result.
+    /// Applies each facility's list in the documented order, counting
+    /// every result; remembers what a repair round must leave alone and
+    /// what failed.
     async fn apply(&mut self, ops: KernelOps) -> ApplyReport {
+        if let Some(touched) = &mut self.touched {
+            touched.record(&ops);
+        }
         let mut report = ApplyReport::default();
+        let mut counts = KernelOperations::new();
         // Per facility, so that a slow sync says where its time went.
         if !ops.ipvs.is_empty() {
             let start = Instant::now();
@@ -427,7 +681,28 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
                 elapsed = ?start.elapsed(),
                 "ipvs operations applied"
             );
-            report.ipvs = zip(ops.ipvs, results);
+            report.ipvs_ops = ops.ipvs.len();
+            for (op, result) in zip(ops.ipvs, results) {
+                counts.record(
+                    Facility::Ipvs,
+                    ipvs_label(&op),
+                    result.as_ref().map(drop),
+                );
+                if let IpvsOp::DeleteService(key) = &op {
+                    // A virtual server we failed to delete stays ours,
+                    // even once its address has left the dummy link.
+                    match &result {
+                        Ok(()) => self.ownership.programmed.remove(key),
+                        Err(_) => self.ownership.programmed.insert(*key),
+                    };
+                }
+                if let Err(e) = result {
+                    if !settled_ipvs(&op, &e) {
+                        self.suspects.services.insert(plan::ipvs_op_key(&op));
+                    }
+                    report.failed_ipvs.push((op, e));
+                }
+            }
         }
         if !ops.addresses.is_empty() {
             let start = Instant::now();
@@ -438,7 +713,22 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
                 elapsed = ?start.elapsed(),
                 "address operations applied"
             );
-            report.addresses = zip(ops.addresses, results);
+            report.address_ops = ops.addresses.len();
+            for (op, result) in zip(ops.addresses, results) {
+                counts.record(
+                    Facility::Addresses,
+                    address_label(&op),
+                    result.as_ref().map(drop),
+                );
+                if let Err(e) = result {
+                    if !settled_address(&op, &e) {
+                        // The link itself is gone: every address with it.
+                        self.needs_full |= e.errno == Some(ENODEV);
+                        self.suspects.addresses.insert(op.address());
+                    }
+                    report.failed_addresses.push((op, e));
+                }
+            }
         }
         if !ops.ipsets.is_empty() {
             let start = Instant::now();
@@ -448,21 +738,82 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
                 elapsed = ?start.elapsed(),
                 "ipset operations applied"
             );
-            report.ipsets = zip(ops.ipsets, results);
-        }
-        for (op, result) in &report.ipvs {
-            if let IpvsOp::DeleteService(key) = op {
-                // A virtual server we failed to delete stays ours, even
-                // once its address has left the dummy link.
-                if result.is_ok() {
-                    self.programmed.remove(key);
-                } else {
-                    self.programmed.insert(*key);
+            report.ipset_ops = ops.ipsets.len();
+            for (op, result) in zip(ops.ipsets, results) {
+                counts.record(
+                    Facility::Ipsets,
+                    ipset_label(&op),
+                    result.as_ref().map(drop),
+                );
+                if let Err(e) = result {
+                    self.suspect_set_failure(&op, &e);
+                    report.failed_ipsets.push((op, e));
                 }
             }
         }
-        count(&report);
+        counts.emit();
         report
+    }
+
+    /// A failed entry is retried at the next sync; a set that is gone
+    /// (ENOENT), or a failure of a whole set's operation, calls for a
+    /// full reconcile.
+    fn suspect_set_failure(&mut self, op: &IpsetOp, e: &KernelError) {
+        if settled_ipset(op, e) {
+            return;
+        }
+        match op {
+            IpsetOp::Add(name, entry) | IpsetOp::Delete(name, entry) => {
+                self.needs_full |= e.errno == Some(libc_errno::ENOENT);
+                self.suspects.entries.insert((name.clone(), entry.clone()));
+            }
+            _ => self.needs_full = true,
+        }
+    }
+}
+
+/// Whether a failed IPVS operation still left the kernel as asked: a
+/// virtual or real server already gone. (One already there may differ
+/// from what was asked, so an add that found it is a failure, and the
+/// retry compares it.)
+fn settled_ipvs(op: &IpvsOp, e: &KernelError) -> bool {
+    matches!(op, IpvsOp::DeleteService(_) | IpvsOp::DeleteDest(..))
+        && e.kind == ErrorKind::NotFound
+}
+
+/// Whether a failed address operation still left the kernel as asked:
+/// an address already bound, or already gone.
+fn settled_address(op: &AddressOp, e: &KernelError) -> bool {
+    match op {
+        AddressOp::Add(_) => e.kind == ErrorKind::Exists,
+        AddressOp::Delete(_) => e.errno == Some(EADDRNOTAVAIL),
+    }
+}
+
+/// Whether a failed set operation still left the kernel as asked: an
+/// entry (or set) already there for an add, already gone for a delete.
+/// A missing set (ENOENT) is not: its entries are gone with it.
+fn settled_ipset(op: &IpsetOp, e: &KernelError) -> bool {
+    match op {
+        IpsetOp::Create(_) | IpsetOp::Add(..) => e.kind == ErrorKind::Exists,
+        IpsetOp::Delete(..) => {
+            e.kind == ErrorKind::NotFound && e.errno != Some(libc_errno::ENOENT)
+        }
+        IpsetOp::Destroy(_) => e.kind == ErrorKind::NotFound,
+        IpsetOp::Flush(_) => false,
+    }
+}
+
+fn keep_read<T>(
+    result: Result<T, KernelError>,
+    errors: &mut Vec<KernelError>,
+) -> Option<T> {
+    match result {
+        Ok(v) => Some(v),
+        Err(e) => {
+            errors.push(e);
+            None
+        }
     }
 }
 
@@ -471,33 +822,25 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
 fn zip<T: std::fmt::Debug>(
     ops: Vec<T>,
     results: Vec<OpResult>,
-) -> Vec<(T, OpResult)> {
+) -> impl Iterator<Item = (T, OpResult)> {
     let mut results = results.into_iter();
-    ops.into_iter()
-        .map(|op| {
-            let result = results.next().unwrap_or_else(|| {
-                Err(KernelError::new(
-                    ErrorKind::Transport,
-                    format!("{op:?}"),
-                    "no result returned for this operation",
-                ))
-            });
-            (op, result)
-        })
-        .collect()
+    ops.into_iter().map(move |op| {
+        let result = results.next().unwrap_or_else(|| {
+            Err(KernelError::new(
+                ErrorKind::Transport,
+                format!("{op:?}"),
+                "no result returned for this operation",
+            ))
+        });
+        (op, result)
+    })
 }
 
 fn keep<T>(
     result: Result<T, KernelError>,
     report: &mut ApplyReport,
 ) -> Option<T> {
-    match result {
-        Ok(v) => Some(v),
-        Err(e) => {
-            report.errors.push(e);
-            None
-        }
-    }
+    keep_read(result, &mut report.errors)
 }
 
 fn ipvs_label(op: &IpvsOp) -> &'static str {
@@ -528,52 +871,14 @@ fn ipset_label(op: &IpsetOp) -> &'static str {
     }
 }
 
-fn result_label<T>(result: &Result<T, KernelError>) -> &'static str {
-    match result {
-        Ok(_) => "ok",
-        Err(e) => e.kind.metric_label(),
-    }
-}
-
-/// Counts a report's operations, aggregated first: a cold sync has
-/// hundreds of thousands of operations but a few dozen label sets.
-fn count(report: &ApplyReport) {
-    let mut counts: BTreeMap<(&str, &str, &str), u64> = BTreeMap::new();
-    let mut tally = |facility, op, result| {
-        *counts.entry((facility, op, result)).or_default() += 1;
-    };
-    for (op, r) in &report.ipvs {
-        tally("ipvs", ipvs_label(op), result_label(r));
-    }
-    for (op, r) in &report.addresses {
-        tally("addresses", address_label(op), result_label(r));
-    }
-    for (op, r) in &report.ipsets {
-        tally("ipsets", ipset_label(op), result_label(r));
-    }
-    for ((facility, op, result), n) in counts {
-        metrics::counter!(
-            KERNEL_OPERATIONS_TOTAL,
-            "facility" => facility,
-            "op" => op,
-            "result" => result
-        )
-        .increment(n);
-    }
-}
-
 fn count_one<T>(
-    facility: &'static str,
+    facility: Facility,
     op: &'static str,
     result: &Result<T, KernelError>,
 ) {
-    metrics::counter!(
-        KERNEL_OPERATIONS_TOTAL,
-        "facility" => facility,
-        "op" => op,
-        "result" => result_label(result)
-    )
-    .increment(1);
+    let mut counts = KernelOperations::new();
+    counts.record(facility, op, result.as_ref().map(drop));
+    counts.emit();
 }
 
 fn finish(report: &ApplyReport, what: &str) {
@@ -593,17 +898,24 @@ where
     A: Addresses + Send + 'static,
     S: Ipsets + Send + 'static,
 {
-    async fn apply(&mut self, batch: &SyncBatch) -> Result<(), BackendError> {
-        let (report, full) = match &batch.desired {
-            Some(desired) => (self.full_reconcile(desired).await, true),
-            None => (self.sync(&batch.outcome.deltas).await, false),
+    type Observed = ProxierObserved;
+
+    async fn apply(
+        &mut self,
+        batch: SyncBatch<'_>,
+    ) -> Result<(), BackendError> {
+        let desired = batch.state.desired();
+        let report = match self.needs_full {
+            true => self.full_reconcile(desired).await,
+            false => {
+                let sets = self.track_context(desired.context());
+                let mut report = self.apply(sets).await;
+                report.merge(self.sync(&batch.outcome.deltas).await);
+                report
+            }
         };
         let failures = report.failures();
-        // A failed incremental sync asks for a retry, which the daemon
-        // makes a full reconcile; a failed full reconcile waits for the
-        // next period (or the next change) rather than dumping the kernel
-        // every second.
-        if (failures > 0 || self.needs_full) && !full {
+        if failures > 0 || self.needs_full {
             return Err(BackendError(format!(
                 "{failures} of {} kernel operations failed",
                 report.op_count()
@@ -612,10 +924,30 @@ where
         Ok(())
     }
 
+    fn begin_repair(
+        &mut self,
+    ) -> impl std::future::Future<Output = ProxierObserved>
+           + Send
+           + 'static
+           + use<I, A, S> {
+        Proxier::begin_repair(self)
+    }
+
+    async fn repair_step(
+        &mut self,
+        observed: &mut ProxierObserved,
+    ) -> RepairStep {
+        Proxier::repair_step(self, observed, REPAIR_STEP_BUDGET).await;
+        match observed.is_done() {
+            true => RepairStep::Done,
+            false => RepairStep::Continue,
+        }
+    }
+
     async fn local_addresses(&mut self) -> Option<Vec<IpAddr>> {
         let link = self.config.link.clone();
         let read = self.addresses.local_addresses(&link).await;
-        count_one("addresses", "list_local", &read);
+        count_one(Facility::Addresses, "list_local", &read);
         match read {
             Ok(local) => Some(local),
             Err(e) => {

@@ -39,9 +39,10 @@
 //!   packets no virtual server takes, for one sync at most).
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap},
+    cmp::Ordering,
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     net::IpAddr,
-    ops::RangeInclusive,
+    ops::{Bound, RangeInclusive},
     sync::Arc,
 };
 
@@ -55,7 +56,10 @@ use crate::{
     kernel::{
         addresses::AddressOp,
         ipsets::{IpsetOp, SetSpec, SetState},
-        ipvs::{DestKey, DestSpec, IpvsOp, IpvsTable, ServiceKey, ServiceSpec},
+        ipvs::{
+            DestKey, DestSpec, IpvsOp, IpvsTable, ServiceEntry, ServiceKey,
+            ServiceSpec,
+        },
     },
     model::ServicePortName,
 };
@@ -89,9 +93,9 @@ impl KernelOps {
 #[derive(Debug, Clone, Default)]
 pub struct Ledger {
     services: HashMap<ServicePortName, Arc<ServiceState>>,
-    /// The service ports claiming each virtual server; the first by name
-    /// is programmed.
-    owners: BTreeMap<ServiceKey, BTreeSet<ServicePortName>>,
+    /// The service ports claiming each virtual server, sorted; the first
+    /// is programmed. Almost always one: a `Vec`, not a set's node.
+    owners: BTreeMap<ServiceKey, Vec<ServicePortName>>,
     addresses: BTreeMap<IpAddr, usize>,
     entries: BTreeMap<(SetName, SetEntry), usize>,
 }
@@ -146,6 +150,13 @@ pub fn expected_sets(ipv4: bool, ipv6: bool) -> Vec<SetName> {
         }
     }
     sets
+}
+
+/// The set of ours named `name`, of either family.
+pub fn set_named(name: &str) -> Option<SetName> {
+    expected_sets(true, true)
+        .into_iter()
+        .find(|set| set.name() == name)
 }
 
 fn ipvs_ips(addr: IpAddr) -> (SetName, SetEntry) {
@@ -206,6 +217,21 @@ impl Ledger {
             .filter_map(|key| Some((*key, self.virtual_server(key)?)))
     }
 
+    /// Whether `addr` should be bound on the dummy link.
+    pub fn binds(&self, addr: &IpAddr) -> bool {
+        self.addresses.contains_key(addr)
+    }
+
+    /// Whether `set` should hold `entry`.
+    pub fn has_entry(&self, set: SetName, entry: &SetEntry) -> bool {
+        match (set.kind, entry) {
+            (SetKind::IpvsIps, SetEntry::Ip(addr)) => {
+                addr.is_ipv6() == set.ipv6 && self.binds(addr)
+            }
+            _ => self.entries.contains_key(&(set, entry.clone())),
+        }
+    }
+
     /// Every address bound on the dummy link.
     pub fn bound_addresses(&self) -> impl Iterator<Item = IpAddr> + '_ {
         self.addresses.keys().copied()
@@ -222,12 +248,44 @@ impl Ledger {
         sets
     }
 
+    /// The entries the ledger wants in `set` after `after`, in order.
+    /// `KUBE-IPVS-IPS` mirrors the bound addresses of its family.
+    fn set_entries_after<'a>(
+        &'a self,
+        set: SetName,
+        after: &Option<SetEntry>,
+    ) -> Box<dyn Iterator<Item = SetEntry> + 'a> {
+        if set.kind == SetKind::IpvsIps {
+            let start = match after {
+                Some(SetEntry::Ip(addr)) => Bound::Excluded(*addr),
+                _ => Bound::Unbounded,
+            };
+            return Box::new(
+                self.addresses
+                    .range((start, Bound::Unbounded))
+                    .map(|(addr, _)| *addr)
+                    .filter(move |addr| addr.is_ipv6() == set.ipv6)
+                    .map(SetEntry::Ip),
+            );
+        }
+        let start = match after {
+            Some(entry) => Bound::Excluded((set, entry.clone())),
+            None => Bound::Included((set, FIRST_ENTRY)),
+        };
+        Box::new(
+            self.entries
+                .range((start, Bound::Unbounded))
+                .take_while(move |((s, _), _)| *s == set)
+                .map(|((_, entry), _)| entry.clone()),
+        )
+    }
+
     fn insert(&mut self, name: &ServicePortName, state: Arc<ServiceState>) {
         for vs in &state.virtual_servers {
-            self.owners
-                .entry(vs.key())
-                .or_default()
-                .insert(name.clone());
+            let owners = self.owners.entry(vs.key()).or_default();
+            if let Err(at) = owners.binary_search(name) {
+                owners.insert(at, name.clone());
+            }
         }
         for addr in &state.bound_addresses {
             *self.addresses.entry(*addr).or_default() += 1;
@@ -245,7 +303,7 @@ impl Ledger {
         for vs in &state.virtual_servers {
             let key = vs.key();
             if let Some(owners) = self.owners.get_mut(&key) {
-                owners.remove(name);
+                owners.retain(|owner| owner != name);
                 if owners.is_empty() {
                     self.owners.remove(&key);
                 }
@@ -516,124 +574,375 @@ pub struct Reconciled {
     pub warnings: Vec<String>,
 }
 
-/// Compares the whole ledger with the kernel and lists the operations
-/// that repair the difference: missing or changed virtual servers, real
-/// servers and weights (which restores real servers an earlier run left
-/// at weight 0: the ones still meant to drain are not in the ledger),
-/// addresses and set entries, missing sets. Only objects we own are
-/// deleted, and nothing is flushed, so connections through virtual
-/// servers that should stay survive.
+/// What syncs touched since a repair round began: the round's read of
+/// these may predate a sync's write, so it is not the truth about them
+/// and the round leaves them alone (the next round looks again).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Touched {
+    services: HashSet<ServiceKey>,
+    addresses: HashSet<IpAddr>,
+    sets: HashSet<String>,
+    entries: HashSet<(String, SetEntry)>,
+}
+
+impl Touched {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Remembers every object the operations act on.
+    pub fn record(&mut self, ops: &KernelOps) {
+        for op in &ops.ipvs {
+            self.services.insert(ipvs_op_key(op));
+        }
+        self.addresses
+            .extend(ops.addresses.iter().map(AddressOp::address));
+        for op in &ops.ipsets {
+            match op {
+                IpsetOp::Create(spec) => {
+                    self.sets.insert(spec.name.clone());
+                }
+                IpsetOp::Destroy(name) | IpsetOp::Flush(name) => {
+                    self.sets.insert(name.clone());
+                }
+                IpsetOp::Add(name, entry) | IpsetOp::Delete(name, entry) => {
+                    self.entries.insert((name.clone(), entry.clone()));
+                }
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.services.is_empty()
+            && self.addresses.is_empty()
+            && self.sets.is_empty()
+            && self.entries.is_empty()
+    }
+}
+
+/// The virtual server an IPVS operation acts on.
+pub fn ipvs_op_key(op: &IpvsOp) -> ServiceKey {
+    match op {
+        IpvsOp::AddService(spec) | IpvsOp::UpdateService(spec) => spec.key,
+        IpvsOp::DeleteService(key)
+        | IpvsOp::AddDest(key, _)
+        | IpvsOp::UpdateDest(key, _)
+        | IpvsOp::DeleteDest(key, _) => *key,
+    }
+}
+
+/// Which part of the kernel a repair round is comparing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Phase {
+    #[default]
+    Ipvs,
+    Addresses,
+    Sets,
+    Done,
+}
+
+/// Where a repair round stands: each phase walks its keys in order, and
+/// a step resumes after the last key the previous one compared.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RepairCursor {
+    phase: Phase,
+    after_service: Option<ServiceKey>,
+    after_address: Option<IpAddr>,
+    /// The index of the set being compared in the expected sets.
+    set: usize,
+    after_entry: Option<SetEntry>,
+}
+
+impl RepairCursor {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A round with nothing (more) to compare.
+    pub fn done() -> Self {
+        Self {
+            phase: Phase::Done,
+            ..Self::default()
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.phase == Phase::Done
+    }
+}
+
+/// Up to `n` keys from two sorted sequences, in order and each once, with
+/// the sides each came from; and whether both sequences are exhausted.
+fn merged<K: Ord + Clone>(
+    a: impl Iterator<Item = K>,
+    b: impl Iterator<Item = K>,
+    n: usize,
+) -> (Vec<(K, bool, bool)>, bool) {
+    let (mut a, mut b) = (a.peekable(), b.peekable());
+    let mut out = Vec::new();
+    while out.len() < n {
+        let order = match (a.peek(), b.peek()) {
+            (None, None) => return (out, true),
+            (Some(x), Some(y)) => x.cmp(y),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+        };
+        let next = match order {
+            Ordering::Less => a.next().map(|k| (k, true, false)),
+            Ordering::Equal => {
+                b.next();
+                a.next().map(|k| (k, true, true))
+            }
+            Ordering::Greater => b.next().map(|k| (k, false, true)),
+        };
+        out.extend(next);
+    }
+    let exhausted = a.peek().is_none() && b.peek().is_none();
+    (out, exhausted)
+}
+
+fn after<K>(key: &Option<K>) -> (Bound<&K>, Bound<&K>) {
+    match key {
+        Some(k) => (Bound::Excluded(k), Bound::Unbounded),
+        None => (Bound::Unbounded, Bound::Unbounded),
+    }
+}
+
+/// The smallest [`SetEntry`]: where a set's entries begin in the ledger.
+const FIRST_ENTRY: SetEntry =
+    SetEntry::Ip(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
+
+/// Compares up to `budget` keys of the ledger and the kernel, resuming
+/// where `cursor` stands, and lists the operations that repair the
+/// difference: missing or changed virtual servers, real servers and
+/// weights (which restores real servers an earlier run left at weight 0:
+/// the ones still meant to drain are not in the ledger), addresses and set
+/// entries, missing sets. Only objects we own are deleted, nothing is
+/// flushed, and whatever `touched` names is left alone. A facility whose
+/// read failed is skipped.
 ///
 /// Real servers in the kernel that the ledger lacks come out as
 /// `DeleteDest`; the graceful-termination router decides whether they go
 /// now or drain.
+pub fn repair_step(
+    ledger: &Ledger,
+    sets: &[SetName],
+    observed: &Observed,
+    ownership: &Ownership,
+    touched: &Touched,
+    cursor: &mut RepairCursor,
+    budget: usize,
+) -> Reconciled {
+    let mut out = Reconciled::default();
+    let mut ipvs = IpvsLists::default();
+    let mut set_lists = SetLists::default();
+    let (mut binds, mut unbinds) = (Vec::new(), Vec::new());
+    let no_addresses = BTreeSet::new();
+    let link = observed.link_addresses.as_ref().unwrap_or(&no_addresses);
+    let mut left = budget.max(1);
+    while left > 0 && cursor.phase != Phase::Done {
+        match cursor.phase {
+            Phase::Ipvs => {
+                let Some(table) = &observed.ipvs else {
+                    cursor.phase = Phase::Addresses;
+                    continue;
+                };
+                let range = after(&cursor.after_service);
+                let (keys, exhausted) = merged(
+                    ledger.owners.range(range).map(|(k, _)| *k),
+                    table.services.range(range).map(|(k, _)| *k),
+                    left,
+                );
+                left -= keys.len();
+                for (key, _, _) in keys {
+                    cursor.after_service = Some(key);
+                    if !touched.services.contains(&key) {
+                        repair_virtual_server(
+                            ledger, table, link, ownership, key, &mut ipvs,
+                            &mut out,
+                        );
+                    }
+                }
+                if exhausted {
+                    cursor.phase = Phase::Addresses;
+                }
+            }
+            Phase::Addresses => {
+                let Some(have) = &observed.link_addresses else {
+                    cursor.phase = Phase::Sets;
+                    continue;
+                };
+                let range = after(&cursor.after_address);
+                let (keys, exhausted) = merged(
+                    ledger.addresses.range(range).map(|(a, _)| *a),
+                    have.range(range).copied(),
+                    left,
+                );
+                left -= keys.len();
+                for (addr, want, has) in keys {
+                    cursor.after_address = Some(addr);
+                    if touched.addresses.contains(&addr) {
+                        continue;
+                    }
+                    match (want, has) {
+                        (true, false) => binds.push(AddressOp::Add(addr)),
+                        // The kernel adds an IPv6 link-local address to a
+                        // link that is set up by hand; it is not ours.
+                        (false, true) if !is_link_local_v6(&addr) => {
+                            unbinds.push(AddressOp::Delete(addr))
+                        }
+                        _ => {}
+                    }
+                }
+                if exhausted {
+                    cursor.phase = Phase::Sets;
+                }
+            }
+            Phase::Sets => {
+                let (Some(have), Some(set)) =
+                    (&observed.sets, sets.get(cursor.set))
+                else {
+                    cursor.phase = Phase::Done;
+                    continue;
+                };
+                let name = set.name();
+                let state = have.get(&name);
+                if cursor.after_entry.is_none() {
+                    match state {
+                        None if !touched.sets.contains(&name) => set_lists
+                            .create
+                            .push(IpsetOp::Create(set_spec(*set))),
+                        Some(state)
+                            if state.spec.set_type != set.kind.set_type() =>
+                        {
+                            out.warnings.push(format!(
+                                "ipset {name} has type {} instead of {}; \
+                                 left as it is",
+                                state.spec.set_type.as_str(),
+                                set.kind.set_type().as_str()
+                            ));
+                            cursor.set += 1;
+                            continue;
+                        }
+                        _ => {}
+                    }
+                }
+                let empty = BTreeSet::new();
+                let current = state.map_or(&empty, |s| &s.entries);
+                let (keys, exhausted) = merged(
+                    ledger.set_entries_after(*set, &cursor.after_entry),
+                    current.range(after(&cursor.after_entry)).cloned(),
+                    left,
+                );
+                left -= keys.len();
+                for (entry, want, has) in keys {
+                    cursor.after_entry = Some(entry.clone());
+                    if touched.entries.contains(&(name.clone(), entry.clone()))
+                    {
+                        continue;
+                    }
+                    match (want, has) {
+                        (true, false) => set_lists
+                            .add
+                            .push(IpsetOp::Add(name.clone(), entry)),
+                        (false, true) => set_lists
+                            .delete
+                            .push(IpsetOp::Delete(name.clone(), entry)),
+                        _ => {}
+                    }
+                }
+                if exhausted {
+                    cursor.set += 1;
+                    cursor.after_entry = None;
+                }
+            }
+            Phase::Done => {}
+        }
+    }
+    out.ops.ipvs = ipvs.into_ops();
+    binds.extend(unbinds);
+    out.ops.addresses = binds;
+    out.ops.ipsets = set_lists.into_ops();
+    out
+}
+
+fn repair_virtual_server(
+    ledger: &Ledger,
+    table: &IpvsTable,
+    link: &BTreeSet<IpAddr>,
+    ownership: &Ownership,
+    key: ServiceKey,
+    lists: &mut IpvsLists,
+    out: &mut Reconciled,
+) {
+    match (ledger.virtual_server(&key), table.services.get(&key)) {
+        (Some(vs), None) => lists.diff(key, None, Some(vs)),
+        (Some(vs), Some(entry)) => {
+            if entry.spec != service_spec(vs) {
+                lists.services.push(IpvsOp::UpdateService(service_spec(vs)));
+            }
+            let have: BTreeMap<DestKey, u32> =
+                entry.dests.iter().map(|(k, s)| (*k, s.weight)).collect();
+            lists.dests(key, &have, &dests(vs));
+        }
+        (None, Some(_)) => match ownership.classify(&key, link) {
+            Owner::Ours => {
+                lists.delete_services.push(IpvsOp::DeleteService(key))
+            }
+            Owner::Excluded => {}
+            Owner::Foreign => out.foreign.push(key),
+        },
+        (None, None) => {}
+    }
+}
+
+/// The operations that take one virtual server from what the kernel
+/// has (`None`: missing) to what the ledger wants: how a retry repairs
+/// a service whose writes failed.
+pub fn repair_one(
+    ledger: &Ledger,
+    key: ServiceKey,
+    have: Option<&ServiceEntry>,
+    ownership: &Ownership,
+    link: &BTreeSet<IpAddr>,
+) -> Reconciled {
+    let mut out = Reconciled::default();
+    let mut lists = IpvsLists::default();
+    let table;
+    let table = match have {
+        Some(entry) => {
+            table = IpvsTable {
+                services: [(key, entry.clone())].into(),
+            };
+            &table
+        }
+        None => &IpvsTable::default(),
+    };
+    repair_virtual_server(
+        ledger, table, link, ownership, key, &mut lists, &mut out,
+    );
+    out.ops.ipvs = lists.into_ops();
+    out
+}
+
+/// The whole comparison at once: what a repair round amounts to when
+/// nothing is touched meanwhile.
+#[cfg(test)]
 pub fn reconcile(
     ledger: &Ledger,
     sets: &[SetName],
     observed: &Observed,
     ownership: &Ownership,
 ) -> Reconciled {
-    let mut out = Reconciled::default();
-    let no_addresses = BTreeSet::new();
-    let link = observed.link_addresses.as_ref().unwrap_or(&no_addresses);
-    if let Some(table) = &observed.ipvs {
-        out.ops.ipvs = reconcile_ipvs(ledger, table, link, ownership, &mut out);
-    }
-    if let Some(link) = &observed.link_addresses {
-        let want: BTreeSet<IpAddr> = ledger.bound_addresses().collect();
-        let add = want.difference(link).map(|a| AddressOp::Add(*a));
-        // The kernel adds an IPv6 link-local address to a link that is
-        // set up by hand; it is not ours to remove.
-        let delete = link
-            .difference(&want)
-            .filter(|a| !is_link_local_v6(a))
-            .map(|a| AddressOp::Delete(*a));
-        out.ops.addresses = add.chain(delete).collect();
-    }
-    if let Some(have) = &observed.sets {
-        out.ops.ipsets = reconcile_sets(ledger, sets, have, &mut out.warnings);
-    }
-    out
-}
-
-fn reconcile_ipvs(
-    ledger: &Ledger,
-    table: &IpvsTable,
-    link: &BTreeSet<IpAddr>,
-    ownership: &Ownership,
-    out: &mut Reconciled,
-) -> Vec<IpvsOp> {
-    let mut lists = IpvsLists::default();
-    for (key, vs) in ledger.virtual_servers() {
-        let Some(entry) = table.services.get(&key) else {
-            lists.diff(key, None, Some(vs));
-            continue;
-        };
-        if entry.spec != service_spec(vs) {
-            lists.services.push(IpvsOp::UpdateService(service_spec(vs)));
-        }
-        let have: BTreeMap<DestKey, u32> =
-            entry.dests.iter().map(|(k, s)| (*k, s.weight)).collect();
-        lists.dests(key, &have, &dests(vs));
-    }
-    for key in table.services.keys() {
-        if ledger.virtual_server(key).is_some() {
-            continue;
-        }
-        match ownership.classify(key, link) {
-            Owner::Ours => {
-                lists.delete_services.push(IpvsOp::DeleteService(*key))
-            }
-            Owner::Excluded => {}
-            Owner::Foreign => out.foreign.push(*key),
-        }
-    }
-    lists.into_ops()
-}
-
-fn reconcile_sets(
-    ledger: &Ledger,
-    sets: &[SetName],
-    have: &BTreeMap<String, SetState>,
-    warnings: &mut Vec<String>,
-) -> Vec<IpsetOp> {
-    let mut lists = SetLists::default();
-    let mut want = ledger.set_entries();
-    let empty = BTreeSet::new();
-    for set in sets {
-        let name = set.name();
-        let entries = want.remove(set).unwrap_or_default();
-        let current = match have.get(&name) {
-            None => {
-                lists.create.push(IpsetOp::Create(set_spec(*set)));
-                &empty
-            }
-            Some(state) if state.spec.set_type != set.kind.set_type() => {
-                warnings.push(format!(
-                    "ipset {name} has type {} instead of {}; left as it is",
-                    state.spec.set_type.as_str(),
-                    set.kind.set_type().as_str()
-                ));
-                continue;
-            }
-            Some(state) => &state.entries,
-        };
-        for entry in entries.difference(current) {
-            lists.add.push(IpsetOp::Add(name.clone(), entry.clone()));
-        }
-        for entry in current.difference(&entries) {
-            lists
-                .delete
-                .push(IpsetOp::Delete(name.clone(), entry.clone()));
-        }
-    }
-    // Entries of a family the node does not run have no set to go in.
-    for set in want.keys() {
-        warnings.push(format!(
-            "entries for {set} skipped: that family's sets are not managed"
-        ));
-    }
-    lists.into_ops()
+    repair_step(
+        ledger,
+        sets,
+        observed,
+        ownership,
+        &Touched::new(),
+        &mut RepairCursor::new(),
+        usize::MAX,
+    )
 }
 
 /// What `--cleanup` removes: every virtual server we own, every set of

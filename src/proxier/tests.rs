@@ -21,6 +21,7 @@ use crate::{
             DestKey, DestSpec, DestState, IpvsModel, IpvsTable, ServiceEntry,
         },
     },
+    metrics::KERNEL_OPERATIONS_TOTAL,
     model::{
         fixtures::{self, TestRecorder},
         EndpointInfo, EndpointsMap, Protocol, ServicePortInfo, ServicePortMap,
@@ -40,6 +41,22 @@ struct RefusingIpvs {
 impl Ipvs for RefusingIpvs {
     async fn dump(&mut self) -> Result<IpvsTable, KernelError> {
         self.model.dump().await
+    }
+
+    fn dump_detached(
+        &self,
+    ) -> impl std::future::Future<Output = Result<IpvsTable, KernelError>>
+           + Send
+           + 'static
+           + use<> {
+        self.model.dump_detached()
+    }
+
+    async fn service(
+        &mut self,
+        key: &ServiceKey,
+    ) -> Result<Option<ServiceEntry>, KernelError> {
+        self.model.service(key).await
     }
 
     async fn dests(
@@ -244,7 +261,7 @@ fn start_creates_link_and_sets_and_deletes_nothing() {
     let report = block_on(p.start());
     assert!(report.is_ok(), "{report:?}");
     // Every set but the one already there is created.
-    assert_eq!(report.ipsets.len(), crate::desired::SetKind::ALL.len() - 1);
+    assert_eq!(report.ipset_ops, crate::desired::SetKind::ALL.len() - 1);
     assert_eq!(link(&mut p), Some(vec![]));
     assert_eq!(
         ipvs_lines(&mut p),
@@ -335,13 +352,16 @@ fn sync_applies_only_the_change_and_drains_removed_tcp_servers() {
     });
     let mut desired = cluster.desired();
     block_on(p.full_reconcile(&desired));
+    // A client still connected to the one about to go.
+    let web = key("198.18.0.1", 80);
+    assert!(p.handles().0.model.set_conns(&web, &dk("198.19.0.5"), 1, 0));
 
     cluster.set("web", &["198.19.0.6", "198.19.0.8"], |_| {});
     let deltas = cluster.change(&mut desired, &["web"]);
     let report = block_on(p.sync(&deltas));
     assert!(report.is_ok(), "{report:?}");
     assert_eq!(report.op_count(), 2, "{report:?}");
-    assert!(report.addresses.is_empty() && report.ipsets.is_empty());
+    assert!(report.address_ops == 0 && report.ipset_ops == 0);
     assert_eq!(
         ipvs_lines(&mut p),
         [
@@ -352,7 +372,6 @@ fn sync_applies_only_the_change_and_drains_removed_tcp_servers() {
     );
 
     // Still connected: stays. Idle: deleted at the next poll.
-    let web = key("198.18.0.1", 80);
     assert!(p.handles().0.model.set_conns(&web, &dk("198.19.0.5"), 2, 0));
     assert_eq!(block_on(p.poll_graceful(Instant::now())).op_count(), 0);
     assert!(p.handles().0.model.set_conns(&web, &dk("198.19.0.5"), 0, 0));
@@ -374,6 +393,192 @@ fn sync_applies_only_the_change_and_drains_removed_tcp_servers() {
     assert_eq!(set_entries(&mut p, "KUBE-IPVS-IPS"), ["198.18.0.1"]);
 }
 
+/// A failed write is retried at the next sync by reading back just the
+/// service it was for: one operation, no full reconcile.
+#[test]
+fn the_next_sync_retries_only_what_failed() {
+    let mut p = proxier();
+    block_on(p.start());
+    let mut cluster = Cluster::default();
+    cluster.set("web", &["198.19.0.5", "198.19.0.6"], |_| {});
+    cluster.set("api", &["198.19.0.7"], |i| {
+        i.cluster_ips = vec![ip("198.18.0.2")]
+    });
+    let mut desired = DesiredState::new(ctx());
+    block_on(p.full_reconcile(&desired));
+    let refused = IpvsOp::AddDest(
+        key("198.18.0.1", 80),
+        DestSpec {
+            key: dk("198.19.0.5"),
+            weight: 1,
+        },
+    );
+    p.handles().0.refuse.push(refused);
+    let report =
+        block_on(p.sync(&cluster.change(&mut desired, &["web", "api"])));
+    assert_eq!(report.failures(), 1, "{report:?}");
+    p.handles().0.refuse.clear();
+
+    let before = p.handles().0.model.applied_ops();
+    let retry = block_on(p.sync(&[]));
+    assert!(retry.is_ok(), "{retry:?}");
+    assert_eq!(p.handles().0.model.applied_ops() - before, 1);
+    assert!(!p.needs_full_reconcile());
+    assert_eq!(
+        ipvs_lines(&mut p),
+        [
+            "TCP 198.18.0.1:80 -> 198.19.0.5:8080@1,198.19.0.6:8080@1",
+            "TCP 198.18.0.2:80 -> 198.19.0.7:8080@1"
+        ]
+    );
+    // Nothing is left to retry.
+    let before = p.handles().0.model.applied_ops();
+    assert!(block_on(p.sync(&[])).is_ok());
+    assert_eq!(p.handles().0.model.applied_ops(), before);
+}
+
+/// An address or set entry that is already as asked is no failure: a
+/// retry that finds its earlier write went through after all is done.
+#[test]
+fn an_address_already_bound_is_as_asked() {
+    let mut p = proxier();
+    block_on(p.start());
+    let mut cluster = Cluster::default();
+    let mut desired = DesiredState::new(ctx());
+    block_on(p.full_reconcile(&desired));
+    // Someone bound the address first.
+    block_on(p.handles().1.apply(
+        DUMMY_LINK,
+        &[crate::kernel::addresses::AddressOp::Add(ip("198.18.0.1"))],
+    ));
+    cluster.set("web", &["198.19.0.5"], |_| {});
+    let report = block_on(p.sync(&cluster.change(&mut desired, &["web"])));
+    assert!(report.is_ok(), "{report:?}");
+    assert_eq!(link(&mut p), Some(vec![ip("198.18.0.1")]));
+}
+
+/// A node that gains IPv6 (an address read by a repair round) gets the
+/// IPv6 sets with the sync that starts programming it, before any rule
+/// can name them.
+#[test]
+fn a_family_the_node_gains_gets_its_sets() {
+    use crate::{backend::testing::batch, sync::SyncState};
+    let mut p = proxier();
+    block_on(p.start());
+    let mut state = SyncState::new(
+        "node-a",
+        crate::sync::NodeSettings::default(),
+        Some(vec![ip(NODE_IP)]),
+        std::time::SystemTime::now(),
+    );
+    let outcome = state.sync();
+    assert!(
+        block_on(Backend::apply(&mut p, batch(&state, &outcome, 1))).is_ok()
+    );
+    let sets = |p: &mut TestProxier| -> Vec<String> {
+        block_on(p.handles().2.dump("KUBE-6-"))
+            .unwrap()
+            .into_keys()
+            .collect()
+    };
+    assert_eq!(sets(&mut p), Vec::<String>::new());
+    assert!(state.set_local_addresses(vec![ip(NODE_IP), ip("2001:db8:100::1")]));
+    let outcome = state.sync();
+    let report = block_on(Backend::apply(&mut p, batch(&state, &outcome, 2)));
+    assert!(report.is_ok(), "{report:?}");
+    assert_eq!(sets(&mut p).len(), crate::desired::SetKind::ALL.len());
+}
+
+/// A round whose read predates a full reconcile (or a later round)
+/// repairs nothing: the kernel has moved on since.
+#[test]
+fn a_stale_repair_round_does_nothing() {
+    let mut p = proxier();
+    block_on(p.start());
+    let mut cluster = Cluster::default();
+    cluster.set("web", &["198.19.0.5"], |_| {});
+    let desired = cluster.desired();
+    let mut stale = block_on(p.begin_repair());
+    assert!(block_on(p.full_reconcile(&desired)).is_ok());
+    let before = p.handles().0.model.applied_ops();
+    let report = block_on(p.repair_step(&mut stale, REPAIR_STEP_BUDGET));
+    assert_eq!(report.op_count(), 0, "{report:?}");
+    assert!(stale.is_done());
+    assert_eq!(p.handles().0.model.applied_ops(), before);
+}
+
+/// A repair round reads the kernel, then compares it a few keys at a
+/// time; what a sync writes meanwhile is left alone, everything else is
+/// repaired.
+#[test]
+fn a_repair_round_leaves_alone_what_syncs_touched_since_it_began() {
+    let mut p = proxier();
+    block_on(p.start());
+    let mut cluster = Cluster::default();
+    let names: Vec<String> = (0..10).map(|i| format!("svc-{i}")).collect();
+    for (i, name) in names.iter().enumerate() {
+        cluster.set(name, &["198.19.0.5"], |s| {
+            s.cluster_ips = vec![ip(&format!("198.18.0.{}", i + 1))]
+        });
+    }
+    let mut desired = cluster.desired();
+    assert!(block_on(p.full_reconcile(&desired)).is_ok());
+    // Drift: someone deleted two virtual servers.
+    let gone = [key("198.18.0.3", 80), key("198.18.0.7", 80)];
+    block_on(p.handles().0.model.apply(&[
+        IpvsOp::DeleteService(gone[0]),
+        IpvsOp::DeleteService(gone[1]),
+    ]));
+    let mut observed = block_on(p.begin_repair());
+    // After the read, a sync changes svc-6 (198.18.0.7): its ledger and
+    // the kernel move on without the round.
+    cluster.set("svc-6", &["198.19.0.9"], |s| {
+        s.cluster_ips = vec![ip("198.18.0.7")]
+    });
+    let report = block_on(p.sync(&cluster.change(&mut desired, &["svc-6"])));
+    assert!(
+        !report.is_ok(),
+        "the sync's writes to a missing service fail"
+    );
+    let mut steps = 0;
+    while !observed.is_done() {
+        let report = block_on(p.repair_step(&mut observed, 3));
+        assert!(report.op_count() <= 3 * 2, "{report:?}");
+        steps += 1;
+    }
+    assert!(steps >= 10 / 3, "{steps} steps");
+    let lines = ipvs_lines(&mut p);
+    assert!(
+        lines.contains(&"TCP 198.18.0.3:80 -> 198.19.0.5:8080@1".to_owned()),
+        "{lines:?}"
+    );
+    // svc-6 was the sync's to fix: its failure is retried by the next.
+    assert!(!lines.iter().any(|l| l.starts_with("TCP 198.18.0.7:80")));
+    assert!(block_on(p.sync(&[])).is_ok());
+    assert!(ipvs_lines(&mut p)
+        .contains(&"TCP 198.18.0.7:80 -> 198.19.0.9:8080@1".to_owned()));
+}
+
+/// A real server without connections is deleted with the sync that
+/// removes it: read back first, as upstream does, not left to drain.
+#[test]
+fn an_idle_real_server_goes_at_once() {
+    let mut p = proxier();
+    block_on(p.start());
+    let mut cluster = Cluster::default();
+    cluster.set("web", &["198.19.0.5", "198.19.0.6"], |_| {});
+    let mut desired = cluster.desired();
+    block_on(p.full_reconcile(&desired));
+    cluster.set("web", &["198.19.0.6"], |_| {});
+    let report = block_on(p.sync(&cluster.change(&mut desired, &["web"])));
+    assert!(report.is_ok(), "{report:?}");
+    assert_eq!(
+        ipvs_lines(&mut p),
+        ["TCP 198.18.0.1:80 -> 198.19.0.6:8080@1"]
+    );
+    assert!(p.graceful().is_empty());
+}
+
 #[test]
 fn endpoint_back_while_draining_returns_to_weight_one() {
     let mut p = proxier();
@@ -382,6 +587,8 @@ fn endpoint_back_while_draining_returns_to_weight_one() {
     cluster.set("web", &["198.19.0.5", "198.19.0.6"], |_| {});
     let mut desired = cluster.desired();
     block_on(p.full_reconcile(&desired));
+    let web = key("198.18.0.1", 80);
+    assert!(p.handles().0.model.set_conns(&web, &dk("198.19.0.5"), 1, 0));
     cluster.set("web", &["198.19.0.6"], |_| {});
     block_on(p.sync(&cluster.change(&mut desired, &["web"])));
     assert_eq!(
@@ -420,12 +627,8 @@ fn failures_are_reported_counted_and_repaired_by_the_next_reconcile() {
     let deltas = cluster.change(&mut desired, &["web"]);
     let report = recorder.run(|| block_on(p.sync(&deltas)));
     assert_eq!(report.failures(), 1, "{report:?}");
-    let failed: Vec<&IpvsOp> = report
-        .ipvs
-        .iter()
-        .filter(|(_, r)| r.is_err())
-        .map(|(op, _)| op)
-        .collect();
+    let failed: Vec<&IpvsOp> =
+        report.failed_ipvs.iter().map(|(op, _)| op).collect();
     assert_eq!(failed, [&refused]);
     // The rest went through.
     assert_eq!(
@@ -506,49 +709,76 @@ fn cleanup_removes_what_is_ours_and_nothing_else() {
     assert_eq!(again.op_count(), 0);
 }
 
+/// Through the backend contract: the first sync compares everything with
+/// the kernel, later ones apply their deltas only.
 #[test]
-fn backend_apply_reconciles_fully_when_given_the_desired_state() {
+fn backend_apply_reconciles_fully_first_then_follows_the_deltas() {
+    use crate::{
+        backend::testing::batch, source::store::ObjectChange, sync::SyncState,
+    };
     let mut p = proxier();
     block_on(p.start());
-    let mut cluster = Cluster::default();
-    cluster.set("web", &["198.19.0.5"], |_| {});
-    let mut desired = DesiredState::new(ctx());
-    let deltas = cluster.change(&mut desired, &["web"]);
-    let batch =
-        |desired: Option<DesiredState>, deltas: Vec<ServiceDelta>| SyncBatch {
-            trigger: crate::runner::SyncTrigger {
-                seq: 1,
-                reason: crate::runner::SyncReason::Requested,
-            },
-            outcome: crate::sync::SyncOutcome {
-                deltas,
-                ..Default::default()
-            },
-            service_ports: 1,
-            desired,
-            udp_serving: None,
-        };
-    // Before any full reconcile an incremental sync cannot be trusted:
-    // it applies, and asks for a retry (which comes with everything).
-    let early = block_on(Backend::apply(&mut p, &batch(None, deltas)));
-    assert!(early.is_err());
-    // The full one programs everything and succeeds.
-    let full = block_on(Backend::apply(&mut p, &batch(Some(desired), vec![])));
-    assert!(full.is_ok(), "{full:?}");
+    let mut state = SyncState::new(
+        "node-a",
+        crate::sync::NodeSettings::default(),
+        Some(vec![ip(NODE_IP)]),
+        std::time::SystemTime::now(),
+    );
+    let web = fixtures::service("ns", "web", |s| {
+        fixtures::add_port(s, "http", 80, "TCP")
+    });
+    let slice = |addresses: &[&str]| {
+        Arc::new(fixtures::slice("ns", "web-1", "web", |s| {
+            fixtures::add_slice_port(s, "http", 8080, "TCP");
+            for a in addresses {
+                s.endpoints.push(fixtures::endpoint(a, |_| {}));
+            }
+        }))
+    };
+    state.apply_objects(&crate::source::store::ObjectChange::Service {
+        previous: None,
+        current: Some(Arc::new(web)),
+    });
+    state.apply_objects(&ObjectChange::EndpointSlice {
+        previous: None,
+        current: Some(slice(&["198.19.0.5"])),
+    });
+    // What an earlier run left: found and kept by the full comparison.
+    block_on(
+        p.handles()
+            .0
+            .model
+            .apply(&[IpvsOp::AddService(plan::spec_of(
+                key("198.18.0.1", 80),
+                "rr",
+                None,
+            ))]),
+    );
+    let outcome = state.sync();
+    let first = block_on(Backend::apply(&mut p, batch(&state, &outcome, 1)));
+    assert!(first.is_ok(), "{first:?}");
     assert!(!p.needs_full_reconcile());
     assert_eq!(
         ipvs_lines(&mut p),
         ["TCP 198.18.0.1:80 -> 198.19.0.5:8080@1"]
     );
+    state.apply_objects(&ObjectChange::EndpointSlice {
+        previous: Some(slice(&["198.19.0.5"])),
+        current: Some(slice(&["198.19.0.5", "198.19.0.6"])),
+    });
+    let outcome = state.sync();
+    let before = p.handles().0.model.applied_ops();
+    let second = block_on(Backend::apply(&mut p, batch(&state, &outcome, 2)));
+    assert!(second.is_ok(), "{second:?}");
+    assert_eq!(p.handles().0.model.applied_ops() - before, 1);
+    assert_eq!(
+        ipvs_lines(&mut p),
+        ["TCP 198.18.0.1:80 -> 198.19.0.5:8080@1,198.19.0.6:8080@1"]
+    );
     assert_eq!(
         Backend::poll_interval(&p),
         Some(GracefulConfig::default().check_interval)
     );
-}
-
-#[test]
-fn iptables_hook_is_empty_until_wired() {
-    assert!(proxier().iptables_payloads().is_empty());
 }
 
 mod incremental_matches_full {

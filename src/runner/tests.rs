@@ -169,22 +169,22 @@ async fn run_case(case: &Case) -> Vec<(u64, SyncReason)> {
     let task = {
         let log = Arc::clone(&log);
         let retry = handle.clone();
-        tokio::spawn(runner.run_loop(move |trigger| {
-            let log = Arc::clone(&log);
-            let retry = retry.clone();
-            let fail_after = fail.get(&trigger.seq).copied();
-            async move {
+        let mut runner = runner;
+        tokio::spawn(async move {
+            loop {
+                let trigger = runner.next().await;
                 let at = (Instant::now() - start).as_millis();
                 let at = u64::try_from(at).unwrap_or(u64::MAX);
                 log.lock().unwrap().push((at, trigger.reason));
                 // Failing early in the sync: the retry is due relative
                 // to the failure, not to the end of the sync.
-                if let Some(ms) = fail_after {
+                if let Some(ms) = fail.get(&trigger.seq).copied() {
                     retry.retry_after(Duration::from_millis(ms));
                 }
                 tokio::time::sleep(sync_time).await;
+                runner.finished();
             }
-        }))
+        })
     };
     for &(at, action) in case.script {
         tokio::time::sleep_until(start + Duration::from_millis(at)).await;
@@ -218,10 +218,14 @@ async fn sequence_numbers_count_syncs() {
     let seen: Arc<Mutex<Vec<u64>>> = Arc::default();
     let task = {
         let seen = Arc::clone(&seen);
-        tokio::spawn(runner.run_loop(move |trigger| {
-            seen.lock().unwrap().push(trigger.seq);
-            async {}
-        }))
+        let mut runner = runner;
+        tokio::spawn(async move {
+            loop {
+                let trigger = runner.next().await;
+                seen.lock().unwrap().push(trigger.seq);
+                runner.finished();
+            }
+        })
     };
     for _ in 0..3 {
         handle.run();

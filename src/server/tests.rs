@@ -786,7 +786,7 @@ async fn reporter_keeps_health_and_health_check_ports_in_step_with_syncs() {
             effect: "NoSchedule".to_owned(),
             ..Default::default()
         });
-    state.apply(&ObjectChange::Node {
+    state.apply_objects(&ObjectChange::Node {
         previous: Some(Arc::new(node)),
         current: Some(Arc::new(tainted)),
     });
@@ -825,7 +825,8 @@ async fn the_daemon_reports_queued_and_applied_syncs() {
     use kube::runtime::watcher::Event;
 
     use crate::{
-        daemon::{self, LogBackend},
+        backend::testing::NoKernel,
+        daemon::{self, LoopSettings},
         source::{file, SourceEvent},
         sync::{NodeSettings, SyncState},
     };
@@ -880,9 +881,11 @@ async fn the_daemon_reports_queued_and_applied_syncs() {
     let daemon = tokio::spawn(daemon::run(
         source,
         state,
-        LogBackend,
-        Duration::ZERO,
-        SYNC_PERIOD,
+        NoKernel,
+        LoopSettings {
+            min_sync_period: Duration::ZERO,
+            sync_period: SYNC_PERIOD,
+        },
         reporter,
     ));
     let mut synced = false;

@@ -1,10 +1,16 @@
-//! Object stores that apply watcher events and swap on relist.
+//! Stores that apply watcher events and swap on relist, keeping of each
+//! object only what the proxy reads of it.
 //!
-//! A store remembers the last object seen per namespace/name so that every
+//! An object is converted when it arrives ([`Keep`]): a Service to its
+//! ports, a slice to its endpoints, our Node to what the proxy reads of
+//! it, with the conversion's problems reported once, then. The store keeps
+//! that and the resourceVersion, never the object (whose managed fields,
+//! annotations and unused fields are most of its size), so that every
 //! event can be handed on as a (previous, current) pair, which is what the
-//! change trackers consume. A relist (`Init` … `InitDone`) is buffered and
-//! swapped in whole; only its difference to the old contents goes out, so a
-//! watcher restart that finds nothing new costs the trackers nothing.
+//! change trackers consume. A relist (`Init` … `InitApply` … `InitDone`)
+//! is buffered, converted, and swapped in whole; only its difference to
+//! the old contents goes out, so a watcher restart that finds nothing new
+//! costs the trackers nothing.
 
 use std::{collections::HashMap, fmt, sync::Arc};
 
@@ -15,35 +21,70 @@ use k8s_openapi::api::{
 };
 
 use super::SourceEvent;
-use crate::model::NamespacedName;
+use crate::model::{
+    node_info, Converted, NamespacedName, NodeInfo, ServiceRecord, SliceRecord,
+};
 
 #[cfg(test)]
 mod tests;
 
-/// One object's change: `previous` is what the store held before (None for
-/// an addition), `current` what it holds now (None for a deletion).
-pub type Change<K> = (Option<Arc<K>>, Option<Arc<K>>);
-
-/// The objects of one kind, keyed by namespace/name (an empty namespace for
-/// cluster-scoped kinds).
-pub struct Store<K> {
-    objects: HashMap<NamespacedName, Arc<K>>,
-    /// Objects of a relist in progress; swapped in at `InitDone`.
-    relist: Option<HashMap<NamespacedName, Arc<K>>>,
-    synced: bool,
+/// What a store keeps of one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kept<R> {
+    /// `namespace/name` (an empty namespace for cluster-scoped kinds).
+    pub key: NamespacedName,
+    pub resource_version: Option<String>,
+    pub record: R,
 }
 
-impl<K> Default for Store<K> {
-    fn default() -> Self {
-        Self {
-            objects: HashMap::new(),
-            relist: None,
-            synced: false,
-        }
+/// One object's change: `previous` is what the store held before (None
+/// for an addition), `current` what it holds now (None for a deletion).
+pub type Change<R> = (Option<Arc<Kept<R>>>, Option<Arc<Kept<R>>>);
+
+/// How a kind's objects become what the proxy keeps of them.
+pub trait Keep: Resource<DynamicType = ()> {
+    type Record: PartialEq + fmt::Debug;
+
+    /// Converts the object for the proxy on `node_name`; its problems
+    /// come back to be reported once.
+    fn convert(&self, node_name: &str) -> Converted<Self::Record>;
+}
+
+impl Keep for Service {
+    type Record = ServiceRecord;
+
+    fn convert(&self, _: &str) -> Converted<ServiceRecord> {
+        ServiceRecord::convert(self)
     }
 }
 
-impl<K> fmt::Debug for Store<K> {
+impl Keep for EndpointSlice {
+    type Record = SliceRecord;
+
+    fn convert(&self, node_name: &str) -> Converted<SliceRecord> {
+        SliceRecord::convert(self, node_name)
+    }
+}
+
+impl Keep for Node {
+    type Record = NodeInfo;
+
+    fn convert(&self, _: &str) -> Converted<NodeInfo> {
+        node_info(self)
+    }
+}
+
+/// What the store keeps of each object of one kind, keyed by
+/// namespace/name.
+pub struct Store<K: Keep> {
+    node_name: Arc<str>,
+    objects: HashMap<NamespacedName, Arc<Kept<K::Record>>>,
+    /// Objects of a relist in progress; swapped in at `InitDone`.
+    relist: Option<HashMap<NamespacedName, Arc<Kept<K::Record>>>>,
+    synced: bool,
+}
+
+impl<K: Keep> fmt::Debug for Store<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Store")
             .field("objects", &self.objects.len())
@@ -53,12 +94,16 @@ impl<K> fmt::Debug for Store<K> {
     }
 }
 
-impl<K> Store<K>
-where
-    K: Resource<DynamicType = ()> + PartialEq,
-{
-    pub fn new() -> Self {
-        Self::default()
+impl<K: Keep> Store<K> {
+    /// A store for the proxy on `node_name` (slices' endpoints on it are
+    /// local).
+    pub fn new(node_name: Arc<str>) -> Self {
+        Self {
+            node_name,
+            objects: HashMap::new(),
+            relist: None,
+            synced: false,
+        }
     }
 
     /// True once a first relist has completed: before that the store may
@@ -75,26 +120,26 @@ where
         self.objects.is_empty()
     }
 
-    pub fn get(&self, key: &NamespacedName) -> Option<&Arc<K>> {
+    pub fn get(&self, key: &NamespacedName) -> Option<&Arc<Kept<K::Record>>> {
         self.objects.get(key)
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = (&NamespacedName, &Arc<K>)> {
-        self.objects.iter()
     }
 
     /// Applies one watcher event and returns the changes it makes, in a
     /// deterministic order (by key) for relists.
-    pub fn apply(&mut self, event: Event<K>) -> Vec<Change<K>> {
+    pub fn apply(&mut self, event: Event<K>) -> Vec<Change<K::Record>> {
         match event {
             Event::Apply(obj) => {
                 let Some(key) = key_of(&obj) else {
                     return Vec::new();
                 };
-                let current = Arc::new(obj);
+                let previous = self.objects.get(&key);
+                if previous.is_some_and(|p| same_version(p, &obj)) {
+                    return Vec::new();
+                }
+                let current = Arc::new(self.kept(key.clone(), &obj));
                 let previous = self.objects.insert(key, current.clone());
                 match previous {
-                    Some(prev) if unchanged(&*prev, &*current) => Vec::new(),
+                    Some(prev) if unchanged(&prev, &current) => Vec::new(),
                     previous => vec![(previous, Some(current))],
                 }
             }
@@ -114,9 +159,15 @@ where
             }
             Event::InitApply(obj) => {
                 if let Some(key) = key_of(&obj) {
+                    // Unchanged objects keep what was kept: no conversion,
+                    // no second report of their problems.
+                    let kept = match self.objects.get(&key) {
+                        Some(kept) if same_version(kept, &obj) => kept.clone(),
+                        _ => Arc::new(self.kept(key.clone(), &obj)),
+                    };
                     self.relist
                         .get_or_insert_with(HashMap::new)
-                        .insert(key, Arc::new(obj));
+                        .insert(key, kept);
                 }
                 Vec::new()
             }
@@ -128,17 +179,32 @@ where
             }
         }
     }
+
+    fn kept(&self, key: NamespacedName, obj: &K) -> Kept<K::Record> {
+        Kept {
+            key,
+            resource_version: obj.meta().resource_version.clone(),
+            record: obj.convert(&self.node_name).report(),
+        }
+    }
+}
+
+/// The API server bumps resourceVersion on every write, so equal versions
+/// mean the same object and nothing needs converting again.
+fn same_version<R, K: Resource>(kept: &Kept<R>, obj: &K) -> bool {
+    kept.resource_version.is_some()
+        && kept.resource_version == obj.meta().resource_version
 }
 
 /// The changes that turn `old` into `new`, sorted by key.
-fn diff<K: Resource + PartialEq>(
-    mut old: HashMap<NamespacedName, Arc<K>>,
-    new: &HashMap<NamespacedName, Arc<K>>,
-) -> Vec<Change<K>> {
-    let mut changes: Vec<(NamespacedName, Change<K>)> = Vec::new();
+fn diff<R: PartialEq>(
+    mut old: HashMap<NamespacedName, Arc<Kept<R>>>,
+    new: &HashMap<NamespacedName, Arc<Kept<R>>>,
+) -> Vec<Change<R>> {
+    let mut changes: Vec<(NamespacedName, Change<R>)> = Vec::new();
     for (key, current) in new {
         match old.remove(key) {
-            Some(prev) if unchanged(&*prev, &**current) => {}
+            Some(prev) if unchanged(&prev, current) => {}
             prev => changes.push((key.clone(), (prev, Some(current.clone())))),
         }
     }
@@ -148,13 +214,13 @@ fn diff<K: Resource + PartialEq>(
     changes.into_iter().map(|(_, change)| change).collect()
 }
 
-/// The API server bumps resourceVersion on every write, so equal versions
-/// mean the same object; objects without one (from a file) are compared
-/// whole.
-fn unchanged<K: Resource + PartialEq>(a: &K, b: &K) -> bool {
-    match (&a.meta().resource_version, &b.meta().resource_version) {
+/// Every write bumps the resourceVersion, so a new one is a change (the
+/// trackers count it, as upstream's count every update event) even when
+/// nothing kept differs; without versions, only a different record is.
+fn unchanged<R: PartialEq>(a: &Kept<R>, b: &Kept<R>) -> bool {
+    match (&a.resource_version, &b.resource_version) {
         (Some(x), Some(y)) => x == y,
-        _ => a == b,
+        _ => a.record == b.record,
     }
 }
 
@@ -176,7 +242,18 @@ fn key_of<K: Resource<DynamicType = ()>>(obj: &K) -> Option<NamespacedName> {
     ))
 }
 
-/// One object's change, tagged with its kind.
+/// One kept object's change, tagged with its kind: what the trackers
+/// take.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RecordChange {
+    Service(Change<ServiceRecord>),
+    EndpointSlice(Change<SliceRecord>),
+    Node(Change<NodeInfo>),
+}
+
+/// One API object's change, as tests and benchmarks state one:
+/// [`SyncState::apply_objects`](crate::sync::SyncState::apply_objects)
+/// converts it as the stores would and applies the [`RecordChange`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum ObjectChange {
     Service {
@@ -194,7 +271,7 @@ pub enum ObjectChange {
 }
 
 /// The stores of the three kinds the proxy reads.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Stores {
     pub services: Store<Service>,
     pub endpoint_slices: Store<EndpointSlice>,
@@ -202,38 +279,35 @@ pub struct Stores {
 }
 
 impl Stores {
-    pub fn new() -> Self {
-        Self::default()
+    /// The stores of the proxy on `node_name`.
+    pub fn new(node_name: &str) -> Self {
+        let node_name: Arc<str> = node_name.into();
+        Self {
+            services: Store::new(node_name.clone()),
+            endpoint_slices: Store::new(node_name.clone()),
+            nodes: Store::new(node_name),
+        }
     }
 
-    pub fn apply(&mut self, event: SourceEvent) -> Vec<ObjectChange> {
+    pub fn apply(&mut self, event: SourceEvent) -> Vec<RecordChange> {
         match event {
             SourceEvent::Service(ev) => self
                 .services
                 .apply(ev)
                 .into_iter()
-                .map(|(previous, current)| ObjectChange::Service {
-                    previous,
-                    current,
-                })
+                .map(RecordChange::Service)
                 .collect(),
             SourceEvent::EndpointSlice(ev) => self
                 .endpoint_slices
                 .apply(ev)
                 .into_iter()
-                .map(|(previous, current)| ObjectChange::EndpointSlice {
-                    previous,
-                    current,
-                })
+                .map(RecordChange::EndpointSlice)
                 .collect(),
             SourceEvent::Node(ev) => self
                 .nodes
                 .apply(ev)
                 .into_iter()
-                .map(|(previous, current)| ObjectChange::Node {
-                    previous,
-                    current,
-                })
+                .map(RecordChange::Node)
                 .collect(),
         }
     }

@@ -368,7 +368,7 @@ fn a_sync_recomputes_only_what_changed() {
     let mut new = old.clone();
     new.endpoints.truncate(1);
     assert_eq!(
-        state.apply(&slice_change(Some(old), Some(&new))),
+        state.apply_objects(&slice_change(Some(old), Some(&new))),
         ChangeOutcome::NeedsSync
     );
     let outcome = state.sync();

@@ -14,14 +14,14 @@ use std::{
     time::SystemTime,
 };
 
+#[cfg(test)]
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::{
     metrics as names,
     model::{
-        convert::{last_change_trigger_time, slice_keys},
-        endpoint_slice_info, EndpointInfo, EndpointSliceInfo, EndpointsMap,
-        NamespacedName, Protocol, ServicePortName,
+        EndpointInfo, EndpointSliceInfo, EndpointsMap, NamespacedName,
+        Protocol, ServicePortName, SliceRecord,
     },
 };
 
@@ -64,7 +64,7 @@ impl EndpointSliceCache {
         &mut self,
         service: &NamespacedName,
         slice_name: &str,
-        info: Option<EndpointSliceInfo>,
+        info: Option<Arc<EndpointSliceInfo>>,
     ) -> bool {
         let tracker = match self.services.entry(service.clone()) {
             Entry::Occupied(entry) => entry.into_mut(),
@@ -73,16 +73,14 @@ impl EndpointSliceCache {
             Entry::Vacant(entry) => entry.insert(SliceTracker::default()),
         };
         let changed = match tracker.pending.get(slice_name) {
-            Some(pending) => pending.as_deref() != info.as_ref(),
+            Some(pending) => pending.as_deref() != info.as_deref(),
             None => match tracker.applied.get(slice_name) {
-                Some(applied) => Some(applied.as_ref()) != info.as_ref(),
+                Some(applied) => Some(&**applied) != info.as_deref(),
                 None => info.is_some(),
             },
         };
         if changed {
-            tracker
-                .pending
-                .insert(slice_name.to_owned(), info.map(Arc::new));
+            tracker.pending.insert(slice_name.to_owned(), info);
             self.dirty.insert(service.clone());
         }
         changed
@@ -141,18 +139,18 @@ pub fn merge_slices<'a>(
 ) -> EndpointsMap {
     let mut by_port: HashMap<
         ServicePortName,
-        BTreeMap<(IpAddr, u16), EndpointInfo>,
+        BTreeMap<(IpAddr, u16), Arc<EndpointInfo>>,
     > = HashMap::new();
     for slice in slices {
         for (key, endpoint) in slice.endpoints_by_port() {
             let set = by_port.entry(key).or_default();
             match set.entry((endpoint.ip, endpoint.port)) {
                 std::collections::btree_map::Entry::Vacant(entry) => {
-                    entry.insert(endpoint);
+                    entry.insert(Arc::clone(endpoint));
                 }
                 std::collections::btree_map::Entry::Occupied(mut entry) => {
                     if !endpoint.terminating {
-                        entry.insert(endpoint);
+                        entry.insert(Arc::clone(endpoint));
                     }
                 }
             }
@@ -161,7 +159,7 @@ pub fn merge_slices<'a>(
     by_port
         .into_iter()
         .filter(|(_, set)| !set.is_empty())
-        .map(|(key, set)| (key, set.into_values().map(Arc::new).collect()))
+        .map(|(key, set)| (key, set.into_values().collect()))
         .collect()
 }
 
@@ -198,7 +196,6 @@ pub struct EndpointsUpdateResult {
 /// Tracks EndpointSlice changes between syncs.
 #[derive(Debug)]
 pub struct EndpointsChangeTracker {
-    node_name: String,
     cache: EndpointSliceCache,
     last_change_trigger_times: HashMap<NamespacedName, Vec<SystemTime>>,
     /// Trigger times before this are from before we started: reporting
@@ -207,9 +204,8 @@ pub struct EndpointsChangeTracker {
 }
 
 impl EndpointsChangeTracker {
-    pub fn new(node_name: impl Into<String>, start_time: SystemTime) -> Self {
+    pub fn new(start_time: SystemTime) -> Self {
         Self {
-            node_name: node_name.into(),
             cache: EndpointSliceCache::new(),
             last_change_trigger_times: HashMap::new(),
             start_time,
@@ -220,57 +216,54 @@ impl EndpointsChangeTracker {
     /// Returns true when this update changed what the next sync must do.
     pub fn endpoint_slice_update(
         &mut self,
-        slice: &EndpointSlice,
+        slice: &SliceRecord,
         removed: bool,
     ) -> bool {
-        if !matches!(slice.address_type.as_str(), "IPv4" | "IPv6") {
-            tracing::debug!(
-                address_type = slice.address_type,
-                "EndpointSlice address type not supported by kube-proxy"
-            );
-            return false;
-        }
-        let keyed = if removed {
-            slice_keys(slice)
-                .map(|keys| (keys, None))
-                .map_err(|reason| {
-                    tracing::info!(
-                        slice = ?slice.metadata.name,
-                        "ignoring deleted EndpointSlice: {reason}"
-                    );
-                })
-        } else {
-            // The conversion reports missing keys itself.
-            endpoint_slice_info(slice, &self.node_name)
-                .report()
-                .map(|info| {
-                    ((info.service.clone(), info.name.clone()), Some(info))
-                })
-                .map_err(|_| ())
-        };
-        let Ok(((service, slice_name), info)) = keyed else {
+        let Some((service, slice_name)) = &slice.keys else {
             return false;
         };
-
+        let info = match (removed, &slice.info) {
+            (true, _) => None,
+            (false, Some(info)) => Some(Arc::clone(info)),
+            // Not a slice kube-proxy uses; its problems were reported
+            // when it arrived.
+            (false, None) => return false,
+        };
         metrics::counter!(names::ENDPOINT_CHANGES_TOTAL).increment(1);
-        let changed = self.cache.update_pending(&service, &slice_name, info);
+        let changed = self.cache.update_pending(service, slice_name, info);
         if changed {
             metrics::gauge!(names::ENDPOINT_CHANGES_PENDING).increment(1.0);
             // On delete the annotation holds the time of the slice's last
             // update, not of the deletion: drop what we have instead.
             if removed {
-                self.last_change_trigger_times.remove(&service);
-            } else if let Some(time) = last_change_trigger_time(slice)
-                .report()
-                .filter(|time| *time > self.start_time)
+                self.last_change_trigger_times.remove(service);
+            } else if let Some(time) =
+                slice.trigger_time.filter(|time| *time > self.start_time)
             {
                 self.last_change_trigger_times
-                    .entry(service)
+                    .entry(service.clone())
                     .or_default()
                     .push(time);
             }
         }
         changed
+    }
+
+    /// [`EndpointsChangeTracker::endpoint_slice_update`] for an object,
+    /// converted for `node_name`.
+    #[cfg(test)]
+    pub(crate) fn update_object(
+        &mut self,
+        node_name: &str,
+        slice: &EndpointSlice,
+        removed: bool,
+    ) -> bool {
+        let converted = SliceRecord::convert(slice, node_name);
+        let record = match removed {
+            true => converted.value,
+            false => converted.report(),
+        };
+        self.endpoint_slice_update(&record, removed)
     }
 
     /// Number of services with pending slice changes.

@@ -3,9 +3,8 @@
 //! `/healthz`) and its pod CIDRs (for `detectLocalMode: NodeCIDR`).
 
 use ipnet::IpNet;
-use k8s_openapi::api::core::v1::Node;
 
-use crate::model::{node_info, NodeInfo};
+use crate::model::NodeInfo;
 
 #[cfg(test)]
 mod tests;
@@ -60,17 +59,17 @@ impl NodeTracker {
 
     /// Takes the current state of a Node: `None` when it was deleted.
     /// Nodes other than ours are ignored.
-    pub fn update(&mut self, current: Option<&Node>) -> NodeUpdate {
-        let Some(node) = current else {
+    pub fn update(&mut self, current: Option<&NodeInfo>) -> NodeUpdate {
+        let Some(info) = current else {
             return match self.current.take() {
                 Some(_) => NodeUpdate::Deleted,
                 None => NodeUpdate::Unchanged,
             };
         };
-        if node.metadata.name.as_deref() != Some(self.node_name.as_str()) {
+        if info.name != self.node_name {
             return NodeUpdate::Unchanged;
         }
-        let info = node_info(node).report();
+        let info = info.clone();
 
         // As upstream's NodePodCIDRHandler: the first non-empty list is
         // adopted; any later difference, losing the CIDRs included, is

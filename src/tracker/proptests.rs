@@ -241,16 +241,15 @@ fn endpoints_from_scratch<'a>(
         BTreeMap<(IpAddr, u16), EndpointInfo>,
     > = HashMap::new();
     for info in &by_name {
-        for port in &info.ports {
+        for (port, endpoints) in info.ports.iter().zip(&info.endpoints) {
             let key = ServicePortName::new(
                 info.service.namespace.clone(),
                 info.service.name.clone(),
                 port.name.clone(),
                 port.protocol,
             );
-            for endpoint in &info.endpoints {
-                let mut endpoint = endpoint.clone();
-                endpoint.port = port.port;
+            for endpoint in endpoints {
+                let endpoint = EndpointInfo::clone(endpoint);
                 let set = merged.entry(key.clone()).or_default();
                 let id = (endpoint.ip, endpoint.port);
                 if !set.contains_key(&id) || !endpoint.terminating {
@@ -391,7 +390,7 @@ proptest! {
         let mut slices: BTreeMap<(usize, usize), EndpointSlice> =
             BTreeMap::new();
         let mut st = ServiceChangeTracker::new();
-        let mut et = EndpointsChangeTracker::new(NODE, SystemTime::now());
+        let mut et = EndpointsChangeTracker::new(SystemTime::now());
         let mut svc_map = ServicePortMap::new();
         let mut ep_map = EndpointsMap::new();
 
@@ -400,21 +399,21 @@ proptest! {
                 Event::SetService(i, spec) => {
                     let new = build_service(*i, spec);
                     let old = services.insert(*i, new.clone());
-                    st.update(old.as_ref(), Some(&new));
+                    st.update_objects(old.as_ref(), Some(&new));
                 }
                 Event::DeleteService(i) => {
                     if let Some(old) = services.remove(i) {
-                        st.update(Some(&old), None);
+                        st.update_objects(Some(&old), None);
                     }
                 }
                 Event::SetSlice(i, j, spec) => {
                     let new = build_slice(*i, *j, spec);
                     slices.insert((*i, *j), new.clone());
-                    et.endpoint_slice_update(&new, false);
+                    et.update_object(NODE, &new, false);
                 }
                 Event::DeleteSlice(i, j) => {
                     if let Some(old) = slices.remove(&(*i, *j)) {
-                        et.endpoint_slice_update(&old, true);
+                        et.update_object(NODE, &old, true);
                     }
                 }
                 Event::Checkout => checkout_and_verify(

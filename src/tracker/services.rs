@@ -12,21 +12,15 @@ use std::{
     sync::Arc,
 };
 
-use k8s_openapi::api::core::v1::Service;
-
 use crate::{
     metrics as names,
     model::{
-        convert::object_name, service_ports, NamespacedName, Protocol,
-        ServicePortInfo, ServicePortMap, ServicePortName,
+        NamespacedName, Protocol, ServicePortMap, ServicePortName, ServicePorts,
     },
 };
 
 #[cfg(test)]
 mod tests;
-
-/// The ports of one service, keyed as in [`ServicePortMap`].
-type ServicePorts = HashMap<ServicePortName, Arc<ServicePortInfo>>;
 
 #[derive(Debug)]
 struct Change {
@@ -58,29 +52,28 @@ impl ServiceChangeTracker {
         Self::default()
     }
 
-    /// Records a change of one Service: `previous` is the object as the
-    /// source last delivered it (None for an add), `current` the new one
-    /// (None for a delete). Returns true when the tracker holds changes
-    /// that need a sync, whether or not this update caused them.
+    /// Records a change of Service `name`: `previous` is its ports as the
+    /// source last delivered them (None for an add), `current` the new
+    /// ones (None for a delete). Returns true when the tracker holds
+    /// changes that need a sync, whether or not this update caused them.
     pub fn update(
         &mut self,
-        previous: Option<&Service>,
-        current: Option<&Service>,
+        name: &NamespacedName,
+        previous: Option<&ServicePorts>,
+        current: Option<&ServicePorts>,
     ) -> bool {
-        let Some(svc) = current.or(previous) else {
+        if previous.is_none() && current.is_none() {
             return !self.items.is_empty();
-        };
+        }
         metrics::counter!(names::SERVICE_CHANGES_TOTAL).increment(1);
-        let key = object_name(&svc.metadata);
-
+        let key = name;
         let change = self.items.entry(key.clone()).or_insert_with(|| Change {
-            // `previous` was already reported when it was current.
-            previous: to_ports(previous, false),
+            previous: previous.cloned().unwrap_or_default(),
             current: ServicePorts::new(),
         });
-        change.current = to_ports(current, true);
+        change.current = current.cloned().unwrap_or_default();
         if change.previous == change.current {
-            self.items.remove(&key);
+            self.items.remove(key);
         } else {
             tracing::debug!(
                 service = %key,
@@ -144,19 +137,28 @@ impl ServiceChangeTracker {
     }
 }
 
-/// The ports of `svc`, reporting conversion problems if asked to.
-fn to_ports(svc: Option<&Service>, report: bool) -> ServicePorts {
-    let Some(svc) = svc else {
-        return ServicePorts::new();
-    };
-    let converted = service_ports(svc);
-    let ports = if report {
-        converted.report()
-    } else {
-        converted.value
-    };
-    ports
-        .into_iter()
-        .map(|(key, info)| (key, Arc::new(info)))
-        .collect()
+#[cfg(test)]
+impl ServiceChangeTracker {
+    /// [`ServiceChangeTracker::update`] for two versions of an object.
+    pub(crate) fn update_objects(
+        &mut self,
+        previous: Option<&k8s_openapi::api::core::v1::Service>,
+        current: Option<&k8s_openapi::api::core::v1::Service>,
+    ) -> bool {
+        use crate::model::ServiceRecord;
+        let previous = previous.map(|s| ServiceRecord::convert(s).value);
+        let current = current.map(|s| ServiceRecord::convert(s).report());
+        let Some(name) = current
+            .as_ref()
+            .or(previous.as_ref())
+            .map(|r| r.name.clone())
+        else {
+            return self.update(&NamespacedName::new("", ""), None, None);
+        };
+        self.update(
+            &name,
+            previous.as_ref().map(|r| &r.ports),
+            current.as_ref().map(|r| &r.ports),
+        )
+    }
 }

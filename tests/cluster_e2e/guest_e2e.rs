@@ -31,8 +31,13 @@ const PROXY: &str = env!("CARGO_BIN_EXE_kube-ipvs-proxy");
 const NODE: &str = "node-a";
 const NODE_IP: &str = "198.18.100.1";
 const TIMEOUT: Duration = Duration::from_secs(3);
-/// control-plane.sh's control port, through guestfwd.
-const CONTROL: &str = "10.0.2.100:6440";
+/// control-plane.sh's control port (E2E_CONTROL_PORT, 6440 unless moved
+/// so that control planes can run side by side), through guestfwd.
+fn control_addr() -> Result<SocketAddr> {
+    let port =
+        std::env::var("E2E_CONTROL_PORT").unwrap_or_else(|_| "6440".into());
+    Ok(format!("10.0.2.100:{port}").parse()?)
+}
 
 fn env_path(name: &str) -> Result<PathBuf> {
     std::env::var_os(name)
@@ -71,7 +76,7 @@ impl Node for Guest {
 /// "ok". The write side stays open until the answer: guestfwd's socat
 /// gives up on a half-closed connection.
 fn control(command: &str) -> Result<()> {
-    let addr: SocketAddr = CONTROL.parse()?;
+    let addr = control_addr()?;
     let mut stream = TcpStream::connect_timeout(&addr, TIMEOUT)?;
     stream.set_read_timeout(Some(Duration::from_secs(300)))?;
     writeln!(stream, "{command}")?;

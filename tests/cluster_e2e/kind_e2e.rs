@@ -16,18 +16,15 @@
 use std::net::SocketAddr;
 use std::process::Command;
 use std::sync::Arc;
-use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::{json, Value};
 use testkit::Tally;
 
 use crate::api::{container_ports, Namespaced};
-use crate::scenarios::{self, metric, Cluster, Node};
+use crate::daemonset::{is_running, pod_ip, DaemonSetPods, PROXY_LABEL};
+use crate::scenarios::{self, Cluster, Node};
 
-const PROXY_LABEL: &str = "app.kubernetes.io/name=kube-ipvs-proxy";
 const UNREADY: &str = "/tmp/unready";
 
 fn env(name: &str) -> Result<String> {
@@ -146,20 +143,14 @@ impl KindCluster {
         })
     }
 
-    fn proxy_pods(&self) -> Api<Pod> {
-        Api::namespaced(self.api.client.clone(), "kube-system")
-    }
-
-    /// The proxy's Pod on our node.
-    fn proxy_pod(&self) -> Result<Option<Pod>> {
-        let params = ListParams::default()
-            .labels(PROXY_LABEL)
-            .fields(&format!("spec.nodeName={}", self.node.container));
-        let pods = self.api.rt.block_on(self.proxy_pods().list(&params))?;
-        Ok(pods
-            .items
-            .into_iter()
-            .find(|p| p.metadata.deletion_timestamp.is_none()))
+    /// The proxy's Pods on our node.
+    fn proxy(&self) -> DaemonSetPods<'_> {
+        DaemonSetPods {
+            api: &self.api,
+            namespace: "kube-system",
+            label: PROXY_LABEL,
+            node: &self.node.container,
+        }
     }
 
     fn poll(
@@ -189,17 +180,6 @@ impl KindCluster {
         )?;
         Ok(())
     }
-}
-
-fn pod_ip(pod: &Pod) -> Option<&str> {
-    pod.status.as_ref()?.pod_ip.as_deref()
-}
-
-fn is_running(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.phase.as_deref())
-        .is_some_and(|p| p == "Running")
 }
 
 impl Cluster for KindCluster {
@@ -285,43 +265,11 @@ impl Cluster for KindCluster {
     /// Deletes the DaemonSet's Pod on our node, as a rollout or an
     /// eviction would, and waits for its replacement's first sync.
     fn restart_proxy(&mut self) -> Result<()> {
-        let old = self.proxy_pod()?.context("no proxy Pod on the node")?;
-        let old_name = old.metadata.name.clone().unwrap_or_default();
-        self.api.rt.block_on(
-            self.proxy_pods()
-                .delete(&old_name, &DeleteParams::default()),
-        )?;
-        let started = Instant::now();
-        self.poll("the old proxy Pod gone and a new one running", || {
-            let gone = self
-                .api
-                .rt
-                .block_on(self.proxy_pods().get_opt(&old_name))?
-                .is_none();
-            Ok(gone && self.proxy_pod()?.as_ref().is_some_and(is_running))
-        })?;
-        let node = Arc::clone(&self.node);
-        self.poll("the new proxy's first sync", || {
-            Ok(metric(
-                node.as_ref(),
-                "kubeproxy_sync_proxy_rules_last_timestamp_seconds",
-            )? > 0.0)
-        })?;
-        println!("kind_e2e: the proxy replaced in {:.1?}", started.elapsed());
-        Ok(())
+        self.proxy().replace(self)
     }
 
     fn proxy_log(&self) -> String {
-        let pod = match self.proxy_pod() {
-            Ok(Some(p)) => p.metadata.name.unwrap_or_default(),
-            Ok(None) => return "no proxy Pod on the node".to_string(),
-            Err(e) => return e.to_string(),
-        };
-        run(
-            "kubectl",
-            &["-n", "kube-system", "logs", &pod, "--tail", "300"],
-        )
-        .unwrap_or_else(|e| e.to_string())
+        self.proxy().log()
     }
 }
 

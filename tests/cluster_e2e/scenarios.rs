@@ -1,6 +1,7 @@
 //! The scenarios, written once against [`Cluster`] and [`Node`]: the guest
-//! (`make e2e`) and kind (`make kind-e2e`) each implement them, so both
-//! check the same things the same way.
+//! (`make e2e`), the real node (`make node-e2e`) and kind (`make
+//! kind-e2e`) each implement them, so all check the same things the same
+//! way.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -178,7 +179,7 @@ pub fn only(tally: &Tally) -> Vec<&str> {
     tally.keys().map(String::as_str).collect()
 }
 
-fn endpoint(ip: &str, port: u16) -> String {
+pub fn endpoint(ip: &str, port: u16) -> String {
     if ip.contains(':') {
         format!("[{ip}]:{port}")
     } else {
@@ -273,11 +274,57 @@ pub fn a_proxy_restart_loses_no_request(c: &mut dyn Cluster) -> Result<()> {
     let two = endpoint(&c.add_pod("kept-2", "kept", &[("http", 8080)])?, 8080);
     expect_serving(c, "two pods", &vs, &[&one, &two], before)?;
 
-    let addr: SocketAddr = vs.parse()?;
+    let traffic = under_traffic(&node, vs.parse()?, || c.restart_proxy())?;
+    traffic.expect_no_failure("the proxy restarted")?;
+    let mut want = vec![one, two];
+    want.sort();
+    assert_eq!(serving(node.as_ref(), &vs)?, want);
+    Ok(())
+}
+
+/// What the steady client of [`under_traffic`] saw.
+#[derive(Debug)]
+pub struct Traffic {
+    pub ok: usize,
+    pub failed: Vec<String>,
+}
+
+impl Traffic {
+    /// Prints the counts under `what`; an error if a request failed or too
+    /// few were made for the window to mean anything.
+    pub fn expect_no_failure(&self, what: &str) -> Result<()> {
+        println!(
+            "cluster_e2e: {what}: {} requests answered, {} failed",
+            self.ok,
+            self.failed.len()
+        );
+        if !self.failed.is_empty() {
+            bail!(
+                "{what}: {} of {} requests failed: {:?}",
+                self.failed.len(),
+                self.ok + self.failed.len(),
+                self.failed
+            );
+        }
+        if self.ok < 10 {
+            bail!("{what}: only {} requests in the window", self.ok);
+        }
+        Ok(())
+    }
+}
+
+/// Runs `change` while a client on the node connects to `addr` every 20
+/// ms (from a second before until two seconds after), and returns what
+/// the client saw; `change`'s error, if any, comes first.
+pub fn under_traffic(
+    node: &Arc<dyn Node>,
+    addr: SocketAddr,
+    change: impl FnOnce() -> Result<()>,
+) -> Result<Traffic> {
     let stop = Arc::new(AtomicBool::new(false));
     let client = {
         let stop = Arc::clone(&stop);
-        let node = Arc::clone(&node);
+        let node = Arc::clone(node);
         thread::spawn(move || {
             let (mut ok, mut failed) = (0usize, Vec::new());
             while !stop.load(Ordering::Relaxed) {
@@ -287,23 +334,18 @@ pub fn a_proxy_restart_loses_no_request(c: &mut dyn Cluster) -> Result<()> {
                 }
                 thread::sleep(Duration::from_millis(20));
             }
-            (ok, failed)
+            Traffic { ok, failed }
         })
     };
     thread::sleep(Duration::from_secs(1));
-    let restarted = c.restart_proxy();
+    let changed = change();
     thread::sleep(Duration::from_secs(2));
     stop.store(true, Ordering::Relaxed);
-    let (ok, failed) = client
+    let traffic = client
         .join()
         .map_err(|_| anyhow::anyhow!("the client thread panicked"))?;
-    restarted?;
-    assert_eq!(failed, Vec::<String>::new(), "failed requests ({ok} ok)");
-    assert!(ok >= 10, "only {ok} requests in the window");
-    let mut want = vec![one, two];
-    want.sort();
-    assert_eq!(serving(node.as_ref(), &vs)?, want);
-    Ok(())
+    changed?;
+    Ok(traffic)
 }
 
 #[test]

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the upstream binaries the e2e tests run against (kube-apiserver,
-# kube-controller-manager, kubectl, kube-proxy, kubelet and etcd) from the Go module in
+# kube-controller-manager, kube-scheduler, kubectl, kube-proxy, kubelet and
+# etcd) from the Go module in
 # tests/e2e/k8s, into $TARGET/k8s/bin ($TARGET is CARGO_TARGET_DIR, else
 # target/ in the repository).
 #
@@ -18,7 +19,8 @@ target=${CARGO_TARGET_DIR:-$repo/target}
 out=${E2E_K8S_DIR:-$target/k8s}
 bin="$out/bin"
 
-tools=(kube-apiserver kube-controller-manager kubectl kube-proxy kubelet etcd)
+tools=(kube-apiserver kube-controller-manager kube-scheduler kubectl kube-proxy
+    kubelet etcd)
 inputs=("$module/go.mod" "$module/go.sum" "$module/etcd/main.go"
     "$here/build-k8s.sh")
 
@@ -72,6 +74,7 @@ log "modules ready after $((SECONDS - start))s; building $version"
 go build -ldflags="$ldflags" -o "$bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler \
     k8s.io/kubernetes/cmd/kubectl \
     k8s.io/kubernetes/cmd/kube-proxy \
     k8s.io/kubernetes/cmd/kubelet \

@@ -5,6 +5,18 @@
 # the API server through QEMU's guestfwd (VM_HOST_PORTS=6443 in tests/vm/run)
 # at 10.0.2.100:6443.
 #
+# With E2E_KUBELET=1 it is the control plane of a real node instead (make
+# node-e2e, tests/node-e2e/): the guest's kubelet registers the Node
+# itself with a client certificate signed by the test CA
+# (kubelet.kubeconfig), so no Node is made here and deploy/ is not
+# applied (the test applies it as a user would); kube-scheduler runs, the
+# controller-manager runs every controller (node lifecycle included) and
+# gives each Node a podCIDR from 198.19.0.0/16; the API server reaches the
+# kubelet (logs, exec) through an HTTP CONNECT egress on a Unix socket here
+# that connects every request to the host's E2E_KUBELET_FORWARD_PORT, which
+# the guest forwards to its kubelet (VM_GUEST_PORTS in tests/vm/run; `env`
+# prints E2E_VM_GUEST_PORTS).
+#
 #   control-plane.sh start   build if needed, start, wait until ready, add
 #                            the guest's Node, apply deploy/ (server-side
 #                            dry-run first), write the kubeconfigs
@@ -36,6 +48,9 @@
 #   admin-guest.kubeconfig  cluster admin, https://10.0.2.100:6443, for
 #                           tests in the guest that create and change
 #                           objects
+#   kubelet.kubeconfig      (E2E_KUBELET=1) the node's client certificate
+#                           (system:node:NODE), https://10.0.2.100:6443
+#   pki/ca.crt              the CA the kubelet trusts for client certificates
 #   logs/                   each component's log
 #
 # Environment: E2E_K8S_DIR (as build-k8s.sh), E2E_RUN_DIR (the run folder,
@@ -43,7 +58,8 @@
 # side, on other ports), E2E_APISERVER_PORT (6443),
 # E2E_CONTROL_PORT (6440), E2E_ETCD_PORT (23790; the peer port is the next
 # one), E2E_NODE_NAME (node-a), E2E_NODE_IP (198.18.100.1),
-# E2E_READY_TIMEOUT (180 seconds).
+# E2E_READY_TIMEOUT (180 seconds), E2E_KUBELET (empty; 1 for a real node),
+# E2E_KUBELET_FORWARD_PORT (the control port + 2).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -59,6 +75,11 @@ control_port=${E2E_CONTROL_PORT:-6440}
 node_name=${E2E_NODE_NAME:-node-a}
 node_ip=${E2E_NODE_IP:-198.18.100.1}
 ready_timeout=${E2E_READY_TIMEOUT:-180}
+real_node=${E2E_KUBELET:-}
+kubelet_forward_port=${E2E_KUBELET_FORWARD_PORT:-$((control_port + 2))}
+# The pod range the controller-manager carves nodes' podCIDRs from (real
+# node only): the test pods' range of the fixtures.
+cluster_cidr=198.19.0.0/16
 # The guest's view of the host's loopback (tests/vm/run, VM_HOST_PORTS).
 guest_host_ip=10.0.2.100
 service_range=198.18.0.0/16,2001:db8:42::/112
@@ -115,10 +136,51 @@ EOF
     openssl x509 -req -in "$pki/apiserver.csr" -CA "$pki/ca.crt" \
         -CAkey "$pki/ca.key" -CAcreateserial -days 30 \
         -extfile "$pki/apiserver.ext" -out "$pki/apiserver.crt" 2>/dev/null
+    # The API server's client certificate towards kubelets (logs, exec),
+    # and the node's: the Node authorizer knows a kubelet by this subject.
+    client_cert "$pki/apiserver-kubelet" kube-apiserver-kubelet-client system:masters
+    client_cert "$pki/node" "system:node:$node_name" system:nodes
     openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
     openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
     # token,user,uid,"group,..."
     printf '%s,admin,admin,"system:masters"\n' "$admin_token" >"$pki/tokens.csv"
+}
+
+# client_cert PATH CN O: PATH.crt and PATH.key signed by the test CA.
+client_cert() {
+    local pki="$run/pki"
+    openssl req -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" \
+        -subj "/O=$3/CN=$2" 2>/dev/null
+    printf 'extendedKeyUsage = clientAuth\nkeyUsage = critical, digitalSignature, keyEncipherment\n' \
+        >"$1.ext"
+    openssl x509 -req -in "$1.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" \
+        -CAcreateserial -days 30 -extfile "$1.ext" -out "$1.crt" 2>/dev/null
+    rm -f "$1.csr" "$1.ext"
+}
+
+# The kubelet's kubeconfig: the node's certificate, the guest's view of the
+# API server.
+write_kubelet_kubeconfig() {
+    cat >"$run/kubelet.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster:
+    server: https://$guest_host_ip:$api_port
+    certificate-authority-data: $(base64 -w0 <"$run/pki/ca.crt")
+users:
+- name: $node_name
+  user:
+    client-certificate-data: $(base64 -w0 <"$run/pki/node.crt")
+    client-key-data: $(base64 -w0 <"$run/pki/node.key")
+contexts:
+- name: e2e
+  context:
+    cluster: e2e
+    user: $node_name
+current-context: e2e
+EOF
 }
 
 # write_kubeconfig FILE SERVER TOKEN
@@ -174,7 +236,23 @@ apply_deploy() {
 
 start_apiserver() {
     log "starting kube-apiserver on 127.0.0.1:$api_port"
-    local pki="$run/pki"
+    # kubeadm's preference for reaching kubelets: a Node's address, not its
+    # name, which nothing here resolves.
+    local pki="$run/pki" egress=()
+    if [[ -n $real_node ]]; then
+        cat >"$run/egress.yaml" <<EOF
+apiVersion: apiserver.k8s.io/v1beta1
+kind: EgressSelectorConfiguration
+egressSelections:
+- name: cluster
+  connection:
+    proxyProtocol: HTTPConnect
+    transport:
+      uds:
+        udsName: $run/egress.sock
+EOF
+        egress=(--egress-selector-config-file "$run/egress.yaml")
+    fi
     # The advertised address is the guest's view of this server, so the
     # `kubernetes` Service's endpoint is one the guest can reach.
     spawn kube-apiserver "$bin/kube-apiserver" \
@@ -190,6 +268,11 @@ start_apiserver() {
         --service-account-signing-key-file "$pki/sa.key" \
         --service-cluster-ip-range "$service_range" \
         --authorization-mode Node,RBAC \
+        --enable-admission-plugins NodeRestriction \
+        --kubelet-client-certificate "$pki/apiserver-kubelet.crt" \
+        --kubelet-client-key "$pki/apiserver-kubelet.key" \
+        --kubelet-preferred-address-types InternalIP,ExternalIP,Hostname \
+        "${egress[@]}" \
         --allow-privileged=true \
         --profiling=false
     wait_for "kube-apiserver /readyz" "$ready_timeout" kubectl get --raw /readyz
@@ -245,6 +328,21 @@ cmd_control_request() {
     esac
 }
 
+# One connection on the egress socket: the API server's CONNECT to a
+# kubelet (NODE_IP:10250). Every CONNECT goes to the one forwarded port;
+# the rest of the connection is the API server's TLS to the kubelet.
+cmd_egress_connect() {
+    local line
+    IFS= read -r line || exit 0
+    if [[ $line != CONNECT* ]]; then
+        printf 'HTTP/1.1 405 Method Not Allowed\r\n\r\n'
+        exit 0
+    fi
+    while IFS= read -r line && [[ -n ${line%$'\r'} ]]; do :; done
+    printf 'HTTP/1.1 200 Connection established\r\n\r\n'
+    exec socat - "TCP:127.0.0.1:$kubelet_forward_port"
+}
+
 start_failed() {
     local f
     for f in "$run"/logs/*.log; do
@@ -263,7 +361,8 @@ cmd_start() {
         "$repo/tests/vm/deps.sh" openssl curl
     "$here/build-k8s.sh"
     local port
-    for port in "$api_port" "$etcd_port" "$etcd_peer_port" "$control_port"; do
+    for port in "$api_port" "$etcd_port" "$etcd_peer_port" "$control_port" \
+        ${real_node:+"$kubelet_forward_port"}; do
         port_free "$port" || die "127.0.0.1:$port is in use"
     done
     rm -rf "$run"
@@ -292,7 +391,13 @@ cmd_start() {
     log "kube-apiserver ready after $((SECONDS - start))s"
 
     # Without a kubelet the Node never heartbeats: node lifecycle and
-    # taint eviction would taint it and evict the test's Pods.
+    # taint eviction would taint it and evict the test's Pods. A real
+    # node gets all of it, and its podCIDR.
+    local controllers=(--controllers '*,-nodelifecycle,-taint-eviction-controller')
+    if [[ -n $real_node ]]; then
+        controllers=(--controllers '*' --allocate-node-cidrs
+            --cluster-cidr "$cluster_cidr" --node-cidr-mask-size 24)
+    fi
     log "starting kube-controller-manager"
     spawn kube-controller-manager "$bin/kube-controller-manager" \
         --kubeconfig "$run/admin.kubeconfig" \
@@ -300,7 +405,7 @@ cmd_start() {
         --authorization-kubeconfig "$run/admin.kubeconfig" \
         --bind-address 127.0.0.1 --secure-port 0 \
         --leader-elect=false \
-        --controllers '*,-nodelifecycle,-taint-eviction-controller' \
+        "${controllers[@]}" \
         --service-account-private-key-file "$pki/sa.key" \
         --root-ca-file "$pki/ca.crt" \
         --service-cluster-ip-range "$service_range" \
@@ -310,8 +415,21 @@ cmd_start() {
     wait_for "the controller manager (default ServiceAccount)" \
         "$ready_timeout" kubectl -n default get serviceaccount default
 
-    register_node
-    apply_deploy
+    if [[ -n $real_node ]]; then
+        log "starting kube-scheduler"
+        spawn kube-scheduler "$bin/kube-scheduler" \
+            --kubeconfig "$run/admin.kubeconfig" \
+            --authentication-kubeconfig "$run/admin.kubeconfig" \
+            --authorization-kubeconfig "$run/admin.kubeconfig" \
+            --bind-address 127.0.0.1 --secure-port 0 \
+            --leader-elect=false --profiling=false
+        write_kubelet_kubeconfig
+        spawn egress socat "UNIX-LISTEN:$run/egress.sock,fork,unlink-early" \
+            "EXEC:$here/control-plane.sh egress-connect"
+    else
+        register_node
+        apply_deploy
+    fi
 
     # Lets a test in the guest stop and restart the API server.
     # -t: a client that half-closes after its line still gets the answer,
@@ -320,19 +438,23 @@ cmd_start() {
         "TCP-LISTEN:$control_port,bind=127.0.0.1,reuseaddr,fork" \
         "EXEC:$here/control-plane.sh control-request"
 
-    local token
-    token=$(kubectl -n kube-system create token kube-ipvs-proxy --duration 24h)
-    write_kubeconfig "$run/proxy.kubeconfig" \
-        "https://$guest_host_ip:$api_port" "$token"
-    write_kubeconfig "$run/proxy-host.kubeconfig" \
-        "https://127.0.0.1:$api_port" "$token"
+    # A real node's proxy gets its token in its Pod.
+    if [[ -z $real_node ]]; then
+        local token
+        token=$(kubectl -n kube-system create token kube-ipvs-proxy --duration 24h)
+        write_kubeconfig "$run/proxy.kubeconfig" \
+            "https://$guest_host_ip:$api_port" "$token"
+        write_kubeconfig "$run/proxy-host.kubeconfig" \
+            "https://127.0.0.1:$api_port" "$token"
+    fi
     trap - EXIT
     log "ready after $((SECONDS - start))s; run folder $run"
 }
 
 cmd_stop() {
     local name
-    for name in control kube-controller-manager kube-apiserver etcd; do
+    for name in control egress kube-scheduler kube-controller-manager \
+        kube-apiserver etcd; do
         stop_process "$name"
     done
     rm -rf "$run"
@@ -347,6 +469,13 @@ cmd_env() {
     printf 'export E2E_ADMIN_GUEST_KUBECONFIG=%q\n' "$run/admin-guest.kubeconfig"
     printf 'export E2E_VM_HOST_PORTS=%q\n' "$api_port $control_port"
     printf 'export E2E_NODE_NAME=%q\n' "$node_name"
+    printf 'export E2E_NODE_IP=%q\n' "$node_ip"
+    printf 'export E2E_APISERVER_PORT=%q E2E_CONTROL_PORT=%q\n' "$api_port" "$control_port"
+    if [[ -f $run/kubelet.kubeconfig ]]; then
+        printf 'export E2E_KUBELET_KUBECONFIG=%q\n' "$run/kubelet.kubeconfig"
+        printf 'export E2E_CA_CERT=%q\n' "$run/pki/ca.crt"
+        printf 'export E2E_VM_GUEST_PORTS=%q\n' "$kubelet_forward_port:10250"
+    fi
     printf 'export PATH=%q:"$PATH"\n' "$bin"
 }
 
@@ -472,8 +601,9 @@ EOF
 }
 
 cmd_smoke() {
-    trap cmd_stop EXIT
     cmd_start
+    # Set after the start, which clears its own EXIT trap when it succeeds.
+    trap cmd_stop EXIT
     cmd_check
 }
 
@@ -483,6 +613,7 @@ smoke) cmd_smoke ;;
 apiserver-stop) cmd_apiserver_stop ;;
 apiserver-start) cmd_apiserver_start ;;
 control-request) cmd_control_request ;;
+egress-connect) cmd_egress_connect ;;
 stop) cmd_stop ;;
 env) cmd_env ;;
 check) cmd_check ;;

@@ -47,7 +47,7 @@ YAML
     log "Service $ns/web is $cluster_ip; booting the guest"
     cd "$repo"
     VM_HOST_PORTS=$E2E_VM_HOST_PORTS VM_TIMEOUT=300 \
-        VM_PASS_ENV="CARGO_TARGET_DIR E2E_KUBECTL E2E_VS E2E_RS" \
+        VM_PASS_ENV="CARGO_TARGET_DIR E2E_KUBECTL E2E_VS E2E_RS E2E_CONTROL_PORT" \
         E2E_KUBECTL=$(command -v kubectl) E2E_VS="$cluster_ip:80" E2E_RS="$pod_ip:8080" \
         tests/vm/run tests/e2e/guest-smoke.sh --in-guest
     exit
@@ -65,7 +65,7 @@ control() {
     local answer
     # Not socat: it half-closes after its input, and guestfwd's socat then
     # gives up on the answer.
-    exec 3<>/dev/tcp/10.0.2.100/6440
+    exec 3<>"/dev/tcp/10.0.2.100/$E2E_CONTROL_PORT"
     echo "$1" >&3
     answer=$(cat <&3)
     exec 3<&-

@@ -94,6 +94,25 @@ pub trait Addresses {
         except_link: &str,
     ) -> impl Future<Output = Result<Vec<IpAddr>, KernelError>> + Send;
 
+    /// [`Addresses::list`] on a connection of its own, as a future that
+    /// borrows nothing: the repair reads while this handle writes.
+    fn list_detached(
+        &self,
+        link: &str,
+    ) -> impl Future<Output = Result<BTreeSet<IpAddr>, KernelError>>
+           + Send
+           + 'static
+           + use<Self>;
+
+    /// [`Addresses::local_addresses`], detached the same way.
+    fn local_addresses_detached(
+        &self,
+        except_link: &str,
+    ) -> impl Future<Output = Result<Vec<IpAddr>, KernelError>>
+           + Send
+           + 'static
+           + use<Self>;
+
     /// Adds and deletes addresses on `link`, all requests in flight at
     /// once, one result per operation in order: Exists (EEXIST) for an
     /// address already bound, NotFound (EADDRNOTAVAIL) for deleting one

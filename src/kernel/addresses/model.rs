@@ -49,6 +49,17 @@ impl AddressesModel {
         self
     }
 
+    /// Sorted and deduplicated, as the real implementation returns them.
+    fn local_now(&self, except_link: &str) -> Vec<IpAddr> {
+        let all: BTreeSet<IpAddr> = self
+            .links
+            .iter()
+            .filter(|(name, _)| name.as_str() != except_link)
+            .flat_map(|(_, l)| l.addresses.iter().copied())
+            .collect();
+        all.into_iter().collect()
+    }
+
     fn apply_one(
         &mut self,
         link: &str,
@@ -123,14 +134,32 @@ impl Addresses for AddressesModel {
         &mut self,
         except_link: &str,
     ) -> impl Future<Output = Result<Vec<IpAddr>, KernelError>> + Send {
-        // Sorted and deduplicated, as the real implementation returns them.
-        let all: BTreeSet<IpAddr> = self
+        ready(Ok(self.local_now(except_link)))
+    }
+
+    /// The link as it is now: a read that finished at once.
+    fn list_detached(
+        &self,
+        link: &str,
+    ) -> impl Future<Output = Result<BTreeSet<IpAddr>, KernelError>>
+           + Send
+           + 'static
+           + use<> {
+        ready(Ok(self
             .links
-            .iter()
-            .filter(|(name, _)| name.as_str() != except_link)
-            .flat_map(|(_, l)| l.addresses.iter().copied())
-            .collect();
-        ready(Ok(all.into_iter().collect()))
+            .get(link)
+            .map(|l| l.addresses.clone())
+            .unwrap_or_default()))
+    }
+
+    fn local_addresses_detached(
+        &self,
+        except_link: &str,
+    ) -> impl Future<Output = Result<Vec<IpAddr>, KernelError>>
+           + Send
+           + 'static
+           + use<> {
+        ready(Ok(self.local_now(except_link)))
     }
 
     fn apply(

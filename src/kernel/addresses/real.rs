@@ -22,11 +22,13 @@ use crate::kernel::{libc_errno, ErrorKind, KernelError};
 /// room to spare and already hide the round trips.
 const IN_FLIGHT: usize = 256;
 
-/// The rtnetlink implementation. Its connection runs as a task on the
-/// tokio runtime that created it.
+/// The rtnetlink implementation. Its connections run as tasks on the
+/// tokio runtime that created them: one for this handle's requests, one
+/// for detached reads.
 #[derive(Clone)]
 pub struct NetlinkAddresses {
     handle: Handle,
+    reader: Handle,
 }
 
 impl NetlinkAddresses {
@@ -40,49 +42,90 @@ impl NetlinkAddresses {
         // Outside a runtime the socket and `spawn` would panic; say so.
         let runtime = tokio::runtime::Handle::try_current()
             .map_err(|e| transport(e.to_string()))?;
-        let (connection, handle, _) =
-            rtnetlink::new_connection_with_strict_check()
-                .map_err(|e| transport(e.to_string()))?;
-        runtime.spawn(connection);
-        Ok(Self { handle })
+        let open = || {
+            let (connection, handle, _) =
+                rtnetlink::new_connection_with_strict_check()
+                    .map_err(|e| transport(e.to_string()))?;
+            runtime.spawn(connection);
+            Ok::<_, KernelError>(handle)
+        };
+        Ok(Self {
+            handle: open()?,
+            reader: open()?,
+        })
     }
+}
 
-    /// The link's index; `None` when there is no such link.
-    async fn link_index(&self, link: &str) -> Result<Option<u32>, KernelError> {
-        let mut links = self
-            .handle
-            .link()
-            .get()
-            .match_name(link.to_owned())
-            .execute();
-        match links.try_next().await {
-            Ok(Some(msg)) => Ok(Some(msg.header.index)),
-            Ok(None) => Ok(None),
-            Err(e) if netlink_errno(&e) == Some(ENODEV) => Ok(None),
-            Err(e) => Err(to_kernel_error(format!("link {link}"), e, "get")),
-        }
+/// The link's index; `None` when there is no such link.
+async fn link_index(
+    handle: &Handle,
+    link: &str,
+) -> Result<Option<u32>, KernelError> {
+    let mut links = handle.link().get().match_name(link.to_owned()).execute();
+    match links.try_next().await {
+        Ok(Some(msg)) => Ok(Some(msg.header.index)),
+        Ok(None) => Ok(None),
+        Err(e) if netlink_errno(&e) == Some(ENODEV) => Ok(None),
+        Err(e) => Err(to_kernel_error(format!("link {link}"), e, "get")),
     }
+}
 
-    async fn addresses(
-        &self,
-        index: Option<u32>,
-        what: &str,
-    ) -> Result<Vec<(u32, IpAddr)>, KernelError> {
-        let mut request = self.handle.address().get();
-        if let Some(index) = index {
-            request.message_mut().header.index = index;
-            request = request.set_link_index_filter(index);
-        }
-        let messages: Vec<AddressMessage> = request
+async fn addresses(
+    handle: &Handle,
+    index: Option<u32>,
+    what: &str,
+) -> Result<Vec<(u32, IpAddr)>, KernelError> {
+    let mut request = handle.address().get();
+    if let Some(index) = index {
+        request.message_mut().header.index = index;
+        request = request.set_link_index_filter(index);
+    }
+    let messages: Vec<AddressMessage> =
+        request
             .execute()
             .try_collect()
             .await
             .map_err(|e| to_kernel_error(what, e, "dump"))?;
-        Ok(messages
-            .iter()
-            .filter_map(|m| address_of(m).map(|ip| (m.header.index, ip)))
-            .collect())
-    }
+    Ok(messages
+        .iter()
+        .filter_map(|m| address_of(m).map(|ip| (m.header.index, ip)))
+        .collect())
+}
+
+/// The addresses on `link`; empty when the link does not exist.
+async fn list(
+    handle: &Handle,
+    link: &str,
+) -> Result<BTreeSet<IpAddr>, KernelError> {
+    let Some(index) = link_index(handle, link).await? else {
+        return Ok(BTreeSet::new());
+    };
+    let what = format!("addresses of {link}");
+    Ok(addresses(handle, Some(index), &what)
+        .await?
+        .into_iter()
+        // Belt and braces: a kernel without strict checking ignores the
+        // index and dumps everything.
+        .filter(|(i, _)| *i == index)
+        .map(|(_, ip)| ip)
+        .collect())
+}
+
+/// Every address on every link but `except_link`, sorted, deduplicated.
+async fn local_addresses(
+    handle: &Handle,
+    except_link: &str,
+) -> Result<Vec<IpAddr>, KernelError> {
+    let except = link_index(handle, except_link).await?;
+    let mut all: Vec<IpAddr> = addresses(handle, None, "local addresses")
+        .await?
+        .into_iter()
+        .filter(|(i, _)| Some(*i) != except)
+        .map(|(_, ip)| ip)
+        .collect();
+    all.sort();
+    all.dedup();
+    Ok(all)
 }
 
 /// The address a message carries. IFA_LOCAL is the interface's own
@@ -172,7 +215,7 @@ async fn apply_one(
 
 impl Addresses for NetlinkAddresses {
     async fn ensure_dummy(&mut self, link: &str) -> Result<(), KernelError> {
-        if self.link_index(link).await?.is_some() {
+        if link_index(&self.handle, link).await?.is_some() {
             return Ok(());
         }
         // Built without `up()`: the link stays down.
@@ -192,7 +235,7 @@ impl Addresses for NetlinkAddresses {
 
     async fn delete_link(&mut self, link: &str) -> Result<(), KernelError> {
         let object = format!("link {link}");
-        let Some(index) = self.link_index(link).await? else {
+        let Some(index) = link_index(&self.handle, link).await? else {
             return Err(errno_error(object, ENODEV, "no such link"));
         };
         self.handle
@@ -207,36 +250,36 @@ impl Addresses for NetlinkAddresses {
         &mut self,
         link: &str,
     ) -> Result<BTreeSet<IpAddr>, KernelError> {
-        let Some(index) = self.link_index(link).await? else {
-            return Ok(BTreeSet::new());
-        };
-        let what = format!("addresses of {link}");
-        Ok(self
-            .addresses(Some(index), &what)
-            .await?
-            .into_iter()
-            // Belt and braces: a kernel without strict checking
-            // ignores the index and dumps everything.
-            .filter(|(i, _)| *i == index)
-            .map(|(_, ip)| ip)
-            .collect())
+        list(&self.handle, link).await
     }
 
     async fn local_addresses(
         &mut self,
         except_link: &str,
     ) -> Result<Vec<IpAddr>, KernelError> {
-        let except = self.link_index(except_link).await?;
-        let mut all: Vec<IpAddr> = self
-            .addresses(None, "local addresses")
-            .await?
-            .into_iter()
-            .filter(|(i, _)| Some(*i) != except)
-            .map(|(_, ip)| ip)
-            .collect();
-        all.sort();
-        all.dedup();
-        Ok(all)
+        local_addresses(&self.handle, except_link).await
+    }
+
+    fn list_detached(
+        &self,
+        link: &str,
+    ) -> impl std::future::Future<Output = Result<BTreeSet<IpAddr>, KernelError>>
+           + Send
+           + 'static
+           + use<> {
+        let (reader, link) = (self.reader.clone(), link.to_owned());
+        async move { list(&reader, &link).await }
+    }
+
+    fn local_addresses_detached(
+        &self,
+        except_link: &str,
+    ) -> impl std::future::Future<Output = Result<Vec<IpAddr>, KernelError>>
+           + Send
+           + 'static
+           + use<> {
+        let (reader, except) = (self.reader.clone(), except_link.to_owned());
+        async move { local_addresses(&reader, &except).await }
     }
 
     async fn apply(
@@ -248,7 +291,7 @@ impl Addresses for NetlinkAddresses {
             return Vec::new();
         }
         // One lookup per batch, not per operation.
-        let index = match self.link_index(link).await {
+        let index = match link_index(&self.handle, link).await {
             Ok(Some(index)) => index,
             Ok(None) => {
                 return ops

@@ -16,7 +16,8 @@
 //! it leaves alone services without serving endpoints, whose flows have
 //! nowhere better to go. The proxier runs it only after a sync that
 //! changed UDP endpoints or removed a UDP service, which keeps the dump
-//! off the steady-state path. With `net/ipv4/vs/conntrack=1` IPVS writes
+//! off the steady-state path, and it keeps the serving endpoints per
+//! service port, updated from the ports each sync changed. With `net/ipv4/vs/conntrack=1` IPVS writes
 //! the real server into the entry's reply tuple, which is what makes the
 //! reply source the endpoint.
 //!
@@ -28,7 +29,7 @@
 //! the sysctl is off.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{BTreeSet, HashMap, HashSet},
     fmt,
     future::Future,
     net::{IpAddr, SocketAddr},
@@ -37,6 +38,7 @@ use std::{
 use super::KernelError;
 use crate::model::{
     EndpointInfo, EndpointsMap, Protocol, ServicePortInfo, ServicePortMap,
+    ServicePortName,
 };
 
 /// Scenarios run against the model by the unit tests and against the
@@ -92,11 +94,21 @@ pub trait Conntrack {
 }
 
 /// The UDP service frontends and their serving endpoints' addresses: what
-/// a flow's reply source must be one of.
+/// a flow's reply source must be one of. Kept per service port and
+/// updated with the ports a sync changed, so no sync walks every service.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UdpServing {
-    by_address: HashMap<SocketAddr, HashSet<IpAddr>>,
-    by_node_port: HashMap<u16, HashSet<IpAddr>>,
+    ports: HashMap<ServicePortName, UdpPort>,
+    by_address: HashMap<SocketAddr, BTreeSet<ServicePortName>>,
+    by_node_port: HashMap<u16, BTreeSet<ServicePortName>>,
+}
+
+/// One UDP service port with serving endpoints.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct UdpPort {
+    frontends: Vec<SocketAddr>,
+    node_port: u16,
+    serving: HashSet<IpAddr>,
 }
 
 impl UdpServing {
@@ -113,55 +125,82 @@ impl UdpServing {
         let mut serving = Self::new();
         for (name, info) in services {
             let eps = endpoints.get(name).map(Vec::as_slice).unwrap_or(&[]);
-            serving.add_service(info, eps.iter().map(|e| &**e));
+            serving.update(name, Some(info), eps.iter().map(|e| &**e));
         }
         serving
     }
 
-    /// Adds one service port; ignored unless it is UDP and has serving
-    /// endpoints. Serving, not ready: a terminating endpoint still serving
-    /// keeps its flows, as a TCP connection to it would keep going.
-    pub fn add_service<'a>(
+    /// Sets one service port to `service` with `endpoints`, or forgets it
+    /// (`None`). Only UDP ports with serving endpoints are kept. Serving,
+    /// not ready: a terminating endpoint still serving keeps its flows, as
+    /// a TCP connection to it would keep going.
+    pub fn update<'a>(
         &mut self,
-        service: &ServicePortInfo,
+        name: &ServicePortName,
+        service: Option<&ServicePortInfo>,
         endpoints: impl IntoIterator<Item = &'a EndpointInfo>,
     ) {
-        if service.protocol != Protocol::Udp {
-            return;
+        if let Some(old) = self.ports.remove(name) {
+            for frontend in &old.frontends {
+                forget(&mut self.by_address, frontend, name);
+            }
+            if old.node_port != 0 {
+                forget(&mut self.by_node_port, &old.node_port, name);
+            }
         }
-        let ips: HashSet<IpAddr> = endpoints
+        let Some(service) = service.filter(|s| s.protocol == Protocol::Udp)
+        else {
+            return;
+        };
+        let serving: HashSet<IpAddr> = endpoints
             .into_iter()
             .filter(|e| e.serving)
             .map(|e| e.ip)
             .collect();
-        if ips.is_empty() {
+        if serving.is_empty() {
             return;
         }
-        let frontends = service
+        let frontends: Vec<SocketAddr> = service
             .cluster_ips
             .iter()
             .chain(&service.external_ips)
-            .chain(&service.load_balancer_vips);
-        for ip in frontends {
+            .chain(&service.load_balancer_vips)
+            .map(|ip| SocketAddr::new(*ip, service.port))
+            .collect();
+        for frontend in &frontends {
             self.by_address
-                .entry(SocketAddr::new(*ip, service.port))
+                .entry(*frontend)
                 .or_default()
-                .extend(&ips);
+                .insert(name.clone());
         }
         if service.node_port != 0 {
             self.by_node_port
                 .entry(service.node_port)
                 .or_default()
-                .extend(&ips);
+                .insert(name.clone());
         }
+        self.ports.insert(
+            name.clone(),
+            UdpPort {
+                frontends,
+                node_port: service.node_port,
+                serving,
+            },
+        );
     }
 
     /// Whether `flow` goes to a frontend here without being answered by
     /// one of its serving endpoints.
     pub fn is_stale(&self, flow: &Flow) -> bool {
         let replier = flow.reply.src.ip();
-        let stale_in = |ips: Option<&HashSet<IpAddr>>| {
-            ips.is_some_and(|ips| !ips.contains(&replier))
+        let stale_in = |ports: Option<&BTreeSet<ServicePortName>>| {
+            ports.is_some_and(|ports| {
+                !ports.iter().any(|port| {
+                    self.ports
+                        .get(port)
+                        .is_some_and(|p| p.serving.contains(&replier))
+                })
+            })
         };
         stale_in(self.by_address.get(&flow.original.dst))
             || stale_in(self.by_node_port.get(&flow.original.dst.port()))
@@ -170,6 +209,19 @@ impl UdpServing {
     /// The flows to delete, in the order given.
     pub fn stale_flows(&self, flows: &[Flow]) -> Vec<Flow> {
         flows.iter().filter(|f| self.is_stale(f)).copied().collect()
+    }
+}
+
+fn forget<K: std::hash::Hash + Eq>(
+    index: &mut HashMap<K, BTreeSet<ServicePortName>>,
+    key: &K,
+    name: &ServicePortName,
+) {
+    if let Some(names) = index.get_mut(key) {
+        names.remove(name);
+        if names.is_empty() {
+            index.remove(key);
+        }
     }
 }
 

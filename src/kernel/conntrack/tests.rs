@@ -70,12 +70,19 @@ fn stale_flows_follow_upstream() {
         endpoint("198.19.0.3", false),
     ];
     let mut serving = UdpServing::new();
-    serving.add_service(&dns, &eps);
+    serving.update(&port_name("dns"), Some(&dns), &eps);
     // Same addresses over TCP, and a UDP service without serving
     // endpoints: neither makes a flow stale.
-    serving.add_service(&service(Protocol::Tcp, |s| s.port = 80), &[]);
-    serving.add_service(
-        &service(Protocol::Udp, |s| s.cluster_ips = vec![ip("198.18.0.11")]),
+    serving.update(
+        &port_name("web"),
+        Some(&service(Protocol::Tcp, |s| s.port = 80)),
+        &[],
+    );
+    serving.update(
+        &port_name("idle"),
+        Some(&service(Protocol::Udp, |s| {
+            s.cluster_ips = vec![ip("198.18.0.11")]
+        })),
         &[endpoint("198.19.0.9", false)],
     );
 
@@ -142,6 +149,41 @@ fn stale_flows_follow_upstream() {
     }
 }
 
+fn port_name(name: &str) -> ServicePortName {
+    ServicePortName::new("ns", name, "dns", Protocol::Udp)
+}
+
+/// A port updated to other endpoints, or forgotten, leaves nothing of
+/// its old state behind.
+#[test]
+fn updates_replace_a_port_and_forget_it() {
+    let dns = service(Protocol::Udp, |_| {});
+    let mut serving = UdpServing::new();
+    serving.update(
+        &port_name("dns"),
+        Some(&dns),
+        &[endpoint("198.19.0.1", true)],
+    );
+    serving.update(
+        &port_name("dns"),
+        Some(&dns),
+        &[endpoint("198.19.0.2", true)],
+    );
+    let c = "198.18.5.5:40000";
+    assert!(serving.is_stale(&nat_flow(
+        c,
+        "198.18.0.10:53",
+        "198.19.0.1:5353"
+    )));
+    assert!(!serving.is_stale(&nat_flow(
+        c,
+        "198.18.0.10:53",
+        "198.19.0.2:5353"
+    )));
+    serving.update(&port_name("dns"), None, &[]);
+    assert_eq!(serving, UdpServing::new());
+}
+
 #[test]
 fn from_maps_takes_every_udp_service_port() {
     let name = ServicePortName::new("ns", "dns", "dns", Protocol::Udp);
@@ -171,8 +213,9 @@ async fn cleanup_deletes_only_stale_flows() {
         nat_flow("198.18.5.5:40001", "198.18.0.10:53", "198.19.0.3:5353");
     let mut m = ConntrackModel::new([keep, drop]);
     let mut serving = UdpServing::new();
-    serving.add_service(
-        &service(Protocol::Udp, |_| {}),
+    serving.update(
+        &port_name("dns"),
+        Some(&service(Protocol::Udp, |_| {})),
         &[endpoint("198.19.0.1", true)],
     );
 

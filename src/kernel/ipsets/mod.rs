@@ -76,6 +76,16 @@ pub trait Ipsets {
         prefix: &str,
     ) -> impl Future<Output = Result<BTreeMap<String, SetState>, KernelError>> + Send;
 
+    /// [`Ipsets::dump`] on a socket of its own, as a future that borrows
+    /// nothing: the repair reads while this handle writes.
+    fn dump_detached(
+        &self,
+        prefix: &str,
+    ) -> impl Future<Output = Result<BTreeMap<String, SetState>, KernelError>>
+           + Send
+           + 'static
+           + use<Self>;
+
     fn apply(
         &mut self,
         ops: &[IpsetOp],

@@ -155,13 +155,9 @@ fn as_member(
     Ok(stored)
 }
 
-impl Ipsets for ModelIpsets {
-    async fn dump(
-        &mut self,
-        prefix: &str,
-    ) -> Result<BTreeMap<String, SetState>, KernelError> {
-        Ok(self
-            .sets
+impl ModelIpsets {
+    fn listing(&self, prefix: &str) -> BTreeMap<String, SetState> {
+        self.sets
             .iter()
             .filter(|(name, _)| name.starts_with(prefix))
             .map(|(name, set)| {
@@ -173,7 +169,29 @@ impl Ipsets for ModelIpsets {
                 }
                 (name.clone(), set)
             })
-            .collect())
+            .collect()
+    }
+}
+
+impl Ipsets for ModelIpsets {
+    async fn dump(
+        &mut self,
+        prefix: &str,
+    ) -> Result<BTreeMap<String, SetState>, KernelError> {
+        Ok(self.listing(prefix))
+    }
+
+    /// The sets as they are now: a read that finished at once.
+    fn dump_detached(
+        &self,
+        prefix: &str,
+    ) -> impl std::future::Future<
+        Output = Result<BTreeMap<String, SetState>, KernelError>,
+    >
+           + Send
+           + 'static
+           + use<> {
+        std::future::ready(Ok(self.listing(prefix)))
     }
 
     async fn apply(&mut self, ops: &[IpsetOp]) -> Vec<Result<(), KernelError>> {

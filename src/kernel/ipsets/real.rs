@@ -2,7 +2,10 @@
 //! message per operation, a window of them per `sendmsg`, every ack
 //! matched back to its operation by sequence number.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap},
+    sync::{Arc, Mutex, PoisonError},
+};
 
 use super::{
     family_of_listed,
@@ -41,26 +44,34 @@ fn revision_cap(set_type: SetType) -> u8 {
 /// never waits on anything but the kernel's own work (about 4 µs per
 /// element on the host, see `make bench-ipsets`). A lost answer is bounded
 /// by a 5 s receive timeout and reported as a transport error for the
-/// operations it covered.
+/// operations it covered. `dump_detached` reads over a second socket,
+/// opened with the first (so in the same network namespace), on the
+/// runtime's blocking threads: a whole listing is work proportional to
+/// the sets' size that must not hold a runtime thread.
 pub struct NetlinkIpsets {
     socket: IpsetSocket,
+    reader: Arc<Mutex<IpsetSocket>>,
     revisions: HashMap<(SetType, bool), u8>,
     buf: Vec<u8>,
 }
 
+fn open_socket() -> Result<IpsetSocket, KernelError> {
+    IpsetSocket::open().map_err(|e| {
+        KernelError::new(
+            ErrorKind::Transport,
+            "ipset netlink socket",
+            e.to_string(),
+        )
+        .with_errno(e.raw_os_error().unwrap_or(0))
+    })
+}
+
 impl NetlinkIpsets {
-    /// Opens the socket and checks that the kernel speaks ipset.
+    /// Opens the sockets and checks that the kernel speaks ipset.
     pub fn new() -> Result<Self, KernelError> {
-        let socket = IpsetSocket::open().map_err(|e| {
-            KernelError::new(
-                ErrorKind::Transport,
-                "ipset netlink socket",
-                e.to_string(),
-            )
-            .with_errno(e.raw_os_error().unwrap_or(0))
-        })?;
         let mut this = Self {
-            socket,
+            socket: open_socket()?,
+            reader: Arc::new(Mutex::new(open_socket()?)),
             revisions: HashMap::new(),
             buf: Vec::with_capacity(WINDOW_BYTES + 1024),
         };
@@ -243,55 +254,56 @@ impl NetlinkIpsets {
             })
             .collect()
     }
+}
 
-    fn dump_now(
-        &mut self,
-        prefix: &str,
-    ) -> Result<BTreeMap<String, SetState>, KernelError> {
-        let seq = self.socket.reserve_seqs(1);
-        let mut msg = Vec::new();
-        encode_request(
-            &mut msg,
-            Command::List,
-            NLM_F_REQUEST | NLM_F_DUMP,
-            seq,
-            |_| {},
-        );
-        let mut sets: BTreeMap<String, SetState> = BTreeMap::new();
-        let mut first_error: Option<KernelError> = None;
-        // Undecodable messages are remembered, not returned: returning
-        // would stop reading the dump halfway.
-        let outcome = self.socket.request(&msg, seq, |attrs| {
-            let part = match parse_list(attrs) {
-                Ok(part) => part,
-                Err(e) => {
-                    first_error.get_or_insert_with(|| {
-                        KernelError::new(
-                            ErrorKind::Transport,
-                            "ipset list",
-                            format!("undecodable listing message: {e}"),
-                        )
-                    });
-                    return Ok(());
-                }
-            };
-            if !part.name.starts_with(prefix) {
+/// Every set whose name starts with `prefix`, with its entries.
+fn dump_on(
+    socket: &mut IpsetSocket,
+    prefix: &str,
+) -> Result<BTreeMap<String, SetState>, KernelError> {
+    let seq = socket.reserve_seqs(1);
+    let mut msg = Vec::new();
+    encode_request(
+        &mut msg,
+        Command::List,
+        NLM_F_REQUEST | NLM_F_DUMP,
+        seq,
+        |_| {},
+    );
+    let mut sets: BTreeMap<String, SetState> = BTreeMap::new();
+    let mut first_error: Option<KernelError> = None;
+    // Undecodable messages are remembered, not returned: returning
+    // would stop reading the dump halfway.
+    let outcome = socket.request(&msg, seq, |attrs| {
+        let part = match parse_list(attrs) {
+            Ok(part) => part,
+            Err(e) => {
+                first_error.get_or_insert_with(|| {
+                    KernelError::new(
+                        ErrorKind::Transport,
+                        "ipset list",
+                        format!("undecodable listing message: {e}"),
+                    )
+                });
                 return Ok(());
             }
-            if let Err(e) = absorb(&mut sets, part) {
-                first_error.get_or_insert(e);
-            }
-            Ok(())
-        });
-        outcome.map_err(|e| {
-            request_error(e, "ipset list", |errno| {
-                to_kernel_error(Command::List, "ipset list", errno)
-            })
-        })?;
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(sets),
+        };
+        if !part.name.starts_with(prefix) {
+            return Ok(());
         }
+        if let Err(e) = absorb(&mut sets, part) {
+            first_error.get_or_insert(e);
+        }
+        Ok(())
+    });
+    outcome.map_err(|e| {
+        request_error(e, "ipset list", |errno| {
+            to_kernel_error(Command::List, "ipset list", errno)
+        })
+    })?;
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(sets),
     }
 }
 
@@ -380,7 +392,34 @@ impl Ipsets for NetlinkIpsets {
         &mut self,
         prefix: &str,
     ) -> Result<BTreeMap<String, SetState>, KernelError> {
-        self.dump_now(prefix)
+        dump_on(&mut self.socket, prefix)
+    }
+
+    fn dump_detached(
+        &self,
+        prefix: &str,
+    ) -> impl std::future::Future<
+        Output = Result<BTreeMap<String, SetState>, KernelError>,
+    >
+           + Send
+           + 'static
+           + use<> {
+        let (reader, prefix) = (Arc::clone(&self.reader), prefix.to_owned());
+        async move {
+            tokio::task::spawn_blocking(move || {
+                let mut socket =
+                    reader.lock().unwrap_or_else(PoisonError::into_inner);
+                dump_on(&mut socket, &prefix)
+            })
+            .await
+            .unwrap_or_else(|e| {
+                Err(KernelError::new(
+                    ErrorKind::Transport,
+                    "ipset list",
+                    format!("the reading thread failed: {e}"),
+                ))
+            })
+        }
     }
 
     async fn apply(&mut self, ops: &[IpsetOp]) -> Vec<Result<(), KernelError>> {

@@ -27,7 +27,13 @@ impl ApplyReport {
 #[derive(Debug, Clone, Default)]
 pub struct RulesApplier {
     applied: Option<RulesInput>,
+    /// Restores run so far: a repair's saves predating the last one say
+    /// nothing about the kernel now.
+    restores: u64,
 }
+
+/// One table as a repair read it.
+pub type SavedTable = (Family, &'static str, Result<String, KernelError>);
 
 impl RulesApplier {
     pub fn new() -> Self {
@@ -37,6 +43,78 @@ impl RulesApplier {
     /// The input last applied without error, if any.
     pub fn applied(&self) -> Option<&RulesInput> {
         self.applied.as_ref()
+    }
+
+    /// How many restores ran so far.
+    pub fn restores(&self) -> u64 {
+        self.restores
+    }
+
+    /// The verifying half of [`RulesApplier::sync`], on tables saved
+    /// earlier (off the sync loop, while syncs went on): restores each
+    /// table whose chains drifted from `input`'s rules or that lacks a
+    /// jump. Nothing is done when a restore ran since the saves began
+    /// (`restores_before`): the saves may predate it.
+    pub async fn repair<K: Iptables>(
+        &mut self,
+        k: &mut K,
+        input: &RulesInput,
+        saved: &[SavedTable],
+        restores_before: u64,
+    ) -> ApplyReport {
+        let mut report = ApplyReport::default();
+        if self.restores != restores_before {
+            return report;
+        }
+        for table in rules::table_rules(input) {
+            let (family, name) = (table.family, table.table);
+            let Some((_, _, text)) =
+                saved.iter().find(|(f, t, _)| *f == family && *t == name)
+            else {
+                continue;
+            };
+            report.saves += 1;
+            match text {
+                Ok(text) => {
+                    self.restore_drifted(k, input, &table, text, &mut report)
+                        .await
+                }
+                Err(e) => report.errors.push((family, name, e.clone())),
+            }
+        }
+        if !report.is_ok() {
+            self.applied = None;
+        }
+        report
+    }
+
+    /// Restores `table` with the jumps `saved` lacks, if it lacks any or
+    /// its chains drifted.
+    async fn restore_drifted<K: Iptables>(
+        &mut self,
+        k: &mut K,
+        input: &RulesInput,
+        table: &rules::TableRules,
+        saved: &str,
+        report: &mut ApplyReport,
+    ) {
+        let (family, name) = (table.family, table.table);
+        let missing = save::missing_jumps(family, name, saved);
+        if missing.is_empty() && !save::drifted(table, saved) {
+            return;
+        }
+        let payload = rules::payloads(input, &missing)
+            .into_iter()
+            .find(|p| p.family == family && p.table == name);
+        let Some(payload) = payload else {
+            return;
+        };
+        report.restores += 1;
+        self.restores += 1;
+        if let Err(e) = k.restore(family, &payload.text).await {
+            log_failure(&e, family, name);
+            report.errors.push((family, name, e));
+        }
     }
 
     /// Brings the kernel to `input`'s rules.
@@ -73,6 +151,7 @@ impl RulesApplier {
                 // Applied before with its jumps in place: rewriting our
                 // chains is enough.
                 report.restores += 1;
+                self.restores += 1;
                 let payload = rules::render_table(&table, &[]);
                 if let Err(e) = k.restore(family, &payload).await {
                     log_failure(&e, family, name);
@@ -88,21 +167,8 @@ impl RulesApplier {
                     continue;
                 }
             };
-            let missing = save::missing_jumps(family, name, &saved);
-            if missing.is_empty() && !save::drifted(&table, &saved) {
-                continue;
-            }
-            let payload = rules::payloads(input, &missing)
-                .into_iter()
-                .find(|p| p.family == family && p.table == name);
-            let Some(payload) = payload else {
-                continue;
-            };
-            report.restores += 1;
-            if let Err(e) = k.restore(family, &payload.text).await {
-                log_failure(&e, family, name);
-                report.errors.push((family, name, e));
-            }
+            self.restore_drifted(k, input, &table, &saved, &mut report)
+                .await;
         }
         self.applied = report.is_ok().then(|| input.clone());
         report

@@ -47,6 +47,14 @@ pub trait Iptables {
         table: &str,
     ) -> impl Future<Output = Result<String, KernelError>> + Send;
 
+    /// [`Iptables::save`] as a future that borrows nothing, so that the
+    /// repair can read the tables while syncs go on.
+    fn save_detached(
+        &self,
+        family: Family,
+        table: &str,
+    ) -> impl Future<Output = Result<String, KernelError>> + Send + 'static + use<Self>;
+
     /// Feeds `payload` (one table's `*table … COMMIT` block) to
     /// `iptables-restore --noflush`. On failure nothing of the payload is
     /// applied, and the error's message starts with `line N:` (see

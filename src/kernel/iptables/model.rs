@@ -432,6 +432,18 @@ impl Iptables for Model {
         self.dump(family, table)
     }
 
+    /// The table as it is now: a read that finished at once.
+    fn save_detached(
+        &self,
+        family: Family,
+        table: &str,
+    ) -> impl std::future::Future<Output = Result<String, KernelError>>
+           + Send
+           + 'static
+           + use<> {
+        std::future::ready(self.dump(family, table))
+    }
+
     async fn restore(
         &mut self,
         family: Family,

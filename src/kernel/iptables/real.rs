@@ -227,25 +227,45 @@ fn first_table(payload: &str) -> &str {
         .unwrap_or("?")
 }
 
+/// `iptables-save -t TABLE` with the variant's tool.
+async fn save(
+    variant: Variant,
+    family: Family,
+    table: String,
+) -> Result<String, KernelError> {
+    let program = variant.binary(family, "-save");
+    let object = format!("{program} -t {table}");
+    let out = run_async(program, vec!["-t".into(), table.clone()], None)
+        .await
+        .map_err(|e| KernelError::new(ErrorKind::Transport, &object, e))?;
+    if !out.ok {
+        return Err(KernelError::new(
+            classify(&out.stderr),
+            &object,
+            out.stderr,
+        ));
+    }
+    Ok(out.stdout)
+}
+
 impl Iptables for RealIptables {
     async fn save(
         &mut self,
         family: Family,
         table: &str,
     ) -> Result<String, KernelError> {
-        let program = self.variant.binary(family, "-save");
-        let object = format!("{program} -t {table}");
-        let out = run_async(program, vec!["-t".into(), table.into()], None)
-            .await
-            .map_err(|e| KernelError::new(ErrorKind::Transport, &object, e))?;
-        if !out.ok {
-            return Err(KernelError::new(
-                classify(&out.stderr),
-                &object,
-                out.stderr,
-            ));
-        }
-        Ok(out.stdout)
+        save(self.variant, family, table.to_owned()).await
+    }
+
+    fn save_detached(
+        &self,
+        family: Family,
+        table: &str,
+    ) -> impl std::future::Future<Output = Result<String, KernelError>>
+           + Send
+           + 'static
+           + use<> {
+        save(self.variant, family, table.to_owned())
     }
 
     async fn restore(

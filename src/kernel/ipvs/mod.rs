@@ -157,6 +157,23 @@ pub trait Ipvs {
         &mut self,
     ) -> impl Future<Output = Result<IpvsTable, KernelError>> + Send;
 
+    /// [`Ipvs::dump`] on a connection of its own, as a future that
+    /// borrows nothing: the repair reads the table while this handle goes
+    /// on writing.
+    fn dump_detached(
+        &self,
+    ) -> impl Future<Output = Result<IpvsTable, KernelError>>
+           + Send
+           + 'static
+           + use<Self>;
+
+    /// Reads one service with its real servers; `None` when it does not
+    /// exist. A retry compares just the services whose writes failed.
+    fn service(
+        &mut self,
+        key: &ServiceKey,
+    ) -> impl Future<Output = Result<Option<ServiceEntry>, KernelError>> + Send;
+
     /// Reads the real servers of one service: graceful termination polls
     /// draining services this way without dumping the whole table. A
     /// missing service has none (the kernel answers with an empty dump).

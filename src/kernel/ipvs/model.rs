@@ -212,6 +212,23 @@ impl Ipvs for IpvsModel {
         Ok(self.table.clone())
     }
 
+    /// The table as it is now: a read that finished at once.
+    fn dump_detached(
+        &self,
+    ) -> impl std::future::Future<Output = Result<IpvsTable, KernelError>>
+           + Send
+           + 'static
+           + use<> {
+        std::future::ready(Ok(self.table.clone()))
+    }
+
+    async fn service(
+        &mut self,
+        key: &ServiceKey,
+    ) -> Result<Option<ServiceEntry>, KernelError> {
+        Ok(self.table.services.get(key).cloned())
+    }
+
     async fn dests(
         &mut self,
         service: &ServiceKey,

@@ -28,11 +28,15 @@ const TABLE_OBJECT: &str = "IPVS table";
 /// [`Ipvs::apply`]. A socket runs one dump at a time, so reading every
 /// service's real servers takes one dump per service in turn; extra
 /// connections ([`NetlinkIpvs::connect_with`]) let those dumps overlap.
+/// [`Ipvs::dump_detached`] reads over a connection of its own, opened
+/// with the others, so a repair's read never queues behind writes.
 #[derive(Debug, Clone)]
 pub struct NetlinkIpvs {
     handle: Handle,
     /// Connections for real-server dumps, `handle` first.
     dumpers: Vec<Handle>,
+    /// The detached reads' connection.
+    reader: Handle,
     window: usize,
 }
 
@@ -58,14 +62,17 @@ impl NetlinkIpvs {
         Ok(Self {
             handle,
             dumpers,
+            reader: open()?,
             window: ipvs_sys::DEFAULT_WINDOW,
         })
     }
 
-    /// On an existing ipvs-sys handle (its connection already running).
+    /// On an existing ipvs-sys handle (its connection already running),
+    /// which detached reads share.
     pub fn from_handle(handle: Handle) -> Self {
         Self {
             dumpers: vec![handle.clone()],
+            reader: handle.clone(),
             handle,
             window: ipvs_sys::DEFAULT_WINDOW,
         }
@@ -81,23 +88,25 @@ impl NetlinkIpvs {
     pub fn handle(&self) -> &Handle {
         &self.handle
     }
+}
 
-    async fn list_services(&self) -> Result<Vec<ServiceSpec>, KernelError> {
-        let mut replies = self.handle.service().list().execute();
-        let mut specs = Vec::new();
-        while let Some(reply) = replies.next().await {
-            match reply {
-                Ok(service) => specs.extend(from_service(&service)),
-                // One entry the decoder cannot read (a newer kernel's
-                // address family?) must not hide the rest of the table.
-                Err(err @ ipvs_sys::Error::Decode { .. }) => {
-                    warn!(error = %err, "skipping an unreadable IPVS service")
-                }
-                Err(err) => return Err(kernel_error(TABLE_OBJECT, &err)),
+async fn list_services(
+    handle: &Handle,
+) -> Result<Vec<ServiceSpec>, KernelError> {
+    let mut replies = handle.service().list().execute();
+    let mut specs = Vec::new();
+    while let Some(reply) = replies.next().await {
+        match reply {
+            Ok(service) => specs.extend(from_service(&service)),
+            // One entry the decoder cannot read (a newer kernel's
+            // address family?) must not hide the rest of the table.
+            Err(err @ ipvs_sys::Error::Decode { .. }) => {
+                warn!(error = %err, "skipping an unreadable IPVS service")
             }
+            Err(err) => return Err(kernel_error(TABLE_OBJECT, &err)),
         }
-        Ok(specs)
     }
+    Ok(specs)
 }
 
 fn open() -> Result<Handle, KernelError> {
@@ -141,36 +150,71 @@ async fn list_dests(
     Ok(dests)
 }
 
+/// Every service over `dumpers[0]`, then their real servers: service i
+/// over connection i mod n; each connection's dumps run in turn, the
+/// connections side by side.
+async fn dump_table(dumpers: &[Handle]) -> Result<IpvsTable, KernelError> {
+    let Some(first) = dumpers.first() else {
+        return Err(transport("no connection opened"));
+    };
+    let specs = list_services(first).await?;
+    let lanes = dumpers.len();
+    let per_lane = dumpers.iter().enumerate().map(|(lane, handle)| {
+        let mine: Vec<&ServiceSpec> =
+            specs.iter().skip(lane).step_by(lanes).collect();
+        async move {
+            let mut out = Vec::with_capacity(mine.len());
+            for spec in mine {
+                out.push((spec, list_dests(handle, &spec.key).await?));
+            }
+            Ok::<_, KernelError>(out)
+        }
+    });
+    let mut table = IpvsTable::default();
+    for lane in future::join_all(per_lane).await {
+        for (spec, dests) in lane? {
+            table.services.insert(
+                spec.key,
+                ServiceEntry {
+                    spec: spec.clone(),
+                    dests,
+                },
+            );
+        }
+    }
+    Ok(table)
+}
+
 impl Ipvs for NetlinkIpvs {
     async fn dump(&mut self) -> Result<IpvsTable, KernelError> {
-        let specs = self.list_services().await?;
-        // Service i goes to connection i mod n; each connection's dumps
-        // run in turn, the connections side by side.
-        let lanes = self.dumpers.len().max(1);
-        let per_lane = self.dumpers.iter().enumerate().map(|(lane, handle)| {
-            let mine: Vec<&ServiceSpec> =
-                specs.iter().skip(lane).step_by(lanes).collect();
-            async move {
-                let mut out = Vec::with_capacity(mine.len());
-                for spec in mine {
-                    out.push((spec, list_dests(handle, &spec.key).await?));
-                }
-                Ok::<_, KernelError>(out)
-            }
-        });
-        let mut table = IpvsTable::default();
-        for lane in future::join_all(per_lane).await {
-            for (spec, dests) in lane? {
-                table.services.insert(
-                    spec.key,
-                    ServiceEntry {
-                        spec: spec.clone(),
-                        dests,
-                    },
-                );
-            }
-        }
-        Ok(table)
+        dump_table(&self.dumpers).await
+    }
+
+    fn dump_detached(
+        &self,
+    ) -> impl std::future::Future<Output = Result<IpvsTable, KernelError>>
+           + Send
+           + 'static
+           + use<> {
+        let reader = self.reader.clone();
+        async move { dump_table(std::slice::from_ref(&reader)).await }
+    }
+
+    async fn service(
+        &mut self,
+        key: &ServiceKey,
+    ) -> Result<Option<ServiceEntry>, KernelError> {
+        let spec = match self.handle.service().get(to_key(key)).execute().await
+        {
+            Ok(service) => from_service(&service),
+            Err(err) if err.is_not_found() => return Ok(None),
+            Err(err) => return Err(kernel_error(key, &err)),
+        };
+        let Some(spec) = spec else {
+            return Ok(None);
+        };
+        let dests = list_dests(&self.handle, key).await?;
+        Ok(Some(ServiceEntry { spec, dests }))
     }
 
     async fn dests(

@@ -393,10 +393,14 @@ fn problem_message_names_object_field_and_value() {
     );
 }
 
-fn slice_endpoint(ip: &str, f: impl FnOnce(&mut EndpointInfo)) -> EndpointInfo {
+/// An endpoint as the slices' port 8080 carries it.
+fn slice_endpoint(
+    ip: &str,
+    f: impl FnOnce(&mut EndpointInfo),
+) -> std::sync::Arc<EndpointInfo> {
     let mut info = EndpointInfo {
         ip: ip.parse().unwrap(),
-        port: 0,
+        port: 8080,
         is_local: false,
         ready: true,
         serving: true,
@@ -405,7 +409,7 @@ fn slice_endpoint(ip: &str, f: impl FnOnce(&mut EndpointInfo)) -> EndpointInfo {
         node_hints: Default::default(),
     };
     f(&mut info);
-    info
+    std::sync::Arc::new(info)
 }
 
 #[test]
@@ -450,7 +454,7 @@ fn endpoint_slice_conditions_locality_and_hints() {
     );
     assert_eq!(
         info.endpoints,
-        vec![
+        vec![vec![
             slice_endpoint("198.19.0.1", |_| {}),
             // nil serving counts as true even when not ready, as upstream.
             slice_endpoint("198.19.0.2", |e| {
@@ -464,7 +468,7 @@ fn endpoint_slice_conditions_locality_and_hints() {
                 e.node_hints = ["node-b".to_owned()].into();
             }),
             slice_endpoint("198.19.0.4", |_| {}),
-        ]
+        ]]
     );
 }
 
@@ -501,7 +505,10 @@ fn endpoint_slice_problems_skip_smallest_unit() {
     );
     let info = converted.value.unwrap();
     assert_eq!(info.ports.len(), 1);
-    assert_eq!(info.endpoints, vec![slice_endpoint("198.19.0.1", |_| {})]);
+    assert_eq!(
+        info.endpoints,
+        vec![vec![slice_endpoint("198.19.0.1", |_| {})]]
+    );
 }
 
 #[test]
@@ -527,12 +534,13 @@ fn endpoint_slice_ignored_wholesale() {
 #[test]
 fn endpoint_not_local_when_node_name_unknown() {
     let slice = slice("ns", "s", "svc", |s| {
+        add_slice_port(s, "http", 8080, "TCP");
         s.endpoints = vec![endpoint("198.19.0.1", |e| {
             e.node_name = Some(String::new())
         })];
     });
     let info = endpoint_slice_info(&slice, "").value.unwrap();
-    assert!(!info.endpoints[0].is_local);
+    assert!(!info.endpoints[0][0].is_local);
 }
 
 #[test]

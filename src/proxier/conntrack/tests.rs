@@ -2,24 +2,26 @@ use std::{
     future::Future,
     net::IpAddr,
     sync::{Arc, Mutex},
+    time::SystemTime,
 };
 
 use futures::executor::block_on;
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use pretty_assertions::assert_eq;
 
 use super::WithConntrack;
 use crate::{
-    daemon::{Backend, BackendError, LogBackend, SyncBatch},
-    desired::{DesiredState, NodeContext},
+    backend::{
+        testing::{batch, NoKernel},
+        Backend, BackendError, RepairStep, SyncBatch,
+    },
     kernel::{
-        conntrack::{
-            contract::nat_flow, Conntrack, ConntrackModel, Flow, UdpServing,
-        },
+        conntrack::{contract::nat_flow, Conntrack, ConntrackModel, Flow},
         ErrorKind, KernelError,
     },
-    model::{fixtures, Protocol},
-    runner::{SyncReason, SyncTrigger},
-    sync::SyncOutcome,
+    model::fixtures,
+    source::store::ObjectChange,
+    sync::{NodeSettings, SyncState},
 };
 
 const DELETED_V4: &str =
@@ -27,54 +29,77 @@ const DELETED_V4: &str =
 const DELETED_V6: &str =
     "kubeproxy_conntrack_reconciler_deleted_entries_total{ip_family=IPv6}";
 
-fn ctx(ipv4: bool, ipv6: bool) -> NodeContext {
-    NodeContext {
-        node_name: "node-a".into(),
-        ipv4,
-        ipv6,
-        ..NodeContext::default()
+/// A node with an IPv4 address, and an IPv6 one if `ipv6`.
+fn node(ipv6: bool) -> SyncState {
+    let mut local: Vec<IpAddr> = vec!["198.18.100.1".parse().unwrap()];
+    if ipv6 {
+        local.push("2001:db8:100::1".parse().unwrap());
     }
-}
-
-fn batch(
-    desired: Option<DesiredState>,
-    udp_serving: Option<UdpServing>,
-) -> SyncBatch {
-    SyncBatch {
-        trigger: SyncTrigger {
-            seq: 1,
-            reason: SyncReason::Requested,
-        },
-        outcome: SyncOutcome::default(),
-        service_ports: 0,
-        desired,
-        udp_serving,
-    }
-}
-
-fn full(ipv4: bool, ipv6: bool) -> SyncBatch {
-    batch(
-        Some(DesiredState::new(ctx(ipv4, ipv6))),
-        Some(dns_serving()),
+    SyncState::new(
+        "node-a",
+        NodeSettings::default(),
+        Some(local),
+        SystemTime::now(),
     )
 }
 
-/// UDP 198.18.0.10:53 and [2001:db8::10]:53, served by 198.19.0.1 and
-/// 2001:db8:1::1 only.
-fn dns_serving() -> UdpServing {
-    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
-    let dns = fixtures::port_info(|s| {
-        s.protocol = Protocol::Udp;
-        s.port = 53;
-        s.cluster_ips = vec![ip("198.18.0.10"), ip("2001:db8::10")];
+/// UDP 198.18.0.10:53 and [2001:db8::10]:53.
+fn dns() -> Service {
+    fixtures::service("ns", "dns", |s| {
+        fixtures::set_cluster_ips(s, &["198.18.0.10", "2001:db8::10"]);
+        fixtures::add_port(s, "dns", 53, "UDP")
+    })
+}
+
+/// The DNS service's slice of one family, served by `addresses`.
+fn dns_slice(ipv6: bool, addresses: &[&str]) -> EndpointSlice {
+    let name = if ipv6 { "dns-v6" } else { "dns-v4" };
+    fixtures::slice("ns", name, "dns", |s| {
+        if ipv6 {
+            s.address_type = "IPv6".into();
+        }
+        fixtures::add_slice_port(s, "dns", 5353, "UDP");
+        for address in addresses {
+            s.endpoints.push(fixtures::endpoint(address, |_| {}));
+        }
+    })
+}
+
+fn add_service(state: &mut SyncState, svc: Service) {
+    state.apply_objects(&ObjectChange::Service {
+        previous: None,
+        current: Some(Arc::new(svc)),
     });
-    let eps = [
-        fixtures::ep("198.19.0.1", 5353, |_| {}),
-        fixtures::ep("2001:db8:1::1", 5353, |_| {}),
-    ];
-    let mut serving = UdpServing::new();
-    serving.add_service(&dns, eps.iter().map(|e| &**e));
-    serving
+}
+
+fn set_slice(
+    state: &mut SyncState,
+    previous: Option<EndpointSlice>,
+    current: EndpointSlice,
+) {
+    state.apply_objects(&ObjectChange::EndpointSlice {
+        previous: previous.map(Arc::new),
+        current: Some(Arc::new(current)),
+    });
+}
+
+/// The DNS service served by 198.19.0.1 and 2001:db8:1::1 only.
+fn dns_node(ipv6: bool) -> SyncState {
+    let mut state = node(ipv6);
+    add_service(&mut state, dns());
+    set_slice(&mut state, None, dns_slice(false, &["198.19.0.1"]));
+    set_slice(&mut state, None, dns_slice(true, &["2001:db8:1::1"]));
+    state
+}
+
+/// Syncs `state` through `b`.
+fn sync<B: Backend>(
+    b: &mut B,
+    state: &mut SyncState,
+    seq: u64,
+) -> Result<(), BackendError> {
+    let outcome = state.sync();
+    block_on(b.apply(batch(state, &outcome, seq)))
 }
 
 fn live_v4() -> Flow {
@@ -143,8 +168,20 @@ fn spy(flows: impl IntoIterator<Item = Flow>) -> Spy {
 struct Failing;
 
 impl Backend for Failing {
-    async fn apply(&mut self, _: &SyncBatch) -> Result<(), BackendError> {
+    type Observed = ();
+
+    async fn apply(&mut self, _: SyncBatch<'_>) -> Result<(), BackendError> {
         Err(BackendError("injected".into()))
+    }
+
+    fn begin_repair(
+        &mut self,
+    ) -> impl Future<Output = ()> + Send + 'static + use<> {
+        std::future::ready(())
+    }
+
+    async fn repair_step(&mut self, _: &mut ()) -> RepairStep {
+        RepairStep::Done
     }
 }
 
@@ -157,13 +194,14 @@ fn dumps<B>(b: &WithConntrack<B, Spy>) -> u32 {
 }
 
 #[test]
-fn a_batch_with_udp_serving_deletes_the_stale_flows() {
+fn a_sync_that_changes_udp_endpoints_deletes_the_stale_flows() {
     let recorder = fixtures::TestRecorder::default();
     let mut b = WithConntrack::new(
-        LogBackend,
+        NoKernel,
         spy([live_v4(), stale_v4(), stale_v6(), foreign()]),
     );
-    let result = recorder.run(|| block_on(b.apply(&full(true, true))));
+    let mut state = dns_node(true);
+    let result = recorder.run(|| sync(&mut b, &mut state, 1));
     assert!(result.is_ok(), "{result:?}");
     let mut expected = vec![live_v4(), foreign()];
     expected.sort();
@@ -174,54 +212,95 @@ fn a_batch_with_udp_serving_deletes_the_stale_flows() {
 }
 
 #[test]
-fn a_batch_without_udp_serving_runs_no_dump() {
+fn a_sync_that_changes_no_udp_service_runs_no_dump() {
     let recorder = fixtures::TestRecorder::default();
-    let mut b = WithConntrack::new(LogBackend, spy([stale_v4()]));
-    for desired in [Some(DesiredState::new(ctx(true, false))), None] {
-        let batch = batch(desired, None);
-        let result = recorder.run(|| block_on(b.apply(&batch)));
+    let mut b = WithConntrack::new(NoKernel, spy([stale_v4()]));
+    let mut state = dns_node(false);
+    assert!(recorder.run(|| sync(&mut b, &mut state, 1)).is_ok());
+    assert_eq!(dumps(&b), 1);
+    b.conntrack.model.flows.insert(stale_v4());
+    // A TCP service, and a sync with nothing new: no dump.
+    add_service(
+        &mut state,
+        fixtures::service("ns", "web", |s| {
+            fixtures::set_cluster_ips(s, &["198.18.0.11"]);
+            fixtures::add_port(s, "http", 80, "TCP")
+        }),
+    );
+    for seq in [2, 3] {
+        let result = recorder.run(|| sync(&mut b, &mut state, seq));
         assert!(result.is_ok(), "{result:?}");
     }
-    assert_eq!(dumps(&b), 0);
+    assert_eq!(dumps(&b), 1);
     assert_eq!(flows(&b), vec![stale_v4()]);
-    assert_eq!(recorder.counter(DELETED_V4), 0);
+}
+
+/// The serving endpoints follow each sync's changed ports: an endpoint
+/// that leaves makes its flows stale.
+#[test]
+fn the_serving_endpoints_follow_the_changed_ports() {
+    let recorder = fixtures::TestRecorder::default();
+    let mut b = WithConntrack::new(NoKernel, spy([live_v4()]));
+    let mut state = dns_node(false);
+    assert!(recorder.run(|| sync(&mut b, &mut state, 1)).is_ok());
+    assert_eq!(flows(&b), vec![live_v4()]);
+    set_slice(
+        &mut state,
+        Some(dns_slice(false, &["198.19.0.1"])),
+        dns_slice(false, &["198.19.0.2"]),
+    );
+    assert!(recorder.run(|| sync(&mut b, &mut state, 2)).is_ok());
+    assert!(flows(&b).is_empty(), "{:?}", flows(&b));
+    assert!(b.serving().is_stale(&live_v4()));
+    assert!(!b.serving().is_stale(&stale_v4()));
 }
 
 #[test]
-fn metrics_follow_the_families_of_the_last_full_sync() {
+fn metrics_follow_the_node_families() {
     let recorder = fixtures::TestRecorder::default();
-    let mut b = WithConntrack::new(LogBackend, spy([stale_v4()]));
-    let result = recorder.run(|| block_on(b.apply(&full(true, false))));
+    let mut b = WithConntrack::new(NoKernel, spy([stale_v4(), stale_v6()]));
+    let mut state = dns_node(false);
+    let result = recorder.run(|| sync(&mut b, &mut state, 1));
     assert!(result.is_ok(), "{result:?}");
-    // An incremental batch carries no context: the families stay.
-    b.conntrack.model.flows.insert(stale_v4());
-    let incremental = batch(None, Some(dns_serving()));
-    let result = recorder.run(|| block_on(b.apply(&incremental)));
-    assert!(result.is_ok(), "{result:?}");
-    assert_eq!(recorder.counter(DELETED_V4), 2);
-    assert!(flows(&b).is_empty());
+    assert_eq!(recorder.counter(DELETED_V4), 1);
+    // An IPv4-only node reports no IPv6 series.
+    assert_eq!(recorder.counter(DELETED_V6), 0);
 }
 
 #[test]
 fn a_failed_apply_leaves_the_flows_to_the_retry() {
     let mut b = WithConntrack::new(Failing, spy([stale_v4()]));
-    let result = block_on(b.apply(&full(true, false)));
+    let mut state = dns_node(false);
+    let result = sync(&mut b, &mut state, 1);
     assert_eq!(result.map_err(|e| e.0), Err("injected".to_owned()));
     assert_eq!(dumps(&b), 0);
     assert_eq!(flows(&b), vec![stale_v4()]);
+    // The retry changes nothing in the trackers, yet owes the cleanup.
+    let mut b = WithConntrack {
+        inner: NoKernel,
+        conntrack: b.conntrack,
+        families: b.families,
+        serving: b.serving,
+        owed: b.owed,
+    };
+    assert!(sync(&mut b, &mut state, 2).is_ok());
+    assert!(flows(&b).is_empty());
 }
 
 #[test]
 fn a_failed_dump_fails_the_sync_so_that_it_is_retried() {
     let mut b = WithConntrack::new(
-        LogBackend,
+        NoKernel,
         Spy {
             fail_dump: true,
             ..spy([stale_v4()])
         },
     );
-    let result = block_on(b.apply(&batch(None, Some(dns_serving()))));
-    let error = result.expect_err("the dump failed").0;
+    let mut state = dns_node(false);
+    let error = sync(&mut b, &mut state, 1).expect_err("the dump failed").0;
     assert!(error.contains("injected"), "{error}");
     assert_eq!(flows(&b), vec![stale_v4()]);
+    b.conntrack.fail_dump = false;
+    assert!(sync(&mut b, &mut state, 2).is_ok());
+    assert!(flows(&b).is_empty());
 }

@@ -2,9 +2,8 @@ use std::{path::Path, sync::Arc, time::SystemTime};
 
 use super::*;
 use crate::{
-    daemon::LogBackend,
+    backend::testing::{batch, NoKernel},
     kernel::iptables::{contract::set_names, model::Model},
-    runner::{SyncReason, SyncTrigger},
     source::{file, store::ObjectChange},
     sync::{NodeSettings, SyncState},
 };
@@ -23,30 +22,16 @@ fn loaded_state() -> (SyncState, file::Snapshot) {
     (state, snapshot)
 }
 
-fn batch(state: &mut SyncState, seq: u64, full: bool) -> SyncBatch {
-    let outcome = state.sync();
-    SyncBatch {
-        trigger: SyncTrigger {
-            seq,
-            reason: SyncReason::Requested,
-        },
-        outcome,
-        service_ports: state.desired().len(),
-        desired: full.then(|| state.desired().clone()),
-        udp_serving: None,
-    }
-}
-
-fn backend() -> WithIptables<LogBackend, Model> {
+fn backend() -> WithIptables<NoKernel, Model> {
     let sets = set_names(Family::V4).into_iter().map(|(name, _)| name);
     WithIptables::new(
-        LogBackend,
+        NoKernel,
         Model::new().with_sets(sets),
         RulesSettings::from_config(&Config::default(), true),
     )
 }
 
-fn nat(b: &mut WithIptables<LogBackend, Model>) -> String {
+fn nat(b: &mut WithIptables<NoKernel, Model>) -> String {
     futures::executor::block_on(b.iptables.save(Family::V4, "nat")).unwrap()
 }
 
@@ -54,7 +39,8 @@ fn nat(b: &mut WithIptables<LogBackend, Model>) -> String {
 async fn the_first_sync_writes_the_rules_and_quiet_syncs_write_nothing() {
     let (mut state, snapshot) = loaded_state();
     let mut b = backend();
-    b.apply(&batch(&mut state, 1, true)).await.unwrap();
+    let outcome = state.sync();
+    b.apply(batch(&state, &outcome, 1)).await.unwrap();
     let restores = b.iptables().restores;
     assert!(restores > 0);
     let rules = nat(&mut b);
@@ -73,13 +59,13 @@ async fn the_first_sync_writes_the_rules_and_quiet_syncs_write_nothing() {
         .unwrap();
     let mut new = old.clone();
     new.endpoints.truncate(1);
-    state.apply(&ObjectChange::EndpointSlice {
+    state.apply_objects(&ObjectChange::EndpointSlice {
         previous: Some(Arc::new(old.clone())),
         current: Some(Arc::new(new)),
     });
-    let b2 = batch(&mut state, 2, false);
-    assert_eq!(b2.outcome.deltas.len(), 1);
-    b.apply(&b2).await.unwrap();
+    let outcome = state.sync();
+    assert_eq!(outcome.deltas.len(), 1);
+    b.apply(batch(&state, &outcome, 2)).await.unwrap();
     assert_eq!(b.iptables().restores, restores);
 }
 
@@ -87,7 +73,8 @@ async fn the_first_sync_writes_the_rules_and_quiet_syncs_write_nothing() {
 async fn a_set_becoming_non_empty_rewrites_the_rules() {
     let (mut state, snapshot) = loaded_state();
     let mut b = backend();
-    b.apply(&batch(&mut state, 1, true)).await.unwrap();
+    let outcome = state.sync();
+    b.apply(batch(&state, &outcome, 1)).await.unwrap();
     let restores = b.iptables().restores;
     assert!(!nat(&mut b).contains("KUBE-EXTERNAL-IP "));
 
@@ -101,11 +88,53 @@ async fn a_set_becoming_non_empty_rewrites_the_rules() {
     let mut with_external = web.clone();
     with_external.spec.as_mut().unwrap().external_ips =
         Some(vec!["198.18.50.1".into()]);
-    state.apply(&ObjectChange::Service {
+    state.apply_objects(&ObjectChange::Service {
         previous: Some(Arc::new(web.clone())),
         current: Some(Arc::new(with_external)),
     });
-    b.apply(&batch(&mut state, 2, false)).await.unwrap();
+    let outcome = state.sync();
+    b.apply(batch(&state, &outcome, 2)).await.unwrap();
     assert!(b.iptables().restores > restores);
     assert!(nat(&mut b).contains("KUBE-EXTERNAL-IP "), "{}", nat(&mut b));
+}
+
+/// A repair round reads the tables beside the syncs and restores what
+/// was flushed meanwhile; a round whose saves predate a restore leaves
+/// the tables to the next round.
+#[tokio::test]
+async fn a_repair_round_restores_flushed_chains_unless_a_sync_restored_since() {
+    let (mut state, snapshot) = loaded_state();
+    let mut b = backend();
+    let outcome = state.sync();
+    b.apply(batch(&state, &outcome, 1)).await.unwrap();
+    let intact = nat(&mut b);
+    let flush = "*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n";
+    futures::executor::block_on(b.iptables.restore(Family::V4, flush)).unwrap();
+    assert_ne!(nat(&mut b), intact);
+
+    let mut observed = b.begin_repair().await;
+    while b.repair_step(&mut observed).await == RepairStep::Continue {}
+    assert_eq!(nat(&mut b), intact, "the round restored the chain");
+
+    // Flushed again; the round reads it, but a sync restores before the
+    // round compares: the saves say nothing about the kernel any more.
+    futures::executor::block_on(b.iptables.restore(Family::V4, flush)).unwrap();
+    let mut observed = b.begin_repair().await;
+    let web = snapshot
+        .services
+        .iter()
+        .find(|s| s.metadata.name.as_deref() == Some("web"))
+        .unwrap();
+    let mut with_external = web.clone();
+    with_external.spec.as_mut().unwrap().external_ips =
+        Some(vec!["198.18.50.1".into()]);
+    state.apply_objects(&ObjectChange::Service {
+        previous: Some(Arc::new(web.clone())),
+        current: Some(Arc::new(with_external)),
+    });
+    let outcome = state.sync();
+    b.apply(batch(&state, &outcome, 2)).await.unwrap();
+    let restores = b.iptables().restores;
+    while b.repair_step(&mut observed).await == RepairStep::Continue {}
+    assert_eq!(b.iptables().restores, restores, "nothing restored");
 }

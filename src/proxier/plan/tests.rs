@@ -905,3 +905,132 @@ fn expected_sets_follow_the_families() {
     let udp = key_p("198.18.0.10", 53, Protocol::Udp);
     assert_eq!(service_name(&udp), "UDP 198.18.0.10:53");
 }
+
+/// Many services with drift of every kind, on a kernel of `kernel_of`.
+fn drifted(n: u8) -> (Ledger, Observed) {
+    let desired: Vec<Entry> = (0..n)
+        .map(|i| {
+            svc(
+                &format!("svc-{i}"),
+                "http",
+                &["198.19.0.5", "198.19.0.6"],
+                |s| {
+                    s.cluster_ips = vec![ip(&format!("198.18.0.{}", i + 1))];
+                    s.node_port = 30000 + u16::from(i);
+                },
+            )
+        })
+        .collect();
+    let ledger = Ledger::from_services(desired.iter().map(|(n, s)| (n, s)));
+    let mut observed = kernel_of(&ledger);
+    let t = table(&mut observed);
+    t.services.remove(&key("198.18.0.2", 80));
+    if let Some(vs) = t.services.get_mut(&key("198.18.0.3", 80)) {
+        vs.dests.remove(&dk("198.19.0.5"));
+        vs.dests.insert(dk("198.19.0.99"), DestState::default());
+    }
+    foreign_vs(t, "198.18.200.1", 80);
+    let link = observed.link_addresses.as_mut().unwrap();
+    link.remove(&ip("198.18.0.4"));
+    link.insert(ip("198.18.0.250"));
+    set_mut(&mut observed, "KUBE-CLUSTER-IP")
+        .entries
+        .remove(&cip("198.18.0.5", 80));
+    set_mut(&mut observed, "KUBE-NODE-PORT-TCP")
+        .entries
+        .insert(SetEntry::Port(31999));
+    observed.sets.as_mut().unwrap().remove("KUBE-LOOP-BACK");
+    (ledger, observed)
+}
+
+fn sorted(ops: &KernelOps) -> Vec<String> {
+    let mut all: Vec<String> = ops
+        .ipvs
+        .iter()
+        .map(|op| format!("{op:?} {}", op.object()))
+        .chain(ops.addresses.iter().map(|op| format!("{op:?}")))
+        .chain(ops.ipsets.iter().map(|op| format!("{op:?}")))
+        .collect();
+    all.sort();
+    all
+}
+
+/// A round in small steps repairs exactly what one comparison of
+/// everything does, each step within its budget of keys.
+#[test]
+fn a_repair_round_in_steps_repairs_what_one_whole_comparison_does() {
+    let (ledger, observed) = drifted(12);
+    let sets = expected_sets(true, false);
+    let whole = reconcile(&ledger, &sets, &observed, &ownership());
+    assert!(whole.ops.len() > 5, "{whole:?}");
+    for budget in [1, 2, 3, 7, 50] {
+        let mut cursor = RepairCursor::new();
+        let mut ops = KernelOps::default();
+        let mut foreign = Vec::new();
+        let mut steps = 0;
+        while !cursor.is_done() {
+            let step = repair_step(
+                &ledger,
+                &sets,
+                &observed,
+                &ownership(),
+                &Touched::new(),
+                &mut cursor,
+                budget,
+            );
+            // One key repaired at most adds a service and its dests.
+            assert!(step.ops.len() <= budget * 3, "budget {budget}: {step:?}");
+            ops.ipvs.extend(step.ops.ipvs);
+            ops.addresses.extend(step.ops.addresses);
+            ops.ipsets.extend(step.ops.ipsets);
+            foreign.extend(step.foreign);
+            steps += 1;
+        }
+        assert_eq!(sorted(&ops), sorted(&whole.ops), "budget {budget}");
+        assert_eq!(foreign, whole.foreign, "budget {budget}");
+        assert!(steps > 12 / budget, "budget {budget}: {steps} steps");
+    }
+}
+
+/// What a sync wrote since the round began is left alone: the round's
+/// read may predate the write.
+#[test]
+fn a_repair_step_leaves_touched_objects_alone() {
+    let (ledger, observed) = drifted(6);
+    let sets = expected_sets(true, false);
+    let mut touched = Touched::new();
+    touched.record(&KernelOps {
+        ipvs: vec![IpvsOp::DeleteService(key("198.18.0.2", 80))],
+        addresses: vec![AddressOp::Add(ip("198.18.0.4"))],
+        ipsets: vec![
+            IpsetOp::Add("KUBE-CLUSTER-IP".into(), cip("198.18.0.5", 80)),
+            IpsetOp::Create(set_spec(SetName {
+                kind: SetKind::LoopBack,
+                ipv6: false,
+            })),
+        ],
+    });
+    let got = repair_step(
+        &ledger,
+        &sets,
+        &observed,
+        &ownership(),
+        &touched,
+        &mut RepairCursor::new(),
+        usize::MAX,
+    );
+    let ops = sorted(&got.ops);
+    for untouched in ["198.18.0.2:80", "198.18.0.4", "198.18.0.5, Tcp, 80"] {
+        assert!(
+            !ops.iter().any(|op| op.contains(untouched)),
+            "{untouched} repaired: {ops:?}"
+        );
+    }
+    assert!(
+        !ops.iter().any(|op| op.contains("KUBE-LOOP-BACK")),
+        "{ops:?}"
+    );
+    // The rest of the drift is still repaired.
+    assert!(ops.iter().any(|op| op.contains("198.19.0.99")), "{ops:?}");
+    assert!(ops.iter().any(|op| op.contains("198.18.0.250")), "{ops:?}");
+}

@@ -9,7 +9,7 @@ use futures::{Stream, StreamExt};
 use pretty_assertions::assert_eq;
 
 use super::*;
-use crate::source::{ObjectChange, Stores};
+use crate::source::{store::RecordChange, Stores};
 
 const SERVICE_A: &str = "\
 apiVersion: v1
@@ -439,26 +439,22 @@ async fn assert_quiet(events: &mut (impl Stream<Item = SourceEvent> + Unpin)) {
 }
 
 fn changes(stores: &mut Stores, events: Vec<SourceEvent>) -> Vec<String> {
-    let name =
-        |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-            m.name.clone().unwrap_or_default()
-        };
     events
         .into_iter()
         .flat_map(|ev| stores.apply(ev))
         .map(|c| match c {
-            ObjectChange::Service { previous, current } => {
+            RecordChange::Service((previous, current)) => {
                 match (previous, current) {
-                    (None, Some(c)) => format!("+svc {}", name(&c.metadata)),
-                    (Some(_), Some(c)) => format!("~svc {}", name(&c.metadata)),
-                    (Some(p), None) => format!("-svc {}", name(&p.metadata)),
+                    (None, Some(c)) => format!("+svc {}", c.key.name),
+                    (Some(_), Some(c)) => format!("~svc {}", c.key.name),
+                    (Some(p), None) => format!("-svc {}", p.key.name),
                     (None, None) => "!svc".into(),
                 }
             }
-            ObjectChange::EndpointSlice { current, previous } => {
+            RecordChange::EndpointSlice((previous, current)) => {
                 format!("eps {}->{}", previous.is_some(), current.is_some())
             }
-            ObjectChange::Node { current, previous } => {
+            RecordChange::Node((previous, current)) => {
                 format!("node {}->{}", previous.is_some(), current.is_some())
             }
         })
@@ -471,7 +467,7 @@ async fn watch_relists_on_change_and_keeps_the_last_good_state() {
     let path = dir.0.join("state.yaml");
     std::fs::write(&path, format!("{SERVICE_A}---\n{NODE}")).unwrap();
     let mut events = pin!(watch(path.clone(), POLL));
-    let mut stores = Stores::new();
+    let mut stores = Stores::new("node-1");
 
     let first = next_relist(&mut events).await;
     assert_eq!(

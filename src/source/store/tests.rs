@@ -1,5 +1,3 @@
-use std::sync::Arc;
-
 use ::kube::runtime::watcher::Event;
 use futures::{stream, StreamExt};
 use k8s_openapi::{
@@ -57,70 +55,46 @@ fn node(name: &str, rv: &str) -> Node {
 
 /// A short description of one change: `+key@v` added, `~key@v->w`
 /// updated, `-key@v` deleted, where v is the resourceVersion or, without
-/// one, the first port.
-fn describe(change: &ObjectChange) -> String {
-    fn version<K: Resource>(obj: &K, port: Option<i32>) -> String {
-        match (&obj.meta().resource_version, port) {
-            (Some(rv), _) => rv.clone(),
-            (None, Some(port)) => format!("p{port}"),
-            (None, None) => "?".into(),
-        }
-    }
-    fn one<K: Resource>(
+/// one, the service's first port.
+fn describe(change: &RecordChange) -> String {
+    fn one<R>(
         kind: &str,
-        prev: &Option<Arc<K>>,
-        cur: &Option<Arc<K>>,
-        port: impl Fn(&K) -> Option<i32>,
+        (prev, cur): &Change<R>,
+        port: impl Fn(&R) -> Option<u16>,
     ) -> String {
-        let key = |o: &K| {
-            let m = o.meta();
-            match &m.namespace {
-                Some(ns) => {
-                    format!("{ns}/{}", m.name.clone().unwrap_or_default())
-                }
-                None => m.name.clone().unwrap_or_default(),
-            }
+        let version =
+            |kept: &Kept<R>| match (&kept.resource_version, port(&kept.record))
+            {
+                (Some(rv), _) => rv.clone(),
+                (None, Some(port)) => format!("p{port}"),
+                (None, None) => "?".into(),
+            };
+        let key = |kept: &Kept<R>| match kept.key.namespace.as_str() {
+            "" => kept.key.name.to_string(),
+            _ => kept.key.to_string(),
         };
         match (prev, cur) {
-            (None, Some(c)) => {
-                format!("+{kind} {}@{}", key(c), version(&**c, port(c)))
+            (None, Some(c)) => format!("+{kind} {}@{}", key(c), version(c)),
+            (Some(p), Some(c)) => {
+                format!("~{kind} {}@{}->{}", key(c), version(p), version(c))
             }
-            (Some(p), Some(c)) => format!(
-                "~{kind} {}@{}->{}",
-                key(c),
-                version(&**p, port(p)),
-                version(&**c, port(c))
-            ),
-            (Some(p), None) => {
-                format!("-{kind} {}@{}", key(p), version(&**p, port(p)))
-            }
+            (Some(p), None) => format!("-{kind} {}@{}", key(p), version(p)),
             (None, None) => format!("!{kind} empty change"),
         }
     }
-    let svc_port = |s: &Service| {
-        s.spec
-            .as_ref()
-            .and_then(|s| s.ports.as_ref())
-            .and_then(|p| p.first())
-            .map(|p| p.port)
-    };
     match change {
-        ObjectChange::Service { previous, current } => {
-            one("svc", previous, current, svc_port)
+        RecordChange::Service(change) => {
+            one("svc", change, |r| r.ports.values().map(|p| p.port).min())
         }
-        ObjectChange::EndpointSlice { previous, current } => {
-            one("eps", previous, current, |_| None)
-        }
-        ObjectChange::Node { previous, current } => {
-            one("node", previous, current, |_| None)
-        }
+        RecordChange::EndpointSlice(change) => one("eps", change, |_| None),
+        RecordChange::Node(change) => one("node", change, |_| None),
     }
 }
 
 /// Feeds the events through a stream, as the sources deliver them, and
 /// returns the changes described, plus readiness at the end.
 async fn run(events: Vec<SourceEvent>) -> (Vec<String>, bool) {
-    let mut stores = Stores::new();
+    let mut stores = Stores::new("node-a");
     let changes: Vec<String> = stream::iter(events)
         .map(|ev| stores.apply(ev))
         .collect::<Vec<_>>()
@@ -325,7 +299,7 @@ async fn ready_needs_both_services_and_slices_synced_once() {
 
 #[test]
 fn store_reports_contents_and_sync() {
-    let mut store = Store::<Service>::new();
+    let mut store = Store::<Service>::new("node-a".into());
     assert!(!store.is_synced());
     store.apply(Event::Init);
     store.apply(Event::InitApply(svc("a", Some("1"), 80)));
@@ -335,20 +309,24 @@ fn store_reports_contents_and_sync() {
     assert_eq!(store.len(), 1);
     let got = store.get(&NamespacedName::new("default", "a"));
     assert_eq!(
-        got.map(|s| s.metadata.resource_version.clone()),
+        got.map(|s| s.resource_version.clone()),
         Some(Some("1".into()))
     );
 }
 
 #[test]
 fn delete_hands_on_the_stored_object() {
-    let mut store = Store::<Service>::new();
+    let mut store = Store::<Service>::new("node-a".into());
     store.apply(Event::Apply(svc("a", Some("1"), 80)));
     // A delete event may carry a later state than the one handed on; the
     // trackers must get back exactly what they were given.
     let changes = store.apply(Event::Delete(svc("a", Some("9"), 99)));
     assert_eq!(changes.len(), 1);
     let (prev, cur) = &changes[0];
-    assert_eq!(prev.as_deref(), Some(&svc("a", Some("1"), 80)));
+    let first = Store::<Service>::new("node-a".into())
+        .apply(Event::Apply(svc("a", Some("1"), 80)))
+        .remove(0)
+        .1;
+    assert_eq!(prev, &first);
     assert!(cur.is_none());
 }

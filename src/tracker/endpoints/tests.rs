@@ -401,10 +401,10 @@ fn endpoints_change_tracker_table() {
     ];
 
     for case in cases {
-        let mut tracker = EndpointsChangeTracker::new(NODE, SystemTime::now());
+        let mut tracker = EndpointsChangeTracker::new(SystemTime::now());
         let mut map = EndpointsMap::new();
         for slice in &case.initial {
-            tracker.endpoint_slice_update(slice, false);
+            tracker.update_object(NODE, slice, false);
         }
         tracker.checkout(&mut map);
         assert_eq!(tracker.pending(), 0, "{}", case.name);
@@ -413,8 +413,8 @@ fn endpoints_change_tracker_table() {
             .steps
             .iter()
             .map(|step| match step {
-                Update(slice) => tracker.endpoint_slice_update(slice, false),
-                Delete(slice) => tracker.endpoint_slice_update(slice, true),
+                Update(slice) => tracker.update_object(NODE, slice, false),
+                Delete(slice) => tracker.update_object(NODE, slice, true),
             })
             .collect();
         assert_eq!(returns, case.returns, "{}", case.name);
@@ -479,22 +479,25 @@ fn trigger_times_after_start_are_recorded_and_dropped_on_delete() {
     let at = |secs: u64| start + Duration::from_secs(secs);
     let web_svc = NamespacedName::new("ns", "web");
     let dns_svc = NamespacedName::new("ns", "dns");
-    let mut tracker = EndpointsChangeTracker::new(NODE, start);
+    let mut tracker = EndpointsChangeTracker::new(start);
     let mut map = EndpointsMap::new();
 
     // Before the tracker started: not ours to measure.
-    tracker.endpoint_slice_update(
+    tracker.update_object(
+        NODE,
         &with_trigger(web("web-1", vec![]), "2025-12-31T23:59:59Z"),
         false,
     );
-    tracker.endpoint_slice_update(
+    tracker.update_object(
+        NODE,
         &with_trigger(
             web("web-1", vec![ready("198.19.0.1")]),
             "2026-01-01T00:00:10Z",
         ),
         false,
     );
-    tracker.endpoint_slice_update(
+    tracker.update_object(
+        NODE,
         &with_trigger(
             web("web-2", vec![ready("198.19.0.2")]),
             "2026-01-01T00:00:20Z",
@@ -502,14 +505,16 @@ fn trigger_times_after_start_are_recorded_and_dropped_on_delete() {
         false,
     );
     // No change, so its time is not a programming trigger.
-    tracker.endpoint_slice_update(
+    tracker.update_object(
+        NODE,
         &with_trigger(
             web("web-2", vec![ready("198.19.0.2")]),
             "2026-01-01T00:00:30Z",
         ),
         false,
     );
-    tracker.endpoint_slice_update(
+    tracker.update_object(
+        NODE,
         &with_trigger(
             dns("dns-1", vec![ready("198.19.0.53")]),
             "2026-01-01T00:00:40Z",
@@ -526,14 +531,16 @@ fn trigger_times_after_start_are_recorded_and_dropped_on_delete() {
     );
 
     // Checked out times are not reported again.
-    tracker.endpoint_slice_update(
+    tracker.update_object(
+        NODE,
         &with_trigger(
             web("web-1", vec![ready("198.19.0.3")]),
             "2026-01-01T00:01:00Z",
         ),
         false,
     );
-    tracker.endpoint_slice_update(
+    tracker.update_object(
+        NODE,
         &with_trigger(web("web-2", vec![]), "2026-01-01T00:01:00Z"),
         true,
     );
@@ -543,30 +550,48 @@ fn trigger_times_after_start_are_recorded_and_dropped_on_delete() {
 
 #[test]
 fn pending_gauge_counts_services_not_slices() {
-    let mut tracker = EndpointsChangeTracker::new(NODE, SystemTime::now());
-    tracker
-        .endpoint_slice_update(&web("web-1", vec![ready("198.19.0.1")]), false);
-    tracker
-        .endpoint_slice_update(&web("web-2", vec![ready("198.19.0.2")]), false);
-    tracker
-        .endpoint_slice_update(&dns("dns-1", vec![ready("198.19.0.3")]), false);
+    let mut tracker = EndpointsChangeTracker::new(SystemTime::now());
+    tracker.update_object(
+        NODE,
+        &web("web-1", vec![ready("198.19.0.1")]),
+        false,
+    );
+    tracker.update_object(
+        NODE,
+        &web("web-2", vec![ready("198.19.0.2")]),
+        false,
+    );
+    tracker.update_object(
+        NODE,
+        &dns("dns-1", vec![ready("198.19.0.3")]),
+        false,
+    );
     assert_eq!(tracker.pending(), 2);
 }
 
 #[test]
 fn checkout_touches_only_changed_ports() {
-    let mut tracker = EndpointsChangeTracker::new(NODE, SystemTime::now());
+    let mut tracker = EndpointsChangeTracker::new(SystemTime::now());
     let mut map = EndpointsMap::new();
-    tracker
-        .endpoint_slice_update(&web("web-1", vec![ready("198.19.0.1")]), false);
-    tracker
-        .endpoint_slice_update(&dns("dns-1", vec![ready("198.19.0.2")]), false);
+    tracker.update_object(
+        NODE,
+        &web("web-1", vec![ready("198.19.0.1")]),
+        false,
+    );
+    tracker.update_object(
+        NODE,
+        &dns("dns-1", vec![ready("198.19.0.2")]),
+        false,
+    );
     tracker.checkout(&mut map);
     let dns_key = ServicePortName::new("ns", "dns", "dns", Protocol::Udp);
     let before = map.get(&dns_key).cloned().unwrap_or_default();
 
-    tracker
-        .endpoint_slice_update(&web("web-1", vec![ready("198.19.0.9")]), false);
+    tracker.update_object(
+        NODE,
+        &web("web-1", vec![ready("198.19.0.9")]),
+        false,
+    );
     tracker.checkout(&mut map);
     let after = map.get(&dns_key).cloned().unwrap_or_default();
     // The untouched service keeps the very same allocation.
@@ -578,19 +603,20 @@ fn checkout_touches_only_changed_ports() {
 fn change_metrics_follow_upstream() {
     let recorder = TestRecorder::default();
     recorder.run(|| {
-        let mut tracker = EndpointsChangeTracker::new(NODE, SystemTime::now());
+        let mut tracker = EndpointsChangeTracker::new(SystemTime::now());
         let mut map = EndpointsMap::new();
         let one = web("web-1", vec![ready("198.19.0.1")]);
-        assert!(tracker.endpoint_slice_update(&one, false));
-        assert!(!tracker.endpoint_slice_update(&one, false));
-        assert!(tracker.endpoint_slice_update(
+        assert!(tracker.update_object(NODE, &one, false));
+        assert!(!tracker.update_object(NODE, &one, false));
+        assert!(tracker.update_object(
+            NODE,
             &web("web-2", vec![ready("198.19.0.2")]),
             false
         ));
         // Ignored slices are not changes at all.
         let mut fqdn = web("web-3", vec![]);
         fqdn.address_type = "FQDN".to_owned();
-        assert!(!tracker.endpoint_slice_update(&fqdn, false));
+        assert!(!tracker.update_object(NODE, &fqdn, false));
         assert_eq!(recorder.gauge(names::ENDPOINT_CHANGES_PENDING), 2.0);
         assert_eq!(recorder.counter(names::ENDPOINT_CHANGES_TOTAL), 3);
         tracker.checkout(&mut map);
@@ -602,12 +628,12 @@ fn change_metrics_follow_upstream() {
 fn invalid_slices_are_counted() {
     let recorder = TestRecorder::default();
     recorder.run(|| {
-        let mut tracker = EndpointsChangeTracker::new(NODE, SystemTime::now());
+        let mut tracker = EndpointsChangeTracker::new(SystemTime::now());
         let mut orphan = web("orphan", vec![ready("198.19.0.1")]);
         orphan.metadata.labels = None;
-        assert!(!tracker.endpoint_slice_update(&orphan, false));
+        assert!(!tracker.update_object(NODE, &orphan, false));
         let bad_ip = web("web-1", vec![ready("198.19.0.1"), ready("nope")]);
-        assert!(tracker.endpoint_slice_update(&bad_ip, false));
+        assert!(tracker.update_object(NODE, &bad_ip, false));
     });
     assert_eq!(
         recorder.counter(

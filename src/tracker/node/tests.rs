@@ -124,7 +124,11 @@ fn node_tracker_table() {
             NodeTracker::new("node-a", case.detect_local_node_cidr);
         for (i, (node, expected)) in case.steps.into_iter().enumerate() {
             assert_eq!(
-                tracker.update(node.as_ref()),
+                tracker.update(
+                    node.as_ref()
+                        .map(|n| crate::model::node_info(n).report())
+                        .as_ref(),
+                ),
                 expected,
                 "{} (step {i})",
                 case.name
@@ -138,7 +142,9 @@ fn accessors_follow_updates() {
     let mut tracker = NodeTracker::new("node-a", true);
     assert_eq!(tracker.node(), None);
     assert_eq!(tracker.pod_cidrs(), None);
-    tracker.update(Some(&ours(&["198.19.1.0/24"], "zone-a")));
+    tracker.update(Some(
+        &crate::model::node_info(&ours(&["198.19.1.0/24"], "zone-a")).report(),
+    ));
     assert_eq!(tracker.node(), Some(&info(&["198.19.1.0/24"], "zone-a")));
     assert_eq!(tracker.pod_cidrs(), Some(&nets(&["198.19.1.0/24"])[..]));
 }

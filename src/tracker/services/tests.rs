@@ -232,14 +232,15 @@ fn service_change_tracker_table() {
         let mut tracker = ServiceChangeTracker::new();
         let mut map = ServicePortMap::new();
         for svc in &case.initial {
-            tracker.update(None, Some(svc));
+            tracker.update_objects(None, Some(svc));
         }
         tracker.checkout(&mut map);
         assert_eq!(tracker.pending(), 0, "{}", case.name);
 
         let mut needs_sync = false;
         for (previous, current) in &case.steps {
-            needs_sync = tracker.update(previous.as_ref(), current.as_ref());
+            needs_sync =
+                tracker.update_objects(previous.as_ref(), current.as_ref());
         }
         assert_eq!(needs_sync, case.needs_sync, "{}", case.name);
         assert_eq!(tracker.pending(), case.pending, "{}", case.name);
@@ -282,9 +283,9 @@ fn service_change_tracker_table() {
 fn map_holds_the_latest_port_info() {
     let mut tracker = ServiceChangeTracker::new();
     let mut map = ServicePortMap::new();
-    tracker.update(None, Some(&web(|_| {})));
+    tracker.update_objects(None, Some(&web(|_| {})));
     tracker.checkout(&mut map);
-    tracker.update(
+    tracker.update_objects(
         Some(&web(|_| {})),
         Some(&web(|s| spec(s).ports.as_mut().unwrap()[0].port = 8080)),
     );
@@ -298,7 +299,7 @@ fn checkout_without_changes_is_empty() {
     let mut tracker = ServiceChangeTracker::new();
     let mut map = ServicePortMap::new();
     assert_eq!(tracker.checkout(&mut map), ServiceUpdateResult::default());
-    assert!(!tracker.update(None, None));
+    assert!(!tracker.update_objects(None, None));
 }
 
 #[test]
@@ -307,11 +308,11 @@ fn change_metrics_follow_upstream() {
     recorder.run(|| {
         let mut tracker = ServiceChangeTracker::new();
         let mut map = ServicePortMap::new();
-        tracker.update(None, Some(&web(|_| {})));
-        tracker.update(None, Some(&dns(|_| {})));
+        tracker.update_objects(None, Some(&web(|_| {})));
+        tracker.update_objects(None, Some(&dns(|_| {})));
         assert_eq!(recorder.gauge(names::SERVICE_CHANGES_PENDING), 2.0);
         // Cancelled out: still counted as a change, no longer pending.
-        tracker.update(Some(&web(|_| {})), None);
+        tracker.update_objects(Some(&web(|_| {})), None);
         assert_eq!(recorder.gauge(names::SERVICE_CHANGES_PENDING), 1.0);
         tracker.checkout(&mut map);
         assert_eq!(recorder.gauge(names::SERVICE_CHANGES_PENDING), 0.0);
@@ -325,9 +326,9 @@ fn invalid_service_fields_are_counted_once_per_update() {
     let bad = web(|s| add_port(s, "big", 70_000, "TCP"));
     recorder.run(|| {
         let mut tracker = ServiceChangeTracker::new();
-        tracker.update(None, Some(&bad));
+        tracker.update_objects(None, Some(&bad));
         // The previous object's problems were reported when it came in.
-        tracker.update(Some(&bad), None);
+        tracker.update_objects(Some(&bad), None);
     });
     assert_eq!(
         recorder.counter(

@@ -57,7 +57,18 @@ pub fn http_get(
     path: &str,
     timeout: Duration,
 ) -> Result<(u16, String), Error> {
-    let what = || format!("GET {path} from");
+    http_request("GET", addr, path, timeout)
+}
+
+/// One HTTP/1.0 request without a body (a `POST` that only names what to
+/// do, as testpod's readiness switch); the status and the body.
+pub fn http_request(
+    method: &str,
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> Result<(u16, String), Error> {
+    let what = || format!("{method} {path} from");
     let traffic = |source| Error::Traffic {
         what: what(),
         addr,
@@ -66,7 +77,7 @@ pub fn http_get(
     let mut stream =
         TcpStream::connect_timeout(&addr, timeout).map_err(traffic)?;
     stream.set_read_timeout(Some(timeout)).map_err(traffic)?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")
+    write!(stream, "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")
         .map_err(traffic)?;
     let mut raw = Vec::new();
     stream.read_to_end(&mut raw).map_err(traffic)?;

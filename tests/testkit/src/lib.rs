@@ -15,7 +15,9 @@ mod error;
 pub mod guest;
 pub mod pod;
 
-pub use client::{http_get, metric_sum, tcp_tally, udp_tally, Tally};
+pub use client::{
+    http_get, http_request, metric_sum, tcp_tally, udp_tally, Tally,
+};
 pub use command::{run, run_with_input};
 pub use error::Error;
 pub use pod::{start_pods, Pod, PodSpec};

@@ -1,0 +1,394 @@
+//! The sync loop against a recording backend, on a paused clock: what each
+//! sync hands over, when repair rounds run and that they never hold up a
+//! sync, retries, the poller.
+
+use std::{
+    future::Future,
+    net::IpAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use futures::StreamExt;
+use kube::runtime::watcher::Event;
+use pretty_assertions::assert_eq;
+use tokio::time::Instant;
+
+use super::*;
+use crate::{
+    backend::BackendError,
+    model::fixtures,
+    runner::SyncReason,
+    sync::{NodeSettings, SyncState},
+};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seen {
+    Sync {
+        reason: SyncReason,
+        deltas: usize,
+        node_ports: Vec<IpAddr>,
+    },
+    RepairBegun,
+    RepairStep,
+    Poll,
+}
+
+/// Records what the loop asks of it, with the (paused) time in whole
+/// seconds since the test began.
+#[derive(Clone)]
+struct Recording {
+    start: Instant,
+    seen: Arc<Mutex<Vec<(u64, Seen)>>>,
+    /// How many of the first applies fail.
+    fail_first: Arc<Mutex<u32>>,
+    /// Steps a repair round takes, each a second long.
+    steps: usize,
+    /// What a repair round reads as the node's addresses.
+    local: Vec<IpAddr>,
+    /// How long an apply takes.
+    apply_time: Duration,
+}
+
+struct Read {
+    local: Vec<IpAddr>,
+    steps_left: usize,
+}
+
+impl crate::backend::Observation for Read {
+    fn local_addresses(&self) -> Option<&[IpAddr]> {
+        Some(&self.local)
+    }
+}
+
+impl Recording {
+    fn new(steps: usize) -> Self {
+        Self {
+            start: Instant::now(),
+            seen: Arc::default(),
+            fail_first: Arc::default(),
+            steps,
+            local: vec![ip("198.18.100.1")],
+            apply_time: Duration::from_millis(10),
+        }
+    }
+
+    fn record(&self, seen: Seen) {
+        let at = self.start.elapsed().as_secs();
+        self.seen.lock().unwrap().push((at, seen));
+    }
+
+    fn seen(&self) -> Vec<(u64, Seen)> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    fn syncs(&self) -> Vec<(u64, SyncReason, usize)> {
+        self.seen()
+            .into_iter()
+            .filter_map(|(at, seen)| match seen {
+                Seen::Sync { reason, deltas, .. } => Some((at, reason, deltas)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+impl Backend for Recording {
+    type Observed = Read;
+
+    async fn apply(
+        &mut self,
+        batch: SyncBatch<'_>,
+    ) -> Result<(), BackendError> {
+        // A sync takes a little time, with the loop waiting on it.
+        tokio::time::sleep(self.apply_time).await;
+        self.record(Seen::Sync {
+            reason: batch.trigger.reason,
+            deltas: batch.outcome.deltas.len(),
+            node_ports: batch
+                .state
+                .desired()
+                .context()
+                .node_port_addresses
+                .clone(),
+        });
+        let mut fail = self.fail_first.lock().unwrap();
+        if *fail > 0 {
+            *fail -= 1;
+            return Err(BackendError("injected".into()));
+        }
+        Ok(())
+    }
+
+    fn begin_repair(
+        &mut self,
+    ) -> impl Future<Output = Read> + Send + 'static + use<> {
+        self.record(Seen::RepairBegun);
+        let read = Read {
+            local: self.local.clone(),
+            steps_left: self.steps,
+        };
+        async move {
+            // The read takes two seconds, beside the syncs.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            read
+        }
+    }
+
+    async fn repair_step(&mut self, read: &mut Read) -> RepairStep {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        self.record(Seen::RepairStep);
+        read.steps_left = read.steps_left.saturating_sub(1);
+        match read.steps_left {
+            0 => RepairStep::Done,
+            _ => RepairStep::Continue,
+        }
+    }
+
+    fn poll_interval(&self) -> Option<Duration> {
+        Some(Duration::from_secs(2))
+    }
+
+    async fn poll(&mut self) {
+        self.record(Seen::Poll);
+    }
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn service(i: u8) -> k8s_openapi::api::core::v1::Service {
+    fixtures::service("ns", &format!("svc-{i}"), |s| {
+        fixtures::set_cluster_ips(s, &[&format!("198.18.0.{}", i + 1)]);
+        fixtures::add_port(s, "http", 80, "TCP")
+    })
+}
+
+/// Services and slices listed once (one service); then a new service at
+/// each of `at` (seconds); then silence.
+fn source(
+    at: &'static [u64],
+) -> impl futures::Stream<Item = SourceEvent> + Send + 'static {
+    let start = Instant::now();
+    futures::stream::iter(vec![
+        SourceEvent::Service(Event::Init),
+        SourceEvent::Service(Event::InitApply(service(0))),
+        SourceEvent::Service(Event::InitDone),
+        SourceEvent::EndpointSlice(Event::Init),
+        SourceEvent::EndpointSlice(Event::InitDone),
+    ])
+    .chain(futures::stream::iter(at.iter().enumerate()).then(
+        move |(i, at)| async move {
+            tokio::time::sleep_until(start + Duration::from_secs(*at)).await;
+            SourceEvent::Service(Event::Apply(service(i as u8 + 1)))
+        },
+    ))
+    .chain(futures::stream::pending())
+}
+
+async fn run_for(
+    backend: Recording,
+    source: impl futures::Stream<Item = SourceEvent> + Send + 'static,
+    for_: Duration,
+) {
+    let state = SyncState::new(
+        "node-a",
+        NodeSettings::default(),
+        Some(vec![ip("198.18.100.1")]),
+        std::time::SystemTime::now(),
+    );
+    let settings = LoopSettings {
+        min_sync_period: Duration::from_secs(1),
+        sync_period: Duration::from_secs(30),
+    };
+    let run = run(source, state, backend, settings, SyncReporter::default());
+    assert!(tokio::time::timeout(for_, run).await.is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn changes_reach_the_backend_as_deltas_and_quiet_periods_still_sync() {
+    let backend = Recording::new(1);
+    run_for(backend.clone(), source(&[10]), Duration::from_secs(65)).await;
+    assert_eq!(
+        backend.syncs(),
+        [
+            (0, SyncReason::Requested, 1),
+            (10, SyncReason::Requested, 1),
+            // syncPeriod after the last sync, with nothing to do.
+            (40, SyncReason::Periodic, 0),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn repair_rounds_follow_the_sync_period_and_step_between_syncs() {
+    let backend = Recording::new(3);
+    run_for(backend.clone(), source(&[]), Duration::from_secs(75)).await;
+    let rounds: Vec<(u64, Seen)> = backend
+        .seen()
+        .into_iter()
+        .filter(|(_, s)| matches!(s, Seen::RepairBegun | Seen::RepairStep))
+        .collect();
+    assert_eq!(
+        rounds,
+        [
+            // syncPeriod after the first sync; a 2 s read; 1 s steps.
+            (30, Seen::RepairBegun),
+            (33, Seen::RepairStep),
+            (34, Seen::RepairStep),
+            (35, Seen::RepairStep),
+            // syncPeriod after the round ended.
+            (65, Seen::RepairBegun),
+            (68, Seen::RepairStep),
+            (69, Seen::RepairStep),
+            (70, Seen::RepairStep),
+        ]
+    );
+}
+
+/// A change during a long repair round is synced at once: the round
+/// waits, the change does not.
+#[tokio::test(start_paused = true)]
+async fn a_sync_never_waits_for_a_repair_round() {
+    let backend = Recording::new(20);
+    run_for(backend.clone(), source(&[40]), Duration::from_secs(60)).await;
+    let seen = backend.seen();
+    let sync_at = seen
+        .iter()
+        .position(|(at, s)| *at == 40 && matches!(s, Seen::Sync { .. }))
+        .expect("the change at 40 s was synced at 40 s");
+    let steps = |range: &[(u64, Seen)]| {
+        range.iter().filter(|(_, s)| *s == Seen::RepairStep).count()
+    };
+    // Some of the round's steps ran before the sync, and the rest after.
+    assert!(steps(&seen[..sync_at]) > 0, "{seen:?}");
+    assert!(steps(&seen[sync_at..]) > 0, "{seen:?}");
+}
+
+/// Changes every 100 ms and syncs of 200 ms leave the loop no idle
+/// time; the round still ends, a step after each sync.
+#[tokio::test(start_paused = true)]
+async fn a_round_ends_while_syncs_keep_the_loop_busy() {
+    let mut backend = Recording::new(5);
+    backend.apply_time = Duration::from_millis(200);
+    let start = Instant::now();
+    let busy = source(&[]).take(5).chain(
+        futures::stream::iter(0..400u32)
+            .then(move |i| async move {
+                let at =
+                    Duration::from_secs(25) + Duration::from_millis(100) * i;
+                tokio::time::sleep_until(start + at).await;
+                SourceEvent::Service(Event::Apply(service((i % 200) as u8)))
+            })
+            .chain(futures::stream::pending()),
+    );
+    run_for(backend.clone(), busy, Duration::from_secs(60)).await;
+    let seen = backend.seen();
+    let steps: Vec<u64> = seen
+        .iter()
+        .filter(|(_, s)| *s == Seen::RepairStep)
+        .map(|(at, _)| *at)
+        .collect();
+    assert_eq!(steps.len(), 5, "{seen:?}");
+    // All within the busy stretch (25 s to 65 s), right after the read.
+    assert!(steps.iter().all(|at| (32..=45).contains(at)), "{steps:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_sync_is_retried_after_a_second() {
+    let backend = Recording::new(1);
+    *backend.fail_first.lock().unwrap() = 1;
+    run_for(backend.clone(), source(&[]), Duration::from_secs(5)).await;
+    assert_eq!(
+        backend.syncs(),
+        [(0, SyncReason::Requested, 1), (1, SyncReason::Retry, 0)]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_back_off_while_the_backend_keeps_failing() {
+    let backend = Recording::new(1);
+    *backend.fail_first.lock().unwrap() = 4;
+    run_for(backend.clone(), source(&[]), Duration::from_secs(20)).await;
+    let at: Vec<u64> = backend.syncs().iter().map(|(at, ..)| *at).collect();
+    // 1, 2, 4 and 8 s after each failure; then fine.
+    assert_eq!(at, [0, 1, 3, 7, 15]);
+}
+
+/// The node's addresses come with each repair round's read: a new one
+/// reaches the desired state (its NodePorts) at once.
+#[tokio::test(start_paused = true)]
+async fn node_addresses_read_by_a_repair_round_reach_the_next_sync() {
+    let mut backend = Recording::new(1);
+    backend.local = vec![ip("198.18.100.1"), ip("198.18.100.2")];
+    run_for(backend.clone(), source(&[]), Duration::from_secs(35)).await;
+    let node_ports: Vec<(u64, Vec<IpAddr>)> = backend
+        .seen()
+        .into_iter()
+        .filter_map(|(at, s)| match s {
+            Seen::Sync { node_ports, .. } => Some((at, node_ports)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        node_ports,
+        [
+            (0, vec![ip("198.18.100.1")]),
+            // The runner's periodic sync.
+            (30, vec![ip("198.18.100.1")]),
+            // Read at 30..32 s, synced at once.
+            (32, vec![ip("198.18.100.1"), ip("198.18.100.2")]),
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_poller_runs_every_interval() {
+    let backend = Recording::new(1);
+    run_for(backend.clone(), source(&[]), Duration::from_secs(21)).await;
+    let polls = backend
+        .seen()
+        .iter()
+        .filter(|(_, s)| *s == Seen::Poll)
+        .count();
+    // Every 2 s for 21 s, the first tick at once.
+    assert_eq!(polls, 11);
+}
+
+#[tokio::test(start_paused = true)]
+async fn nothing_syncs_before_both_kinds_are_listed() {
+    let backend = Recording::new(1);
+    let half = futures::stream::iter(vec![
+        SourceEvent::Service(Event::Init),
+        SourceEvent::Service(Event::InitApply(service(0))),
+        SourceEvent::Service(Event::InitDone),
+    ])
+    .chain(futures::stream::pending());
+    run_for(backend.clone(), half, Duration::from_secs(65)).await;
+    assert_eq!(backend.syncs(), []);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_end_of_the_source_ends_the_loop() {
+    let backend = Recording::new(1);
+    let state = SyncState::new(
+        "node-a",
+        NodeSettings::default(),
+        None,
+        std::time::SystemTime::now(),
+    );
+    let settings = LoopSettings {
+        min_sync_period: Duration::ZERO,
+        sync_period: Duration::from_secs(30),
+    };
+    let ended = run(
+        futures::stream::empty(),
+        state,
+        backend,
+        settings,
+        SyncReporter::default(),
+    )
+    .await;
+    assert!(matches!(ended, Err(DaemonError::SourceEnded)), "{ended:?}");
+}

@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# In the real-kernel guest: makes it a Kubernetes node, then runs a command
+# on it (tests/node-e2e/run.sh boots the guest with this).
+#
+#   tests/node-e2e/node.sh COMMAND [ARG...]
+#
+# The node: containerd and runc (Debian's), the CNI plugins (Debian's
+# bridge, host-local and loopback; containerd writes the bridge network's
+# configuration from the podCIDR the kubelet hands it), the images of
+# E2E_IMAGES imported, and the kubelet from build-k8s.sh registering Node
+# E2E_NODE_NAME (address E2E_NODE_IP, on a dummy link) with its client
+# certificate. Returns once the Node is Ready, as the controller-manager's
+# node lifecycle sees it, then runs COMMAND and exits with its status;
+# on failure it prints the ends of the kubelet's and containerd's logs.
+#
+# The guest's root is this machine's, shared read-only: what the node
+# writes goes to tmpfs mounts over /var/lib and /var/log (the kubelet's
+# root, pod logs and /var/log/containers; containerd's root; the CNI
+# plugins' state) and /run.
+#
+# Environment (run.sh passes it): E2E_K8S_BIN, E2E_IMAGES (the folder of
+# images.sh), E2E_KUBELET_KUBECONFIG, E2E_CA_CERT,
+# E2E_ADMIN_GUEST_KUBECONFIG, E2E_NODE_NAME, E2E_NODE_IP.
+set -euo pipefail
+
+: "${E2E_K8S_BIN:?}" "${E2E_IMAGES:?}" "${E2E_KUBELET_KUBECONFIG:?}"
+: "${E2E_CA_CERT:?}" "${E2E_ADMIN_GUEST_KUBECONFIG:?}"
+: "${E2E_NODE_NAME:?}" "${E2E_NODE_IP:?}"
+(($#)) || { echo "usage: $0 COMMAND [ARG...]" >&2; exit 2; }
+
+started=$SECONDS
+log() { printf '%s node: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+die() {
+    log "$*"
+    exit 1
+}
+kubectl() { "$E2E_K8S_BIN/kubectl" --kubeconfig "$E2E_ADMIN_GUEST_KUBECONFIG" "$@"; }
+# The images' names, for the tests too.
+set -a
+# shellcheck disable=SC1091
+source "$E2E_IMAGES/images.env"
+set +a
+
+node_logs() {
+    local f
+    for f in /var/log/containerd.log /var/log/kubelet.log; do
+        [[ -f $f ]] || continue
+        log "--- the end of $f"
+        tail -n 40 "$f" >&2
+    done
+}
+
+# Polls COMMAND until it succeeds or SECONDS_ pass.
+wait_for() {
+    local what=$1 seconds_=$2
+    shift 2
+    local deadline=$((SECONDS + seconds_))
+    until "$@" >/dev/null 2>&1; do
+        ((SECONDS < deadline)) || {
+            node_logs
+            die "timed out after ${seconds_}s waiting for $what"
+        }
+        sleep 1
+    done
+}
+
+# --- writable places and the kernel's parts ---------------------------------
+mount -t tmpfs -o size=3g,mode=755 tmpfs /var/lib
+mount -t tmpfs -o mode=755 tmpfs /var/log
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+# The kubelet needs these controllers for its pod cgroups.
+for c in cpu cpuset memory pids io hugetlb; do
+    grep -qw "$c" /sys/fs/cgroup/cgroup.controllers &&
+        echo "+$c" >/sys/fs/cgroup/cgroup.subtree_control
+done
+# /lib/modules with the running kernel's modules, as on any node (kubeadm's
+# kube-proxy DaemonSet mounts it): the shared root has no such folder, so
+# an overlay over /usr/lib adds it, bound to the kernel's modules that the
+# guest's init loads from (vm.modroot).
+modroot=$(sed -n 's/.*vm\.modroot=\([^ ]*\).*/\1/p' /proc/cmdline)
+[[ -d $modroot/lib/modules/$(uname -r) ]] || die "no modules for $(uname -r) under '$modroot'"
+mkdir -p /run/usr-lib/upper /run/usr-lib/work
+mount -t overlay overlay \
+    -o lowerdir=/usr/lib,upperdir=/run/usr-lib/upper,workdir=/run/usr-lib/work /usr/lib
+mkdir -p /usr/lib/modules
+mount --bind "$modroot/lib/modules" /usr/lib/modules
+# Bridged pod traffic goes through iptables (the proxy's masquerading),
+# as on any kube-proxy node.
+sysctl -qw net.bridge.bridge-nf-call-iptables=1 net.ipv4.ip_forward=1
+# The node's address, the one its Node reports.
+ip link add node0 type dummy
+ip addr add "$E2E_NODE_IP/24" dev node0
+ip link set node0 up
+
+# --- containerd ---------------------------------------------------------------
+conf=/run/node
+mkdir -p "$conf" /var/lib/cni/net.d
+cat >"$conf/cni.template" <<'EOF'
+{
+  "cniVersion": "1.0.0",
+  "name": "e2e",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "cni0",
+      "isGateway": true,
+      "ipMasq": true,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "ranges": [[{"subnet": "{{.PodCIDR}}"}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    }
+  ]
+}
+EOF
+cat >"$conf/containerd.toml" <<EOF
+version = 2
+root = "/var/lib/containerd"
+state = "/run/containerd"
+[grpc]
+  address = "/run/containerd/containerd.sock"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$E2E_PAUSE_IMAGE"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "/var/lib/cni/net.d"
+    conf_template = "$conf/cni.template"
+EOF
+log "starting containerd"
+containerd --config "$conf/containerd.toml" >/var/log/containerd.log 2>&1 &
+ctr() { command ctr --address /run/containerd/containerd.sock -n k8s.io "$@"; }
+wait_for "containerd" 60 ctr version
+for image in pause testpod kube-ipvs-proxy kube-proxy; do
+    ctr images import "$E2E_IMAGES/$image.tar" >/dev/null
+done
+# Two tags of our image, for the rolling update from one to the other.
+ctr images tag "$E2E_PROXY_IMAGE" "$E2E_PROXY_IMAGE-a" >/dev/null
+ctr images tag "$E2E_PROXY_IMAGE" "$E2E_PROXY_IMAGE-b" >/dev/null
+log "images imported after $((SECONDS - started))s: $(ctr images list -q | grep -vc '^sha256:') names"
+
+# --- the kubelet ----------------------------------------------------------------
+mkdir -p /var/lib/kubelet
+cp "$E2E_KUBELET_KUBECONFIG" /var/lib/kubelet/kubeconfig
+cat >/var/lib/kubelet/config.yaml <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+# The API server's client certificate (logs, exec) is signed by the test
+# CA; nothing else talks to the kubelet.
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: $E2E_CA_CERT}
+authorization: {mode: AlwaysAllow}
+readOnlyPort: 0
+# Images cannot be pulled again: never collect them.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: 50Mi
+  nodefs.available: 1%
+  imagefs.available: 1%
+failSwapOn: false
+EOF
+log "starting the kubelet"
+"$E2E_K8S_BIN/kubelet" --config /var/lib/kubelet/config.yaml \
+    --kubeconfig /var/lib/kubelet/kubeconfig \
+    --hostname-override "$E2E_NODE_NAME" --node-ip "$E2E_NODE_IP" \
+    -v 1 >/var/log/kubelet.log 2>&1 &
+
+node_ready() {
+    [[ $(kubectl get node "$E2E_NODE_NAME" \
+        -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]]
+}
+wait_for "Node $E2E_NODE_NAME Ready" 300 node_ready
+log "Node $E2E_NODE_NAME Ready after $((SECONDS - started))s, podCIDR $(kubectl get node "$E2E_NODE_NAME" -o jsonpath='{.spec.podCIDR}')"
+
+status=0
+"$@" || status=$?
+((status == 0)) || node_logs
+exit "$status"
