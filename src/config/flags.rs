@@ -114,7 +114,7 @@ pub struct ConfigArgs {
     #[arg(long, value_name = "MODE")]
     pub proxy_mode: Option<String>,
 
-    /// The IPVS scheduler (rr, wrr, lc, wlc, lblc, lblcr, sh, dh, sed, nq).
+    /// The IPVS scheduler (rr, wrr, lc, wlc, lblc, lblcr, sh, dh, sed, nq, mh).
     #[arg(long, value_name = "NAME")]
     pub ipvs_scheduler: Option<String>,
 

@@ -99,7 +99,8 @@ pub struct IpvsConfig {
     pub udp_timeout: Option<Duration>,
 }
 
-/// The IPVS schedulers kube-proxy accepts; empty in the config means `rr`.
+/// The IPVS schedulers the kernel has and kube-proxy knows (upstream
+/// passes any name to the kernel); empty in the config means `rr`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Scheduler {
     #[default]
@@ -113,6 +114,9 @@ pub enum Scheduler {
     DestinationHashing,
     ShortestExpectedDelay,
     NeverQueue,
+    /// Maglev hashing; upstream sets its source-port flag on every
+    /// virtual server.
+    Maglev,
 }
 
 const SCHEDULERS: &[(&str, Scheduler)] = &[
@@ -129,6 +133,7 @@ const SCHEDULERS: &[(&str, Scheduler)] = &[
     ("dh", Scheduler::DestinationHashing),
     ("sed", Scheduler::ShortestExpectedDelay),
     ("nq", Scheduler::NeverQueue),
+    ("mh", Scheduler::Maglev),
 ];
 
 impl Scheduler {

@@ -222,6 +222,11 @@ const VALID: &[Valid] = &[
         check: |c| c.hostname_override.as_deref() == Some("node-a"),
     },
     Valid {
+        name: "the mh scheduler",
+        text: "ipvs:\n  scheduler: mh",
+        check: |c| c.ipvs.scheduler == Scheduler::Maglev,
+    },
+    Valid {
         name: "config sync period",
         text: "configSyncPeriod: 1h",
         check: |c| c.config_sync_period == Duration::from_secs(3600),
@@ -868,7 +873,8 @@ fn scheduler_names_round_trip() {
     assert_eq!(
         names,
         vec![
-            "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "sh", "dh", "sed", "nq"
+            "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "sh", "dh", "sed", "nq",
+            "mh"
         ]
     );
     for name in names {
@@ -877,8 +883,8 @@ fn scheduler_names_round_trip() {
     }
     assert_eq!("".parse::<Scheduler>(), Ok(Scheduler::RoundRobin));
     assert_eq!(
-        "mh".parse::<Scheduler>(),
-        Err(UnknownScheduler("mh".to_owned()))
+        "foo".parse::<Scheduler>(),
+        Err(UnknownScheduler("foo".to_owned()))
     );
 }
 
