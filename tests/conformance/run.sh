@@ -5,8 +5,9 @@
 # (tests/e2e/control-plane.sh, already started); the kernel state each
 # leaves is snapshotted after every step and the two diffed, step by step.
 #
-#   tests/conformance/run.sh [RUN...]      default: every scenario, then a
-#                                          takeover of each with traffic
+#   tests/conformance/run.sh [RUN...]      default: every scenario, a
+#                                          takeover of each with traffic,
+#                                          and one walk with SIGKILLs
 #
 # A RUN is one of:
 #   NAME           scenarios/NAME.yaml (the format: tool/src/scenario.rs):
@@ -257,7 +258,7 @@ default_runs() {
     for f in "$here"/scenarios/*.yaml; do
         grep -q '^kind: *Traffic' "$f" && echo "takeover-$(basename "$f" .yaml)"
     done
-    return 0
+    echo kill:1
 }
 
 # prepare RUN: the run's scenario file, split into $hostwork/RUN.
@@ -317,7 +318,8 @@ case ${1:-} in
     done
     k8s_bin=$(dirname "$(command -v kubectl)")
     export E2E_UPSTREAM_PROXY=${E2E_UPSTREAM_PROXY:-$k8s_bin/kube-proxy}
-    mapfile -t runs < <(if (($#)); then expand_runs "$@"; else default_runs; fi)
+    # shellcheck disable=SC2046 # one word per run
+    mapfile -t runs < <(if (($#)); then expand_runs "$@"; else expand_runs $(default_runs); fi)
     # The base configuration, as kubeadm writes its kube-proxy ConfigMap
     # (the conntrack section all null, so upstream's defaults apply).
     cat >"$hostwork/base.yaml" <<EOF

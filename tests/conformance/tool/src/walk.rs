@@ -1129,7 +1129,7 @@ pub fn walk(seed: u64, options: &Options) -> Vec<Value> {
             &mut rng,
             &touched,
             names.join("; "),
-            &options,
+            options,
         ));
     }
     docs
