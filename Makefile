@@ -2,7 +2,8 @@
 # needs (tests/vm/deps.sh) and caches the kernel under target/vm/.
 
 .PHONY: e2e demo test fmt-check lint unit bench bench-ipsets bench-ipvs bench-vs-upstream vm-test vm-shell vm-kernel \
-	e2e-k8s e2e-control-plane e2e-guest-smoke kind-e2e node-e2e conformance
+	e2e-k8s e2e-control-plane e2e-guest-smoke kind-e2e node-e2e conformance \
+	conformance-random
 
 # Crates whose kernel tests vm-test runs; empty means every workspace crate
 # with a `kernel-tests` feature. VM_TEST_ARGS go to each test binary (a name
@@ -132,16 +133,38 @@ node-e2e:
 kind-e2e:
 	tests/e2e/kind.sh
 
-# Side by side with upstream kube-proxy (issue 7): each scenario of
-# tests/conformance/scenarios/ run by upstream's kube-proxy (IPVS mode),
-# then by ours, in the guest against the real control plane; the kernel
-# snapshots diffed, less tests/conformance/differences.md. SCENARIOS picks
-# some (names without .yaml). The control plane stops either way.
+# Side by side with upstream kube-proxy (issues 7 and 12), in the guest
+# against the real control plane: upstream's kube-proxy (IPVS mode) and
+# ours live through the same scenario, one after the other, and the kernel
+# snapshots are diffed after every step, less
+# tests/conformance/differences.md (tests/conformance/run.sh). By default
+# every scenario of tests/conformance/scenarios/ (static ones and ones with
+# steps), a takeover and rollback under traffic for each scenario with a
+# Traffic document, and one walk with SIGKILLs; SCENARIOS picks runs
+# (names without .yaml, takeover-NAME, random-SEED, kill-SEED, random:N,
+# kill:N). The control plane stops either way.
 SCENARIOS ?=
 conformance:
 	tests/vm/deps.sh
 	tests/e2e/control-plane.sh start
 	tests/conformance/run.sh $(SCENARIOS); \
+	rc=$$?; tests/e2e/control-plane.sh stop; exit $$rc
+
+# Seeded random walks against upstream: SEEDS=N walks on fresh seeds
+# (printed), or SEED="S..." to replay given ones; STEPS per walk. KILLS=1
+# makes them walks of KILL_STEPS steps in which ours is killed with SIGKILL
+# at random moments and must converge to upstream's state each time.
+SEEDS ?= 5
+SEED ?=
+STEPS ?= 30
+KILLS ?=
+KILL_STEPS ?= 60
+WALK = $(if $(KILLS),kill,random)
+conformance-random:
+	tests/vm/deps.sh
+	tests/e2e/control-plane.sh start
+	CONFORMANCE_STEPS=$(STEPS) CONFORMANCE_KILL_STEPS=$(KILL_STEPS) \
+	tests/conformance/run.sh $(if $(SEED),$(addprefix $(WALK)-,$(SEED)),$(WALK):$(SEEDS)); \
 	rc=$$?; tests/e2e/control-plane.sh stop; exit $$rc
 
 # The real control plane on loopback, without a guest: applies deploy/

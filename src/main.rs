@@ -30,8 +30,13 @@ use kube_ipvs_proxy::{
             real::{RealIptables, Variant},
             Family,
         },
-        ipvs::NetlinkIpvs,
-        sysctl::{self, KernelVersion, ProcSysctls, SysctlConfig},
+        ipvs::{ConnTimeouts, NetlinkIpvs},
+        sysctl::{
+            self,
+            conntrack::{self, ConntrackSettings},
+            Change, KernelVersion, ProcSysctls, SysctlConfig, Sysctls,
+        },
+        KernelError,
     },
     logging::{self, LogSettings},
     oom,
@@ -211,6 +216,7 @@ async fn run_proxy(config: Config, mode: Mode) -> anyhow::Result<()> {
     );
     stack::check_kernel(&config).await?;
     set_sysctls(&config);
+    set_ipvs_timeouts(&config).await;
     if mode == Mode::InitOnly {
         tracing::info!("system initialized and --init-only specified");
         return Ok(());
@@ -260,10 +266,12 @@ async fn run_proxy(config: Config, mode: Mode) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// IPVS mode's sysctls, written only where they differ. A failure is
-/// logged and the proxy goes on, as upstream does.
+/// conntrack's and IPVS mode's sysctls, written only where they differ.
+/// A failure is logged and the proxy goes on (upstream refuses to start;
+/// see tests/conformance/differences.md).
 fn set_sysctls(config: &Config) {
     let mut sysctls = ProcSysctls::new();
+    set_conntrack(&mut sysctls, config);
     let kernel = match KernelVersion::running(&mut sysctls) {
         Ok(kernel) => kernel,
         Err(error) => {
@@ -275,15 +283,72 @@ fn set_sysctls(config: &Config) {
         strict_arp: config.ipvs.strict_arp,
     };
     for result in sysctl::ensure(&mut sysctls, &wanted, kernel) {
-        match result {
-            Ok(change) => tracing::info!(
-                sysctl = change.path,
-                from = %change.from,
-                to = change.to,
-                "set"
-            ),
-            Err(error) => tracing::warn!(%error, "sysctl not set"),
-        }
+        log_sysctl(result);
+    }
+}
+
+fn log_sysctl(result: Result<Change, KernelError>) {
+    match result {
+        Ok(change) => tracing::info!(
+            sysctl = change.path,
+            from = %change.from,
+            to = %change.to,
+            "set"
+        ),
+        Err(error) => tracing::warn!(%error, "sysctl not set"),
+    }
+}
+
+/// conntrack's table size and timeouts, from `conntrack.*` as upstream
+/// sets them before its proxier.
+fn set_conntrack(sysctls: &mut ProcSysctls, config: &Config) {
+    let c = &config.conntrack;
+    let settings = ConntrackSettings {
+        max: conntrack::table_size(c.max_per_core, c.min, online_cpus()),
+        tcp_established_timeout: c.tcp_established_timeout.as_secs(),
+        tcp_close_wait_timeout: c.tcp_close_wait_timeout.as_secs(),
+        tcp_be_liberal: c.tcp_be_liberal,
+        udp_timeout: c.udp_timeout.as_secs(),
+        udp_stream_timeout: c.udp_stream_timeout.as_secs(),
+    };
+    let mut module = ProcSysctls::with_root(conntrack::MODULE_PARAMETERS);
+    for result in conntrack::ensure(sysctls, &mut module, &settings) {
+        log_sysctl(result);
+    }
+}
+
+/// The online CPUs, as upstream counts them for the conntrack table; the
+/// CPUs this process may use if the kernel's list cannot be read.
+fn online_cpus() -> u32 {
+    ProcSysctls::with_root(conntrack::CPU_DIR)
+        .read(conntrack::ONLINE_CPUS)
+        .ok()
+        .and_then(|list| conntrack::count_cpus(&list))
+        .or_else(|| {
+            std::thread::available_parallelism()
+                .ok()
+                .and_then(|n| u32::try_from(n.get()).ok())
+        })
+        .unwrap_or(1)
+}
+
+/// `ipvs.tcpTimeout`, `tcpFinTimeout` and `udpTimeout`, when one is set;
+/// a failure is logged, as upstream does.
+async fn set_ipvs_timeouts(config: &Config) {
+    let Some(timeouts) = ConnTimeouts::from_config(
+        config.ipvs.tcp_timeout,
+        config.ipvs.tcp_fin_timeout,
+        config.ipvs.udp_timeout,
+    ) else {
+        return;
+    };
+    let result = match NetlinkIpvs::connect() {
+        Ok(ipvs) => ipvs.set_timeouts(&timeouts).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(()) => tracing::info!(%timeouts, "IPVS timeouts set"),
+        Err(error) => tracing::warn!(%error, "IPVS timeouts not set"),
     }
 }
 

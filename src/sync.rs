@@ -2,8 +2,13 @@
 //! a sync checks them out and brings the desired state up to date for
 //! exactly the service ports that changed.
 
-use std::{net::IpAddr, sync::Arc, time::SystemTime};
+use std::{
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    sync::Arc,
+    time::SystemTime,
+};
 
+use ipnet::IpNet;
 use kube::runtime::watcher::Event;
 
 use crate::{
@@ -31,6 +36,10 @@ pub struct NodeSettings {
     pub scheduler: Arc<str>,
     pub node_port_addresses: Vec<NodePortAddress>,
     pub detect_local_node_cidr: bool,
+    /// `bindAddress`, when a specific address: the node's primary IP of
+    /// its family, whatever the Node object says (upstream's
+    /// `detectNodeIPs`).
+    pub primary_ip_override: Option<IpAddr>,
 }
 
 impl NodeSettings {
@@ -40,6 +49,7 @@ impl NodeSettings {
             node_port_addresses: config.node_port_addresses.clone(),
             detect_local_node_cidr: config.detect_local
                 == DetectLocal::NodeCidr,
+            primary_ip_override: config.primary_ip_override,
         }
     }
 }
@@ -64,39 +74,12 @@ pub fn node_context(
     let node_addresses: &[IpAddr] =
         node.map(|n| n.addresses.as_slice()).unwrap_or(&[]);
     let local: Vec<IpAddr> = local.unwrap_or(node_addresses).to_vec();
-
-    let mut primary_ips = Vec::new();
-    for ipv6 in [false, true] {
-        if let Some(ip) = node_addresses.iter().find(|ip| ip.is_ipv6() == ipv6)
-        {
-            primary_ips.push(*ip);
-        }
-    }
-
-    // Default: every local address that can take traffic from outside.
-    let usable = |ip: &&IpAddr| !ip.is_loopback() && !is_link_local_v6(ip);
-    let node_port_addresses: Vec<IpAddr> =
-        if settings.node_port_addresses.is_empty() {
-            local.iter().filter(usable).copied().collect()
-        } else {
-            let mut chosen: Vec<IpAddr> = Vec::new();
-            for want in &settings.node_port_addresses {
-                let found: Vec<IpAddr> = match want {
-                    NodePortAddress::Primary => primary_ips.clone(),
-                    NodePortAddress::Cidr(net) => local
-                        .iter()
-                        .filter(|ip| net.contains(*ip))
-                        .copied()
-                        .collect(),
-                };
-                for ip in found {
-                    if !chosen.contains(&ip) {
-                        chosen.push(ip);
-                    }
-                }
-            }
-            chosen
-        };
+    let primary_ips = primary_ips(node_addresses, settings.primary_ip_override);
+    let node_port_addresses = node_port_addresses(
+        &local,
+        &primary_ips,
+        &settings.node_port_addresses,
+    );
 
     let has_v6 = local.iter().any(IpAddr::is_ipv6);
     let has_v4 = local.iter().any(IpAddr::is_ipv4);
@@ -113,6 +96,74 @@ pub fn node_context(
         ipv6: has_v6,
         pod_cidrs: node.map(|n| n.pod_cidrs.clone()).unwrap_or_default(),
     }
+}
+
+/// Upstream's node IPs, one per family: the bind address for its family,
+/// else the Node's first address of the family, else loopback (which a
+/// load balancer's source range may still contain).
+fn primary_ips(node_addresses: &[IpAddr], bind: Option<IpAddr>) -> Vec<IpAddr> {
+    [false, true]
+        .into_iter()
+        .map(|ipv6| {
+            bind.filter(|ip| ip.is_ipv6() == ipv6)
+                .or_else(|| {
+                    node_addresses
+                        .iter()
+                        .find(|ip| ip.is_ipv6() == ipv6)
+                        .copied()
+                })
+                .unwrap_or(if ipv6 {
+                    IpAddr::V6(Ipv6Addr::LOCALHOST)
+                } else {
+                    IpAddr::V4(Ipv4Addr::LOCALHOST)
+                })
+        })
+        .collect()
+}
+
+/// The addresses NodePorts are served on, per family as upstream's two
+/// proxiers choose them: the entries of `nodePortAddresses` of that
+/// family (`primary` is the node's IP of the family, unless that is
+/// loopback), matched against local addresses, loopback never; a family
+/// without entries, or with a zero-length CIDR, gets every local address
+/// that can take traffic from outside.
+fn node_port_addresses(
+    local: &[IpAddr],
+    primary_ips: &[IpAddr],
+    wanted: &[NodePortAddress],
+) -> Vec<IpAddr> {
+    let usable = |ip: &IpAddr| !ip.is_loopback() && !is_link_local_v6(ip);
+    let mut out: Vec<IpAddr> = Vec::new();
+    for ipv6 in [false, true] {
+        let mut nets: Vec<IpNet> = Vec::new();
+        for want in wanted {
+            match want {
+                NodePortAddress::Primary => nets.extend(
+                    primary_ips
+                        .iter()
+                        .filter(|ip| ip.is_ipv6() == ipv6 && !ip.is_loopback())
+                        .map(|ip| IpNet::from(*ip)),
+                ),
+                NodePortAddress::Cidr(net) if net.addr().is_ipv6() == ipv6 => {
+                    nets.push(*net)
+                }
+                NodePortAddress::Cidr(_) => {}
+            }
+        }
+        let match_all =
+            nets.is_empty() || nets.iter().any(|net| net.prefix_len() == 0);
+        for ip in local.iter().filter(|ip| ip.is_ipv6() == ipv6) {
+            let take = if match_all {
+                usable(ip)
+            } else {
+                !ip.is_loopback() && nets.iter().any(|net| net.contains(ip))
+            };
+            if take && !out.contains(ip) {
+                out.push(*ip);
+            }
+        }
+    }
+    out
 }
 
 fn is_link_local_v6(ip: &IpAddr) -> bool {

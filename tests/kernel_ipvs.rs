@@ -173,3 +173,44 @@ fn ipvs_as_ipvsadm_sees_it_is_what_kube_proxy_programs() {
         );
     });
 }
+
+/// The timeouts upstream sets from `ipvs.tcpTimeout`, `tcpFinTimeout` and
+/// `udpTimeout`: what ipvsadm then lists, and an unset one left alone.
+#[test]
+#[cfg_attr(
+    not(feature = "kernel-tests"),
+    ignore = "needs the real-kernel guest: run `make vm-test`"
+)]
+fn ipvs_timeouts_as_ipvsadm_lists_them() {
+    use kube_ipvs_proxy::kernel::ipvs::ConnTimeouts;
+    with_kernel(1, |ipvs| async move {
+        let before = ipvs.timeouts().await.expect("read the timeouts");
+        let all = ConnTimeouts {
+            tcp: Some(901),
+            tcp_fin: Some(121),
+            udp: Some(31),
+        };
+        ipvs.set_timeouts(&all).await.expect("set all three");
+        let listed = ipvsadm(&["-L", "--timeout"]);
+        let tcp_only = ConnTimeouts {
+            tcp: Some(902),
+            ..ConnTimeouts::default()
+        };
+        ipvs.set_timeouts(&tcp_only).await.expect("set tcp");
+        let after = ipvs.timeouts().await.expect("read them back");
+        // Back first, so that a failed assertion leaves the guest as it was.
+        ipvs.set_timeouts(&before).await.expect("restore");
+        assert!(
+            listed.contains("Timeout (tcp tcpfin udp): 901 121 31"),
+            "{listed}"
+        );
+        assert_eq!(
+            after,
+            ConnTimeouts {
+                tcp: Some(902),
+                tcp_fin: Some(121),
+                udp: Some(31)
+            }
+        );
+    });
+}

@@ -12,7 +12,7 @@ use clap::{builder::BoolishValueParser, Args, Parser, Subcommand, ValueEnum};
 use super::{
     duration::GoDuration,
     kubeproxy::{
-        ClientConnection, DetectLocalSection, Iptables, Ipvs,
+        ClientConnection, Conntrack, DetectLocalSection, Iptables, Ipvs,
         KubeProxyConfiguration, Logging, API_VERSION, KIND,
     },
 };
@@ -143,7 +143,7 @@ pub struct ConfigArgs {
     #[arg(long, value_name = "MODE")]
     pub proxy_mode: Option<String>,
 
-    /// The IPVS scheduler (rr, wrr, lc, wlc, lblc, lblcr, sh, dh, sed, nq).
+    /// The IPVS scheduler (rr, wrr, lc, wlc, lblc, lblcr, sh, dh, sed, nq, mh).
     #[arg(long, value_name = "NAME")]
     pub ipvs_scheduler: Option<String>,
 
@@ -256,6 +256,40 @@ pub struct ConfigArgs {
     /// --config too, over the file's logging.format.
     #[arg(long, value_name = "FORMAT", value_parser = ["text", "json"])]
     pub logging_format: Option<String>,
+    /// conntrack entries per CPU: nf_conntrack_max is this times the
+    /// CPUs, at least --conntrack-min; 0 leaves it alone.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub conntrack_max_per_core: Option<i64>,
+
+    /// The least nf_conntrack_max that --conntrack-max-per-core sets.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    pub conntrack_min: Option<i64>,
+
+    /// Idle timeout of established TCP conntrack entries; 0 leaves it.
+    #[arg(long, value_name = "DURATION", value_parser = GoDuration::parse)]
+    pub conntrack_tcp_timeout_established: Option<GoDuration>,
+
+    /// Timeout of TCP conntrack entries in CLOSE_WAIT; 0 leaves it.
+    #[arg(long, value_name = "DURATION", value_parser = GoDuration::parse)]
+    pub conntrack_tcp_timeout_close_wait: Option<GoDuration>,
+
+    /// Mark only out-of-window RST segments INVALID.
+    #[arg(
+        long,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = BoolishValueParser::new(),
+    )]
+    pub conntrack_tcp_be_liberal: Option<bool>,
+
+    /// Idle timeout of unreplied UDP conntrack entries; 0 leaves it.
+    #[arg(long, value_name = "DURATION", value_parser = GoDuration::parse)]
+    pub conntrack_udp_timeout: Option<GoDuration>,
+
+    /// Idle timeout of replied UDP conntrack entries; 0 leaves it.
+    #[arg(long, value_name = "DURATION", value_parser = GoDuration::parse)]
+    pub conntrack_udp_timeout_stream: Option<GoDuration>,
 
     #[command(flatten)]
     pub ignored: IgnoredFlags,
@@ -277,18 +311,6 @@ pub struct IgnoredFlags {
     pub iptables_min_sync_period: Option<String>,
     #[arg(long, hide = true)]
     pub iptables_localhost_nodeports: Option<String>,
-    #[arg(long, hide = true)]
-    pub conntrack_max_per_core: Option<String>,
-    #[arg(long, hide = true)]
-    pub conntrack_min: Option<String>,
-    #[arg(long, hide = true)]
-    pub conntrack_tcp_timeout_established: Option<String>,
-    #[arg(long, hide = true)]
-    pub conntrack_tcp_timeout_close_wait: Option<String>,
-    #[arg(long, hide = true)]
-    pub conntrack_udp_timeout: Option<String>,
-    #[arg(long, hide = true)]
-    pub conntrack_udp_timeout_stream: Option<String>,
     #[arg(long, hide = true)]
     pub kube_api_qps: Option<String>,
     #[arg(long, hide = true)]
@@ -323,14 +345,6 @@ pub struct IgnoredFlags {
         default_missing_value = "true"
     )]
     pub bind_address_hard_fail: Option<String>,
-    #[arg(
-        long,
-        hide = true,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true"
-    )]
-    pub conntrack_tcp_be_liberal: Option<String>,
 }
 
 impl IgnoredFlags {
@@ -344,21 +358,6 @@ impl IgnoredFlags {
             (
                 "--iptables-localhost-nodeports",
                 &self.iptables_localhost_nodeports,
-            ),
-            ("--conntrack-max-per-core", &self.conntrack_max_per_core),
-            ("--conntrack-min", &self.conntrack_min),
-            (
-                "--conntrack-tcp-timeout-established",
-                &self.conntrack_tcp_timeout_established,
-            ),
-            (
-                "--conntrack-tcp-timeout-close-wait",
-                &self.conntrack_tcp_timeout_close_wait,
-            ),
-            ("--conntrack-udp-timeout", &self.conntrack_udp_timeout),
-            (
-                "--conntrack-udp-timeout-stream",
-                &self.conntrack_udp_timeout_stream,
             ),
             ("--kube-api-qps", &self.kube_api_qps),
             ("--kube-api-burst", &self.kube_api_burst),
@@ -374,7 +373,6 @@ impl IgnoredFlags {
             ("--vmodule", &self.vmodule),
             ("--profiling", &self.profiling),
             ("--bind-address-hard-fail", &self.bind_address_hard_fail),
-            ("--conntrack-tcp-be-liberal", &self.conntrack_tcp_be_liberal),
         ]
         .into_iter()
         .filter_map(|(flag, value)| value.as_deref().map(|v| (flag, v)))
@@ -434,6 +432,15 @@ impl ConfigArgs {
             config_sync_period: self.config_sync_period,
             oom_score_adj: self.oom_score_adj,
             logging: Some(logging),
+            conntrack: Some(Conntrack {
+                max_per_core: self.conntrack_max_per_core,
+                min: self.conntrack_min,
+                tcp_established_timeout: self.conntrack_tcp_timeout_established,
+                tcp_close_wait_timeout: self.conntrack_tcp_timeout_close_wait,
+                tcp_be_liberal: self.conntrack_tcp_be_liberal,
+                udp_timeout: self.conntrack_udp_timeout,
+                udp_stream_timeout: self.conntrack_udp_timeout_stream,
+            }),
             ..KubeProxyConfiguration::default()
         }
     }
@@ -482,6 +489,31 @@ impl ConfigArgs {
             ("--kubeconfig", self.kubeconfig.is_some()),
             ("--config-sync-period", self.config_sync_period.is_some()),
             ("--oom-score-adj", self.oom_score_adj.is_some()),
+            (
+                "--conntrack-max-per-core",
+                self.conntrack_max_per_core.is_some(),
+            ),
+            ("--conntrack-min", self.conntrack_min.is_some()),
+            (
+                "--conntrack-tcp-timeout-established",
+                self.conntrack_tcp_timeout_established.is_some(),
+            ),
+            (
+                "--conntrack-tcp-timeout-close-wait",
+                self.conntrack_tcp_timeout_close_wait.is_some(),
+            ),
+            (
+                "--conntrack-tcp-be-liberal",
+                self.conntrack_tcp_be_liberal.is_some(),
+            ),
+            (
+                "--conntrack-udp-timeout",
+                self.conntrack_udp_timeout.is_some(),
+            ),
+            (
+                "--conntrack-udp-timeout-stream",
+                self.conntrack_udp_timeout_stream.is_some(),
+            ),
         ]
         .into_iter()
         .filter_map(|(flag, given)| given.then_some(flag))

@@ -340,18 +340,6 @@ impl KubeProxyConfiguration {
                 &w.forward_health_check_vip,
             );
         }
-        if let Some(c) = &self.conntrack {
-            u.check("conntrack.maxPerCore", &c.max_per_core);
-            u.check("conntrack.min", &c.min);
-            u.check(
-                "conntrack.tcpEstablishedTimeout",
-                &c.tcp_established_timeout,
-            );
-            u.check("conntrack.tcpCloseWaitTimeout", &c.tcp_close_wait_timeout);
-            u.check("conntrack.tcpBeLiberal", &c.tcp_be_liberal);
-            u.check("conntrack.udpTimeout", &c.udp_timeout);
-            u.check("conntrack.udpStreamTimeout", &c.udp_stream_timeout);
-        }
         u.check("portRange", &self.port_range);
         u.check("windowsRunAsService", &self.windows_run_as_service);
         u.check("udpIdleTimeout", &self.udp_idle_timeout);

@@ -22,9 +22,9 @@ pub use kubeproxy::{
     parse as parse_kube_proxy_configuration, KubeProxyConfiguration,
 };
 pub use settings::{
-    Config, DetectLocal, IpvsConfig, LogFormat, LoggingConfig, NodePortAddress,
-    Scheduler, UnknownScheduler, DEFAULT_OOM_SCORE_ADJ, HEALTHZ_PORT,
-    METRICS_PORT,
+    Config, ConntrackConfig, DetectLocal, IpvsConfig, LogFormat, LoggingConfig,
+    NodePortAddress, Scheduler, UnknownScheduler, DEFAULT_OOM_SCORE_ADJ,
+    HEALTHZ_PORT, METRICS_PORT,
 };
 
 pub use write::{to_kube_proxy_configuration, to_yaml};

@@ -46,12 +46,14 @@ pub struct Config {
     /// `service.kubernetes.io/service-proxy-name=<this>` are handled;
     /// otherwise only Services without that label.
     pub service_proxy_name: Option<String>,
-    /// How often the informers relist from the API server.
+    /// How often upstream's informers resync; our watches do not resync,
+    /// so only a warning uses it.
     pub config_sync_period: Duration,
     pub logging: LoggingConfig,
     /// Written to `/proc/self/oom_score_adj` at start-up, as upstream
     /// does (`oomScoreAdj`, `--oom-score-adj`).
     pub oom_score_adj: i32,
+    pub conntrack: ConntrackConfig,
 }
 
 /// kube-proxy's OOM score adjustment when none is configured
@@ -99,6 +101,37 @@ impl FromStr for LogFormat {
     }
 }
 
+/// conntrack's table size and timeouts, which upstream sets when it starts
+/// (`conntrack.*`; kubeadm writes the section all null, so these
+/// defaults apply there).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConntrackConfig {
+    /// `nf_conntrack_max` becomes `max_per_core` × CPUs, at least `min`;
+    /// 0 leaves it alone.
+    pub max_per_core: u32,
+    pub min: u32,
+    /// A zero duration leaves that timeout as the kernel has it.
+    pub tcp_established_timeout: Duration,
+    pub tcp_close_wait_timeout: Duration,
+    pub tcp_be_liberal: bool,
+    pub udp_timeout: Duration,
+    pub udp_stream_timeout: Duration,
+}
+
+impl Default for ConntrackConfig {
+    fn default() -> Self {
+        Self {
+            max_per_core: 32 * 1024,
+            min: 128 * 1024,
+            tcp_established_timeout: Duration::from_secs(24 * 3600),
+            tcp_close_wait_timeout: Duration::from_secs(3600),
+            tcp_be_liberal: false,
+            udp_timeout: Duration::ZERO,
+            udp_stream_timeout: Duration::ZERO,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IpvsConfig {
     pub scheduler: Scheduler,
@@ -115,7 +148,8 @@ pub struct IpvsConfig {
     pub udp_timeout: Option<Duration>,
 }
 
-/// The IPVS schedulers kube-proxy accepts; empty in the config means `rr`.
+/// The IPVS schedulers the kernel has and kube-proxy knows (upstream
+/// passes any name to the kernel); empty in the config means `rr`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Scheduler {
     #[default]
@@ -129,6 +163,9 @@ pub enum Scheduler {
     DestinationHashing,
     ShortestExpectedDelay,
     NeverQueue,
+    /// Maglev hashing; upstream sets its source-port flag on every
+    /// virtual server.
+    Maglev,
 }
 
 const SCHEDULERS: &[(&str, Scheduler)] = &[
@@ -145,6 +182,7 @@ const SCHEDULERS: &[(&str, Scheduler)] = &[
     ("dh", Scheduler::DestinationHashing),
     ("sed", Scheduler::ShortestExpectedDelay),
     ("nq", Scheduler::NeverQueue),
+    ("mh", Scheduler::Maglev),
 ];
 
 impl Scheduler {
@@ -255,6 +293,7 @@ impl Default for Config {
             config_sync_period: Duration::from_secs(15 * 60),
             logging: LoggingConfig::default(),
             oom_score_adj: DEFAULT_OOM_SCORE_ADJ,
+            conntrack: ConntrackConfig::default(),
         }
     }
 }

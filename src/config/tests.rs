@@ -82,6 +82,7 @@ fn kubeadm_configmap_gives_upstream_defaults_in_ipvs_mode() {
         config_sync_period: Duration::from_secs(15 * 60),
         logging: LoggingConfig::default(),
         oom_score_adj: -999,
+        conntrack: ConntrackConfig::default(),
     };
     assert_eq!(resolved.config, expected);
     // Zero values everywhere else: nothing is being ignored.
@@ -223,9 +224,37 @@ const VALID: &[Valid] = &[
         check: |c| c.hostname_override.as_deref() == Some("node-a"),
     },
     Valid {
+        name: "the mh scheduler",
+        text: "ipvs:\n  scheduler: mh",
+        check: |c| c.ipvs.scheduler == Scheduler::Maglev,
+    },
+    Valid {
         name: "config sync period",
         text: "configSyncPeriod: 1h",
         check: |c| c.config_sync_period == Duration::from_secs(3600),
+    },
+    Valid {
+        name: "conntrack settings; zero leaves a value alone",
+        text: "conntrack:\n  maxPerCore: 0\n  min: 5\n  \
+               tcpEstablishedTimeout: 0s\n  tcpCloseWaitTimeout: 30m\n  \
+               tcpBeLiberal: true\n  udpTimeout: 30s\n  udpStreamTimeout: 2m",
+        check: |c| {
+            c.conntrack
+                == ConntrackConfig {
+                    max_per_core: 0,
+                    min: 5,
+                    tcp_established_timeout: Duration::ZERO,
+                    tcp_close_wait_timeout: Duration::from_secs(1800),
+                    tcp_be_liberal: true,
+                    udp_timeout: Duration::from_secs(30),
+                    udp_stream_timeout: Duration::from_secs(120),
+                }
+        },
+    },
+    Valid {
+        name: "conntrack section absent: upstream's defaults",
+        text: "mode: ipvs",
+        check: |c| c.conntrack == ConntrackConfig::default(),
     },
 ];
 
@@ -409,6 +438,18 @@ const INVALID: &[Invalid] = &[
         reason: "must be 0 or more",
     },
     Invalid {
+        name: "negative conntrack size",
+        text: "conntrack:\n  maxPerCore: -1",
+        field: "conntrack.maxPerCore",
+        reason: "must be in [0,",
+    },
+    Invalid {
+        name: "negative conntrack timeout",
+        text: "conntrack:\n  udpTimeout: -1s",
+        field: "conntrack.udpTimeout",
+        reason: "greater than or equal to 0",
+    },
+    Invalid {
         name: "wrong type",
         text: "iptables:\n  masqueradeAll: [true]",
         field: "iptables.masqueradeAll",
@@ -513,8 +554,6 @@ fn unused_fields_warn_once_each() {
             "logging.flushFrequency",
             "iptables.syncPeriod",
             "winkernel.networkName",
-            "conntrack.maxPerCore",
-            "conntrack.tcpBeLiberal",
             "udpIdleTimeout",
         ]
     );
@@ -544,6 +583,9 @@ fn flags_alone_configure_everything() {
         "--metrics-bind-address=",
         "--kubeconfig=/etc/kube/proxy.conf",
         "--config-sync-period=5m",
+        "--conntrack-max-per-core=0",
+        "--conntrack-tcp-be-liberal",
+        "--conntrack-udp-timeout=30s",
         "--state=examples/cluster.yaml",
         "--service-proxy-name=ours",
         "--oom-score-adj=-500",
@@ -581,21 +623,17 @@ fn flags_alone_configure_everything() {
             verbosity: 3,
         },
         oom_score_adj: -500,
+        conntrack: ConntrackConfig {
+            max_per_core: 0,
+            tcp_be_liberal: true,
+            udp_timeout: Duration::from_secs(30),
+            ..ConntrackConfig::default()
+        },
     };
     assert_eq!(resolved.config, expected);
-    // Accepted and checked, but not applied: each says so.
     let warned: Vec<&str> =
         resolved.warnings.iter().map(|w| w.field.as_str()).collect();
-    assert_eq!(
-        warned,
-        vec![
-            "--bind-address",
-            "--ipvs-tcp-timeout",
-            "--ipvs-tcpfin-timeout",
-            "--ipvs-udp-timeout",
-            "--config-sync-period",
-        ]
-    );
+    assert_eq!(warned, ["--config-sync-period"]);
 }
 
 #[test]
@@ -696,22 +734,12 @@ fn invalid_flags_name_the_flag() {
 
 #[test]
 fn unimplemented_upstream_flags_are_accepted_with_a_warning() {
-    let a = args(&[
-        "--conntrack-max-per-core=0",
-        "--profiling",
-        "--conntrack-tcp-be-liberal=false",
-        "--healthz-port=10256",
-    ]);
+    let a = args(&["--profiling", "--healthz-port=10256", "--kube-api-qps=5"]);
     let warnings = resolve(&a, None).unwrap().warnings;
     let fields: Vec<&str> = warnings.iter().map(|w| w.field.as_str()).collect();
     assert_eq!(
         fields,
-        vec![
-            "--conntrack-max-per-core",
-            "--healthz-port",
-            "--profiling",
-            "--conntrack-tcp-be-liberal",
-        ]
+        vec!["--kube-api-qps", "--healthz-port", "--profiling"]
     );
 }
 
@@ -872,7 +900,8 @@ fn scheduler_names_round_trip() {
     assert_eq!(
         names,
         vec![
-            "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "sh", "dh", "sed", "nq"
+            "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "sh", "dh", "sed", "nq",
+            "mh"
         ]
     );
     for name in names {
@@ -881,8 +910,8 @@ fn scheduler_names_round_trip() {
     }
     assert_eq!("".parse::<Scheduler>(), Ok(Scheduler::RoundRobin));
     assert_eq!(
-        "mh".parse::<Scheduler>(),
-        Err(UnknownScheduler("mh".to_owned()))
+        "foo".parse::<Scheduler>(),
+        Err(UnknownScheduler("foo".to_owned()))
     );
 }
 
@@ -973,32 +1002,28 @@ fn an_empty_mode_in_the_file_says_ipvs_runs() {
 }
 
 #[test]
-fn accepted_but_unapplied_fields_warn() {
+fn applied_fields_do_not_warn() {
+    // bindAddress overrides the node's primary IP, and the IPVS timeouts
+    // are written at start-up: set, they are simply used.
     let text = kubeadm_with("bindAddress:", "bindAddress: 198.18.0.7");
-    let warnings = from_file(&text).unwrap().warnings;
-    assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert_eq!(warnings[0].field, "bindAddress");
-    assert!(warnings[0].message.contains("198.18.0.7 is not used"));
-    // The unspecified address is kubeadm's default: nothing to say.
+    let resolved = from_file(&text).unwrap();
+    assert_eq!(resolved.warnings, vec![]);
+    assert_eq!(
+        resolved.config.primary_ip_override,
+        Some(IpAddr::V4(Ipv4Addr::new(198, 18, 0, 7)))
+    );
+    // The unspecified address is kubeadm's default: no override.
     for line in ["bindAddress: 0.0.0.0", "bindAddress: \"::\""] {
         let text = kubeadm_with("bindAddress:", line);
-        assert_eq!(from_file(&text).unwrap().warnings, vec![], "{line}");
+        let resolved = from_file(&text).unwrap();
+        assert_eq!(resolved.warnings, vec![], "{line}");
+        assert_eq!(resolved.config.primary_ip_override, None, "{line}");
     }
-    let text = kubeadm_with("configSyncPeriod:", "configSyncPeriod: 15m");
-    let warnings = from_file(&text).unwrap().warnings;
-    assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert_eq!(warnings[0].field, "configSyncPeriod");
     let text = format!("{HEAD}ipvs:\n  tcpTimeout: 2m\n  udpTimeout: 0s\n");
-    let fields: Vec<String> = from_file(&text)
-        .unwrap()
-        .warnings
-        .into_iter()
-        .map(|w| w.field)
-        .collect();
-    assert!(fields.contains(&"ipvs.tcpTimeout".to_owned()), "{fields:?}");
+    let warnings = from_file(&text).unwrap().warnings;
     assert!(
-        !fields.contains(&"ipvs.udpTimeout".to_owned()),
-        "zero: default"
+        !warnings.iter().any(|w| w.field.starts_with("ipvs.")),
+        "{warnings:?}"
     );
 }
 
@@ -1048,4 +1073,19 @@ fn written_configuration_reads_back_the_same_without_warnings() {
             assert!(yaml.contains(key), "{key} missing in {yaml}");
         }
     }
+}
+
+#[test]
+fn a_config_sync_period_says_it_is_not_used() {
+    let warned = |text: &str| {
+        from_file(&format!("{HEAD}{text}\n"))
+            .unwrap()
+            .warnings
+            .iter()
+            .any(|w| w.field == "configSyncPeriod")
+    };
+    assert!(warned("configSyncPeriod: 1h"));
+    // kubeadm writes the default (or 0s, which means it): nothing to say.
+    assert!(!warned("configSyncPeriod: 15m0s"));
+    assert!(!warned("configSyncPeriod: 0s"));
 }

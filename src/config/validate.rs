@@ -14,9 +14,10 @@ use super::{
     duration::GoDuration,
     kubeproxy::KubeProxyConfiguration,
     settings::{
-        default_healthz_address, default_metrics_address, Config, DetectLocal,
-        IpvsConfig, LogFormat, LoggingConfig, NodePortAddress, Scheduler,
-        DEFAULT_OOM_SCORE_ADJ, HEALTHZ_PORT, METRICS_PORT,
+        default_healthz_address, default_metrics_address, Config,
+        ConntrackConfig, DetectLocal, IpvsConfig, LogFormat, LoggingConfig,
+        NodePortAddress, Scheduler, DEFAULT_OOM_SCORE_ADJ, HEALTHZ_PORT,
+        METRICS_PORT,
     },
     ConfigError, ConfigWarning, FieldError,
 };
@@ -55,6 +56,22 @@ const FLAG_NAMES: &[(&str, &str)] = &[
     ("oomScoreAdj", "--oom-score-adj"),
     ("logging.format", "--logging-format"),
     ("logging.verbosity", "-v"),
+    ("conntrack.maxPerCore", "--conntrack-max-per-core"),
+    ("conntrack.min", "--conntrack-min"),
+    (
+        "conntrack.tcpEstablishedTimeout",
+        "--conntrack-tcp-timeout-established",
+    ),
+    (
+        "conntrack.tcpCloseWaitTimeout",
+        "--conntrack-tcp-timeout-close-wait",
+    ),
+    ("conntrack.tcpBeLiberal", "--conntrack-tcp-be-liberal"),
+    ("conntrack.udpTimeout", "--conntrack-udp-timeout"),
+    (
+        "conntrack.udpStreamTimeout",
+        "--conntrack-udp-timeout-stream",
+    ),
 ];
 
 impl Origin {
@@ -244,7 +261,17 @@ pub fn to_config(
                 DEFAULT_OOM_SCORE_ADJ
             }),
     };
-    unapplied_fields(&mut v, kpc, bind_address);
+    // Upstream's informers re-deliver every object at this period, which
+    // changes nothing in a proxy that already has them; our watches do
+    // not, so the period has nothing to act on.
+    if config_sync_period != defaults.config_sync_period {
+        v.warn(
+            "configSyncPeriod",
+            "kube-ipvs-proxy's watches do not resync periodically (upstream's \
+             resync only re-delivers unchanged objects); ignored",
+        );
+    }
+    let conntrack = conntrack_config(&mut v, kpc);
 
     if !v.errors.is_empty() {
         return Err(ConfigError::Invalid(v.errors));
@@ -266,6 +293,7 @@ pub fn to_config(
         config_sync_period,
         logging,
         oom_score_adj,
+        conntrack,
     };
     Ok((config, v.warnings))
 }
@@ -302,44 +330,63 @@ fn logging_config(
     LoggingConfig { format, verbosity }
 }
 
-/// Fields that are valid and accepted but change nothing here: each one
-/// set gets a warning, so nobody relies on it unknowingly.
-fn unapplied_fields(
+/// Upstream's defaults for what is null or absent; zero durations are
+/// kept (they leave the kernel's value), negative values are errors.
+fn conntrack_config(
     v: &mut Validator,
     kpc: &KubeProxyConfiguration,
-    bind_address: Option<IpAddr>,
-) {
-    if let Some(ip) = bind_address.filter(|ip| !ip.is_unspecified()) {
-        v.warn(
-            "bindAddress",
-            format!(
-                "{ip} is not used as the node's primary IP (kube-proxy's \
-                 override); the Node object's addresses are, e.g. for \
-                 nodePortAddresses: [primary]. It only picks the family of \
-                 the default healthz and metrics addresses"
-            ),
-        );
-    }
-    let ipvs = kpc.ipvs.clone().unwrap_or_default();
-    for (path, timeout) in [
-        ("ipvs.tcpTimeout", ipvs.tcp_timeout),
-        ("ipvs.tcpFinTimeout", ipvs.tcp_fin_timeout),
-        ("ipvs.udpTimeout", ipvs.udp_timeout),
-    ] {
-        if timeout.is_some_and(|d| !d.is_zero()) {
-            v.warn(
-                path,
-                "not applied: the kernel's IPVS connection timeouts are left \
-                 as they are",
-            );
+) -> ConntrackConfig {
+    let c = kpc.conntrack.clone().unwrap_or_default();
+    let d = ConntrackConfig::default();
+    let count = |v: &mut Validator, path: &str, value: Option<i64>, default| {
+        match value {
+            None => default,
+            Some(n) => u32::try_from(n).unwrap_or_else(|_| {
+                v.err(path, format!("must be in [0, {}], got {n}", u32::MAX));
+                default
+            }),
         }
-    }
-    if kpc.config_sync_period.is_some_and(|d| !d.is_zero()) {
-        v.warn(
-            "configSyncPeriod",
-            "not applied: the watches relist after an error, not \
-             periodically; ipvs.syncPeriod still re-applies the whole state",
-        );
+    };
+    let timeout =
+        |v: &mut Validator, path: &str, value: Option<GoDuration>, default| {
+            match value {
+                None => default,
+                some => v.non_negative(path, some),
+            }
+        };
+    ConntrackConfig {
+        max_per_core: count(
+            v,
+            "conntrack.maxPerCore",
+            c.max_per_core,
+            d.max_per_core,
+        ),
+        min: count(v, "conntrack.min", c.min, d.min),
+        tcp_established_timeout: timeout(
+            v,
+            "conntrack.tcpEstablishedTimeout",
+            c.tcp_established_timeout,
+            d.tcp_established_timeout,
+        ),
+        tcp_close_wait_timeout: timeout(
+            v,
+            "conntrack.tcpCloseWaitTimeout",
+            c.tcp_close_wait_timeout,
+            d.tcp_close_wait_timeout,
+        ),
+        tcp_be_liberal: c.tcp_be_liberal.unwrap_or(d.tcp_be_liberal),
+        udp_timeout: timeout(
+            v,
+            "conntrack.udpTimeout",
+            c.udp_timeout,
+            d.udp_timeout,
+        ),
+        udp_stream_timeout: timeout(
+            v,
+            "conntrack.udpStreamTimeout",
+            c.udp_stream_timeout,
+            d.udp_stream_timeout,
+        ),
     }
 }
 

@@ -147,15 +147,19 @@ pub fn to_kube_proxy_configuration(config: &Config) -> KubeProxyConfiguration {
         node_port_addresses,
         oom_score_adj: Some(i64::from(config.oom_score_adj)),
         conntrack: Some(Conntrack {
-            max_per_core: None,
-            min: None,
-            tcp_established_timeout: None,
-            tcp_close_wait_timeout: None,
-            tcp_be_liberal: Some(false),
-            udp_timeout: zero(),
-            udp_stream_timeout: zero(),
+            max_per_core: Some(i64::from(config.conntrack.max_per_core)),
+            min: Some(i64::from(config.conntrack.min)),
+            tcp_established_timeout: duration(
+                config.conntrack.tcp_established_timeout,
+            ),
+            tcp_close_wait_timeout: duration(
+                config.conntrack.tcp_close_wait_timeout,
+            ),
+            tcp_be_liberal: Some(config.conntrack.tcp_be_liberal),
+            udp_timeout: duration(config.conntrack.udp_timeout),
+            udp_stream_timeout: duration(config.conntrack.udp_stream_timeout),
         }),
-        // Not applied (the watches relist after errors only): "default".
+        // Our watches do not resync: "default", which warns about nothing.
         config_sync_period: zero(),
         port_range: Some(String::new()),
         windows_run_as_service: Some(false),

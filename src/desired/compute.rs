@@ -162,7 +162,9 @@ impl Family<'_> {
             .filter(|net| net.addr().is_ipv6() == self.ipv6)
             .copied()
             .collect();
-        if ranges.is_empty() {
+        // A zero-length range (0.0.0.0/0, ::/0) admits everyone of its
+        // family, which upstream reads as no ranges at all for it.
+        if ranges.is_empty() || ranges.iter().any(|net| net.prefix_len() == 0) {
             return;
         }
         self.entry(SetKind::LoadBalancerFw, SetEntry::IpPort(ip, proto, port));

@@ -197,6 +197,24 @@ fn load_balancer_source_ranges_fill_the_firewall_sets() {
             ],
         },
         Case {
+            name:
+                "a zero-length range admits everyone: no firewall, as upstream",
+            ranges: &["198.18.200.0/24", "0.0.0.0/0"],
+            expected: vec![set("KUBE-LOAD-BALANCER", &["198.18.60.1,tcp:80"])],
+        },
+        Case {
+            name: "only the other family's zero range: this family filters",
+            ranges: &["198.18.200.0/24", "::/0"],
+            expected: vec![
+                set("KUBE-LOAD-BALANCER", &["198.18.60.1,tcp:80"]),
+                set("KUBE-LOAD-BALANCER-FW", &["198.18.60.1,tcp:80"]),
+                set(
+                    "KUBE-LOAD-BALANCER-SOURCE-CIDR",
+                    &["198.18.60.1,tcp:80,198.18.200.0/24"],
+                ),
+            ],
+        },
+        Case {
             name: "a range admitting the node admits the VIP as source",
             ranges: &["198.18.100.0/24"],
             expected: vec![

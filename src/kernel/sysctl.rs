@@ -18,6 +18,7 @@ use std::{
 
 use super::{libc_errno, ErrorKind, KernelError};
 
+pub mod conntrack;
 #[cfg(test)]
 mod tests;
 
@@ -131,7 +132,28 @@ pub fn bridge_nf_call_iptables_off(sysctls: &mut impl Sysctls) -> bool {
 pub struct Change {
     pub path: &'static str,
     pub from: String,
-    pub to: &'static str,
+    pub to: String,
+}
+
+/// Writes `value` to `path` unless it is there already: `None` when
+/// nothing was written.
+pub(crate) fn write_if_differs(
+    sysctls: &mut impl Sysctls,
+    path: &'static str,
+    value: &str,
+) -> Option<Result<Change, KernelError>> {
+    let current = match sysctls.read(path) {
+        Ok(current) => current,
+        Err(e) => return Some(Err(e)),
+    };
+    if current == value {
+        return None;
+    }
+    Some(sysctls.write(path, value).map(|()| Change {
+        path,
+        from: current,
+        to: value.to_owned(),
+    }))
 }
 
 /// Writes each wanted sysctl whose value differs; values already right
@@ -142,25 +164,12 @@ pub fn ensure(
     config: &SysctlConfig,
     kernel: KernelVersion,
 ) -> Vec<Result<Change, KernelError>> {
-    let mut results = Vec::new();
-    for Setting { path, value } in wanted(config, kernel) {
-        let current = match sysctls.read(path) {
-            Ok(current) => current,
-            Err(e) => {
-                results.push(Err(e));
-                continue;
-            }
-        };
-        if current == value {
-            continue;
-        }
-        results.push(sysctls.write(path, value).map(|()| Change {
-            path,
-            from: current,
-            to: value,
-        }));
-    }
-    results
+    wanted(config, kernel)
+        .into_iter()
+        .filter_map(|Setting { path, value }| {
+            write_if_differs(sysctls, path, value)
+        })
+        .collect()
 }
 
 fn object(path: &str) -> String {

@@ -248,6 +248,7 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
                 programmed: BTreeSet::new(),
                 node_addresses: BTreeSet::new(),
                 node_port_range: config.node_port_range.clone(),
+                listed: BTreeSet::new(),
             },
             config,
             ledger: Ledger::new(),
@@ -540,6 +541,9 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
         }
         if observed.cursor == RepairCursor::new() {
             report.errors.append(&mut observed.errors);
+            if let Some(sets) = &observed.kernel.sets {
+                self.ownership.listed = plan::listed_in_sets(sets);
+            }
             let link = self.config.link.clone();
             if let Err(e) = self.addresses.ensure_dummy(&link).await {
                 report.errors.push(e);

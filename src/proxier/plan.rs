@@ -523,6 +523,10 @@ pub struct Ownership {
     /// taken for a NodePort of an earlier run (after a restart the
     /// process has no record of it). `None` trusts only `programmed`.
     pub node_port_range: Option<RangeInclusive<u16>>,
+    /// Virtual servers the kernel's sets of external and load-balancer
+    /// IPs list ([`listed_in_sets`]): a kube-proxy's, ours or upstream's,
+    /// even on an address of the node's own, which nothing else marks.
+    pub listed: BTreeSet<ServiceKey>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -554,6 +558,7 @@ impl Ownership {
         if link_addresses.contains(&key.address)
             || self.programmed.contains(key)
             || stale_node_port
+            || self.listed.contains(key)
         {
             Owner::Ours
         } else {
@@ -945,6 +950,41 @@ pub fn reconcile(
     )
 }
 
+/// The virtual servers that the sets of external and load-balancer IPs
+/// (both families, `Local` ones included) list. Only a kube-proxy writes
+/// those sets, so a virtual server they list is one, even when its
+/// address is the node's own: an external IP that is a node address needs
+/// no binding to kube-ipvs0, and upstream's state after a takeover has no
+/// record of ours.
+pub fn listed_in_sets(
+    sets: &BTreeMap<String, SetState>,
+) -> BTreeSet<ServiceKey> {
+    let kinds = [
+        SetKind::ExternalIp,
+        SetKind::ExternalIpLocal,
+        SetKind::LoadBalancer,
+        SetKind::LoadBalancerLocal,
+    ];
+    let mut out = BTreeSet::new();
+    for ipv6 in [false, true] {
+        for kind in kinds {
+            let Some(set) = sets.get(&SetName { kind, ipv6 }.name()) else {
+                continue;
+            };
+            for entry in &set.entries {
+                if let SetEntry::IpPort(address, protocol, port) = entry {
+                    out.insert(ServiceKey {
+                        address: *address,
+                        port: *port,
+                        protocol: *protocol,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
 /// What `--cleanup` removes: every virtual server we own, every set of
 /// ours of either family. The dummy link is deleted by the caller (its
 /// addresses go with it). Sets must be destroyed after the iptables
@@ -953,11 +993,19 @@ pub fn cleanup(observed: &Observed, ownership: &Ownership) -> KernelOps {
     let mut ops = KernelOps::default();
     let no_addresses = BTreeSet::new();
     let link = observed.link_addresses.as_ref().unwrap_or(&no_addresses);
+    let listed = Ownership {
+        listed: observed
+            .sets
+            .as_ref()
+            .map(listed_in_sets)
+            .unwrap_or_default(),
+        ..ownership.clone()
+    };
     if let Some(table) = &observed.ipvs {
         ops.ipvs = table
             .services
             .keys()
-            .filter(|key| ownership.classify(key, link) == Owner::Ours)
+            .filter(|key| listed.classify(key, link) == Owner::Ours)
             .map(|key| IpvsOp::DeleteService(*key))
             .collect();
     }

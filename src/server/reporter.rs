@@ -79,6 +79,9 @@ impl SyncReporter {
         self.health
             .set_node_eligible(state.node().is_none_or(|n| n.eligible));
         let now = self.health.now();
+        // The end of a sync, for whoever reads the log to know whether a
+        // crash came in the middle of one (tests/conformance's SIGKILLs).
+        tracing::debug!(?duration, "sync done");
         SyncCompleted {
             families: &families,
             duration,

@@ -305,14 +305,20 @@ fn node_port_addresses_follow_the_configured_rule() {
             vec!["198.18.100.1", "2001:db8:100::1"],
         ),
         (
-            "CIDRs pick matching local addresses",
+            "CIDRs pick matching local addresses; a family without one \
+             gets them all, as upstream's proxier of that family does",
             vec![cidr("198.18.101.0/24")],
-            vec!["198.18.101.1"],
+            vec!["198.18.101.1", "2001:db8:100::1"],
         ),
         (
-            "loopback only when asked for",
+            "never loopback, even when asked for (upstream skips it)",
             vec![cidr("127.0.0.0/8"), cidr("198.18.100.0/24")],
-            vec!["127.0.0.1", "198.18.100.1"],
+            vec!["198.18.100.1", "2001:db8:100::1"],
+        ),
+        (
+            "a zero-length CIDR is every usable address of its family",
+            vec![cidr("0.0.0.0/0"), cidr("2001:db8:100::/64")],
+            vec!["198.18.100.1", "198.18.101.1", "2001:db8:100::1"],
         ),
     ];
     for (what, rule, expected) in cases {
@@ -384,4 +390,50 @@ fn a_sync_recomputes_only_what_changed() {
         .virtual_servers
         .iter()
         .all(|vs| vs.real_servers.len() == 1));
+}
+
+#[test]
+fn primary_node_port_addresses_of_a_single_stack_node() {
+    let local = [
+        ip("198.18.100.1"),
+        ip("198.18.101.1"),
+        ip("2001:db8:100::1"),
+    ];
+    let n = node(&["198.18.100.1"]);
+    let ctx = node_context(
+        "node-a",
+        Some(&n),
+        &settings(&[NodePortAddress::Primary]),
+        Some(&local),
+    );
+    // The IPv6 side has no node IP but loopback, so no entry: every
+    // address, as upstream's IPv6 proxier then defaults to ::/0.
+    assert_eq!(
+        ctx.node_port_addresses,
+        [ip("198.18.100.1"), ip("2001:db8:100::1")]
+    );
+    // A primary IP that is not a local address serves nothing.
+    let elsewhere = node(&["198.18.199.9"]);
+    let ctx = node_context(
+        "node-a",
+        Some(&elsewhere),
+        &settings(&[NodePortAddress::Primary]),
+        Some(&local),
+    );
+    assert_eq!(ctx.node_port_addresses, [ip("2001:db8:100::1")]);
+}
+
+#[test]
+fn primary_ips_loopback_without_an_address_and_bind_address_overrides() {
+    let n = node(&["198.18.100.1"]);
+    let plain = node_context("n", Some(&n), &NodeSettings::default(), None);
+    assert_eq!(plain.primary_ips, [ip("198.18.100.1"), ip("::1")]);
+    let bound = NodeSettings {
+        primary_ip_override: Some(ip("198.18.100.7")),
+        ..NodeSettings::default()
+    };
+    let ctx = node_context("n", Some(&n), &bound, None);
+    assert_eq!(ctx.primary_ips, [ip("198.18.100.7"), ip("::1")]);
+    let unknown = node_context("n", None, &NodeSettings::default(), None);
+    assert_eq!(unknown.primary_ips, [ip("127.0.0.1"), ip("::1")]);
 }

@@ -1,35 +1,77 @@
 #!/usr/bin/env bash
-# Side by side with upstream kube-proxy (issue 7): for each scenario under
-# scenarios/, in the real-kernel guest against the loopback control plane
-# (tests/e2e/control-plane.sh, already started): apply the scenario's
-# objects (from the host, on the guest's request), run upstream kube-proxy
-# (IPVS mode) on the scenario's configuration until it has synced, snapshot
-# the kernel, clean up with --cleanup and check the kernel is clean; then
-# ours the same way; diff the two snapshots. Differences chosen
-# on purpose are listed, with their reason and the lines they excuse, in
-# differences.md; the diff ignores exactly those.
+# Side by side with upstream kube-proxy (issues 7 and 12): upstream's
+# kube-proxy (IPVS mode) and ours live through the same scenario, one after
+# the other, in the real-kernel guest against the loopback control plane
+# (tests/e2e/control-plane.sh, already started); the kernel state each
+# leaves is snapshotted after every step and the two diffed, step by step.
 #
-#   tests/conformance/run.sh [SCENARIO...]   names without .yaml; default all
+#   tests/conformance/run.sh [RUN...]      default: every scenario, a
+#                                          takeover of each with traffic,
+#                                          and one walk with SIGKILLs
 #
-# A scenario is one multi-document YAML file: one KubeProxyConfiguration
-# document holding only what the scenario changes (the runner adds mode,
-# hostnameOverride, the kubeconfig), then the objects, applied in a
-# namespace of their own. An object's `status` (a Pod's IPs and readiness,
-# a LoadBalancer's ingress) is applied through the status subresource; a
-# Pod annotated `conformance/delete: "true"` is then deleted, and stays
-# terminating (no kubelet confirms it). node-a is labelled with zone
-# zone-a for topology hints.
+# A RUN is one of:
+#   NAME           scenarios/NAME.yaml (the format: tool/src/scenario.rs):
+#                  upstream from a clean kernel through every step, a
+#                  snapshot after each; upstream stopped, the kernel cleaned
+#                  with our --cleanup and checked clean, the objects
+#                  applied again from scratch when the scenario has steps;
+#                  then ours the same way; every step's snapshots diffed.
+#   random-SEED    the seeded random walk of CONFORMANCE_STEPS (30) steps,
+#                  run as above (tool/src/walk.rs; the walk is kept in
+#                  $TARGET/conformance/random-SEED.yaml)
+#   random:N       N random walks on fresh seeds, printed
+#   kill-SEED      a random walk of CONFORMANCE_KILL_STEPS (60) steps in
+#                  which ours is killed with SIGKILL at about every other
+#                  step, at a random moment up to CONFORMANCE_KILL_WITHIN_MS
+#                  (4000) after the step's request (while the host applies
+#                  it, while ours syncs it, or after), and started again:
+#                  the kernel must converge to upstream's snapshot of the
+#                  step; each kill's stage (what ours' debug log says it was
+#                  doing, and which step's state the kernel was in) and
+#                  convergence time is reported
+#   kill:N         N of those on fresh seeds
+#   takeover-NAME  the handover on scenario NAME, which has a Traffic
+#                  document: each proxy's snapshot from a clean start; then
+#                  upstream runs, traffic flows through the Traffic target
+#                  to pods in the guest, upstream is stopped (no cleanup)
+#                  and ours started over its state: after our first sync
+#                  the kernel must equal our clean-start snapshot; then
+#                  ours is stopped and upstream started again (the
+#                  rollback): upstream's clean-start snapshot; and no
+#                  request may fail
 #
-# Prints, per scenario, "identical" or the differences, then a summary; the
-# exit status is 1 if any scenario differs, failed to sync or left the
-# kernel unclean. Environment: E2E_UPSTREAM_PROXY (the kube-proxy binary,
-# E2E_K8S_DIR/bin/kube-proxy), CONFORMANCE_SYNC_TIMEOUT (60 seconds),
-# CONFORMANCE_FAMILIES (the IP families both proxies must have synced, 2),
-# CONFORMANCE_CLEANUP_UPSTREAM and CONFORMANCE_CLEANUP_OURS (whose
-# --cleanup runs after upstream's and after our run: ours (default) or
-# upstream), CONFORMANCE_VERBOSE (print upstream's snapshots),
-# CONFORMANCE_PORT (the host's request port, the control port + 1). The
-# report is also written to $TARGET/conformance/report.txt.
+# How a step is run: the guest asks the host (where kubectl is fast) to
+# apply it; the host applies it, each kubectl checked (a failure fails the
+# run), waits until the real EndpointSlice controller has caught up with it
+# (tool: `conformance settled`), then writes a marker: the Service
+# conformance-marker's port and its slices' port become 1000+STEP and
+# 20000+STEP, in both families. Watch events of one kind arrive in order,
+# so once a proxy has programmed the marker of step N into IPVS (both
+# families: upstream's two proxiers sync apart), it has synced everything
+# the step changed. Then the snapshot must hold still for a second (two
+# seconds after a Node change, which the marker does not cover); one still
+# changing at the deadline fails the run, and so does one with no virtual
+# server but the marker's while the namespace has Services a proxy
+# programs.
+#
+# Kernel-global state is reset to the guest's boot values before each
+# proxy and compared after it: the IPVS timeouts (`ipvsadm -L --timeout`),
+# every sysctl under net/ipv4/vs and net/netfilter (nf_conntrack_count
+# aside), conntrack's hashsize, ip_forward, the arp_ignore/arp_announce and
+# route_localnet of conf/all, IPv6 forwarding, and the mangle and raw
+# tables of both families.
+#
+# Differences chosen on purpose are listed, with their reason and the
+# lines they excuse, in differences.md; the diff ignores exactly those.
+# Prints, per run, "identical" or the differences, then a summary; exits 1
+# if any run differs or fails. Environment: E2E_UPSTREAM_PROXY (the
+# kube-proxy binary, E2E_K8S_DIR/bin/kube-proxy), CONFORMANCE_SYNC_TIMEOUT
+# (60 seconds per step), CONFORMANCE_FAMILIES (the IP families both proxies
+# must have synced, 2), CONFORMANCE_CLEANUP_UPSTREAM and
+# CONFORMANCE_CLEANUP_OURS (whose --cleanup runs after upstream and after
+# ours: ours (default) or upstream), CONFORMANCE_VERBOSE (print upstream's
+# snapshots), CONFORMANCE_PORT (the host's request port, the control port
+# + 1). The report is also written to $TARGET/conformance/report.txt.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -38,79 +80,107 @@ target=${CARGO_TARGET_DIR:-$repo/target}
 
 log() { printf '%s conformance: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
-# The host's side, where kubectl is fast: scenarios become files and
-# objects there, on the guest's request.
+# The marker's virtual addresses (tool/src/marker.rs has the objects).
+marker_v4=198.18.255.254
+marker_v6=2001:db8:42::fffe
+
+# ---------------------------------------------------------------- host side
+
 hostwork=$target/conformance
-# split SCENARIO CONFIG OBJECTS: the configuration document (its body
-# after the runner's base) and the other documents.
-split() {
-    cat >"$2" <<EOF
-apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-mode: ipvs
-hostnameOverride: $E2E_NODE_NAME
-clientConnection:
-  kubeconfig: $E2E_ADMIN_GUEST_KUBECONFIG
-conntrack:
-  maxPerCore: 0
-EOF
-    awk -v config="$2" -v objects="$3" '
-        function flush() {
-            if (doc ~ /(^|\n)kind: *KubeProxyConfiguration/) {
-                n = split(doc, lines, "\n")
-                for (i = 1; i <= n; i++)
-                    if (lines[i] !~ /^(apiVersion|kind):/ && lines[i] != "")
-                        print lines[i] >> config
-            } else if (doc ~ /[^ \n]/) {
-                print "---\n" doc > objects
-            }
-            doc = ""
-        }
-        /^---/ { flush(); next }
-        { doc = doc $0 "\n" }
-        END { flush() }' "$1"
-    touch "$3"
+tool=$hostwork/bin/conformance
+settle_timeout=${CONFORMANCE_SETTLE_TIMEOUT:-60}
+
+# Every kubectl of a step must succeed; its output goes to the log.
+kc() {
+    if ! kubectl "$@"; then
+        echo "FAILED: kubectl $*"
+        return 1
+    fi
 }
 
-# apply NS OBJECTS: the objects, their statuses, the deletions.
-apply_objects() {
-    local ns=$1 objects=$2
-    kubectl create namespace "$ns" >/dev/null
-    if grep -q '^kind: *Pod' "$objects"; then
-        local i
-        for i in $(seq 120); do
-            kubectl -n "$ns" get serviceaccount default >/dev/null 2>&1 && break
-            sleep 0.5
-        done
+# apply_step NS FILE: one step's objects, statuses, patches and deletions.
+apply_step() {
+    local ns=$1 file=$2 tmp=$hostwork/tmp-$1
+    mkdir -p "$tmp"
+    # Server-side: each apply owns its fields, and one that a step leaves
+    # out goes (a port renumbered keeps its node port; client-side apply's
+    # merge would keep the old port beside the new one).
+    if (($(jq '.apply.items | length' "$file") > 0)); then
+        jq '.apply' "$file" >"$tmp/apply.json"
+        kc -n "$ns" apply --server-side --force-conflicts \
+            --field-manager=conformance -f "$tmp/apply.json" || return 1
     fi
-    kubectl -n "$ns" apply -f "$objects" >/dev/null
-    local statuses=$hostwork/statuses.json
-    kubectl -n "$ns" create --dry-run=client -o json -f "$objects" |
-        jq -s 'map(if .kind == "List" then .items[] else . end)
-            | {apiVersion: "v1", kind: "List",
-               items: map(select(.status != null and .status != {}))}' \
-            >"$statuses"
-    if (($(jq '.items | length' "$statuses") > 0)); then
-        kubectl -n "$ns" apply --server-side --subresource=status \
-            --force-conflicts -f "$statuses" >/dev/null
+    if (($(jq '.status.items | length' "$file") > 0)); then
+        jq '.status' "$file" >"$tmp/status.json"
+        kc -n "$ns" apply --server-side --subresource=status \
+            --force-conflicts --field-manager=conformance-status \
+            -f "$tmp/status.json" || return 1
     fi
-    local pod
-    for pod in $(kubectl -n "$ns" get pods -o json |
-        jq -r '.items[] | select(.metadata.annotations["conformance/delete"] == "true") | .metadata.name'); do
-        kubectl -n "$ns" delete pod "$pod" --wait=false >/dev/null
+    local n i kind name type sub patch
+    n=$(jq '.patch | length' "$file")
+    for ((i = 0; i < n; i++)); do
+        kind=$(jq -r ".patch[$i].kind" "$file")
+        name=$(jq -r ".patch[$i].name" "$file")
+        type=$(jq -r ".patch[$i].type" "$file")
+        sub=$(jq -r ".patch[$i].subresource // empty" "$file")
+        patch=$(jq -r ".patch[$i].patch" "$file")
+        local where=(-n "$ns")
+        [[ $kind == node ]] && where=()
+        kc "${where[@]}" patch "$kind" "$name" --type "$type" \
+            ${sub:+--subresource "$sub"} -p "$patch" || return 1
     done
-    # The controller's slices for Services with a selector.
-    local svc deadline=$((SECONDS + 30))
-    for svc in $(kubectl -n "$ns" get services -o json |
-        jq -r '.items[] | select(.spec.selector != null) | .metadata.name'); do
-        until [[ -n $(kubectl -n "$ns" get endpointslices \
-            -l "kubernetes.io/service-name=$svc" -o name) ]]; do
-            ((SECONDS < deadline)) || break
-            sleep 0.5
-        done
+    local ref
+    for ref in $(jq -r '.delete[]' "$file"); do
+        kc -n "$ns" delete "$ref" --wait=false || return 1
     done
-    # The controller writes a Pod's status changes within a moment.
-    sleep 2
+    for ref in $(jq -r '.forceDelete[]' "$file"); do
+        kc -n "$ns" delete "$ref" --grace-period=0 --force || return 1
+    done
+}
+
+# settle NS: until the EndpointSlice controller and the garbage collector
+# have caught up with the namespace.
+settle() {
+    local ns=$1 tmp=$hostwork/tmp-$1 deadline=$((SECONDS + settle_timeout))
+    mkdir -p "$tmp"
+    while :; do
+        kubectl -n "$ns" get services,pods,endpointslices -o json >"$tmp/objects.json"
+        kubectl get nodes -o json >"$tmp/nodes.json"
+        "$tool" settled "$tmp/objects.json" "$tmp/nodes.json" >"$tmp/settle.out" && return 0
+        if ((SECONDS >= deadline)); then
+            echo "FAILED: the EndpointSlice controller did not catch up in ${settle_timeout}s:"
+            cat "$tmp/settle.out"
+            return 1
+        fi
+        sleep 0.3
+    done
+}
+
+# How many Services of the namespace a proxy programs (the marker aside).
+service_count() {
+    kubectl -n "$1" get services -o json | jq '[.items[]
+        | select(.metadata.name != "conformance-marker")
+        | select(.spec.type != "ExternalName" and .spec.clusterIP != "None")
+        | select((.metadata.labels // {})["service.kubernetes.io/service-proxy-name"] == null)
+        ] | length'
+}
+
+# The Node as the run found it, restored after each scenario.
+save_node() {
+    kubectl get node "$E2E_NODE_NAME" -o json |
+        jq '{labels: .metadata.labels, addresses: .status.addresses}' \
+            >"$hostwork/node.json"
+}
+
+restore_node() {
+    local saved=$hostwork/node.json
+    kubectl get node "$E2E_NODE_NAME" -o json | jq --slurpfile saved "$saved" '
+        {metadata: {labels: ((.metadata.labels | with_entries(.value = null))
+                             + $saved[0].labels)}}' >"$hostwork/node-patch.json"
+    kc patch node "$E2E_NODE_NAME" --type merge \
+        -p "$(cat "$hostwork/node-patch.json")" >/dev/null
+    kc patch node "$E2E_NODE_NAME" --subresource=status --type merge \
+        -p "$(jq -c '{status: {addresses: .addresses}}' "$saved")" >/dev/null
 }
 
 delete_namespace() {
@@ -119,39 +189,114 @@ delete_namespace() {
     kubectl delete namespace "$1" --ignore-not-found --wait=true >/dev/null
 }
 
+# host_step RUN I: step I of the run (0: a fresh namespace with the
+# initial objects), settled, then the marker.
+host_step() {
+    local run=$1 i=$2 ns=conf-$1 dir=$hostwork/$1
+    if ((i == 0)); then
+        delete_namespace "$ns"
+        restore_node
+        kc create namespace "$ns" >/dev/null
+        # Pods cannot be admitted before the default ServiceAccount.
+        local n
+        for n in $(seq 120); do
+            kubectl -n "$ns" get serviceaccount default >/dev/null 2>&1 && break
+            sleep 0.5
+        done
+    fi
+    apply_step "$ns" "$dir/step-$i.json" &&
+        settle "$ns" &&
+        "$tool" marker "$i" >"$hostwork/tmp-$ns/marker.json" &&
+        kc -n "$ns" apply -f "$hostwork/tmp-$ns/marker.json" >/dev/null &&
+        echo "services=$(service_count "$ns")" >"$hostwork/tmp-$ns/answer"
+}
 
-# The guest's requests (request), one line each on the request port:
-# "apply NAME" splits scenarios/NAME.yaml into hostwork/NAME/{config,
-# objects}.yaml (the guest reads the configuration there) and applies the
-# objects in namespace conf-NAME; "delete NAME" deletes that namespace.
-# Answers "ok" or "error", then the log.
+# The guest's requests, one line each on the request port: "step RUN I"
+# (0: the initial objects in a fresh namespace conf-RUN) and "delete RUN".
+# Answers "ok" and facts (services=N), or "error" and the log.
 host_request() {
-    local request verb name
+    local request verb run i out=$hostwork/request.out
     IFS= read -r request || exit 0
-    read -r verb name <<<"${request%$'\r'}"
-    local dir=$hostwork/$name out=$hostwork/request.out
-    if [[ ! $name =~ ^[a-z0-9-]+$ || ! -f $here/scenarios/$name.yaml ]]; then
-        echo "error: no scenario '$name'"
+    read -r verb run i <<<"${request%$'\r'}"
+    if [[ ! $run =~ ^[a-z0-9-]+$ || ! -d $hostwork/$run ]]; then
+        echo "error: no run '$run'"
         return
     fi
+    rm -f "$hostwork/tmp-conf-$run/answer"
     if case $verb in
-        apply)
-            {
-                rm -rf "$dir" && mkdir -p "$dir" &&
-                    split "$here/scenarios/$name.yaml" "$dir/config.yaml" \
-                        "$dir/objects.yaml" &&
-                    delete_namespace "conf-$name" &&
-                    apply_objects "conf-$name" "$dir/objects.yaml"
-            } >"$out" 2>&1
-            ;;
-        delete) delete_namespace "conf-$name" >"$out" 2>&1 ;;
-        *) echo "unknown request '$verb' (apply, delete)" >"$out" && false ;;
+        step) [[ $i =~ ^[0-9]+$ ]] && host_step "$run" "$i" >"$out" 2>&1 ;;
+        delete) { delete_namespace "conf-$run" && restore_node; } >"$out" 2>&1 ;;
+        *) echo "unknown request '$verb' (step, delete)" >"$out" && false ;;
         esac then
-        echo ok
+        echo "ok $(cat "$hostwork/tmp-conf-$run/answer" 2>/dev/null || true)"
     else
         echo error
+        cat "$out"
     fi
-    cat "$out"
+}
+
+# The runs the arguments name, with random:N and kill:N drawn.
+expand_runs() {
+    local word n
+    for word in "$@"; do
+        case $word in
+        random:* | kill:*)
+            for ((n = 0; n < ${word#*:}; n++)); do
+                echo "${word%%:*}-$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')"
+            done
+            ;;
+        *) echo "$word" ;;
+        esac
+    done
+}
+
+default_runs() {
+    local f
+    for f in "$here"/scenarios/*.yaml; do
+        basename "$f" .yaml
+    done
+    for f in "$here"/scenarios/*.yaml; do
+        grep -q '^kind: *Traffic' "$f" && echo "takeover-$(basename "$f" .yaml)"
+    done
+    echo kill:1
+}
+
+# prepare RUN: the run's scenario file, split into $hostwork/RUN.
+prepare() {
+    local run=$1 file dir=$hostwork/$1
+    case $run in
+    random-*)
+        file=$hostwork/$run.yaml
+        "$tool" walk "${run#random-}" --steps "${CONFORMANCE_STEPS:-30}" >"$file"
+        ;;
+    kill-*)
+        file=$hostwork/$run.yaml
+        "$tool" walk "${run#kill-}" --steps "${CONFORMANCE_KILL_STEPS:-60}" \
+            --kill-within "${CONFORMANCE_KILL_WITHIN_MS:-4000}" >"$file"
+        ;;
+    takeover-*) file=$here/scenarios/${run#takeover-}.yaml ;;
+    *) file=$here/scenarios/$run.yaml ;;
+    esac
+    [[ -f $file ]] || { log "no scenario $file for run $run"; return 1; }
+    rm -rf "$dir"
+    "$tool" split "$file" "$hostwork/base.yaml" "$dir" >/dev/null
+    if [[ $run == takeover-* ]] && [[ ! -s $dir/traffic.env ]]; then
+        log "$file has no Traffic document for $run"
+        return 1
+    fi
+}
+
+# A second node, for endpoints that are not ours.
+add_node_b() {
+    kubectl apply -f - >/dev/null <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: node-b
+  labels: {kubernetes.io/hostname: node-b, topology.kubernetes.io/zone: zone-b}
+EOF
+    kubectl patch node node-b --subresource=status --type=merge \
+        -p '{"status":{"addresses":[{"type":"InternalIP","address":"198.18.100.2"}]}}' >/dev/null
 }
 
 case ${1:-} in
@@ -162,103 +307,174 @@ case ${1:-} in
 --in-guest) ;;
 *)
     eval "$("$repo/tests/e2e/control-plane.sh" env)"
-    cargo build --bin kube-ipvs-proxy
-    # A copy: the target folder may be shared, and a build there during
-    # the run would swap the binary under it.
-    mkdir -p "$hostwork"
-    cp "$target/debug/kube-ipvs-proxy" "$hostwork/kube-ipvs-proxy"
+    cd "$repo"
+    cargo build -p kube-ipvs-proxy --bin kube-ipvs-proxy \
+        -p conformance-tool -p testkit --bins
+    # Copies: the target folder may be shared, and a build there during
+    # the run would swap a binary under it.
+    mkdir -p "$hostwork/bin"
+    for b in kube-ipvs-proxy conformance testpod traffic; do
+        cp "$target/debug/$b" "$hostwork/bin/$b"
+    done
     k8s_bin=$(dirname "$(command -v kubectl)")
     export E2E_UPSTREAM_PROXY=${E2E_UPSTREAM_PROXY:-$k8s_bin/kube-proxy}
-    export CONFORMANCE_SCENARIOS="$*"
+    # shellcheck disable=SC2046 # one word per run
+    mapfile -t runs < <(if (($#)); then expand_runs "$@"; else expand_runs $(default_runs); fi)
+    # The base configuration, as kubeadm writes its kube-proxy ConfigMap
+    # (the conntrack section all null, so upstream's defaults apply).
+    cat >"$hostwork/base.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: ipvs
+hostnameOverride: $E2E_NODE_NAME
+clientConnection:
+  kubeconfig: $E2E_ADMIN_GUEST_KUBECONFIG
+conntrack:
+  maxPerCore: null
+  min: null
+  tcpBeLiberal: false
+  tcpCloseWaitTimeout: null
+  tcpEstablishedTimeout: null
+  udpStreamTimeout: 0s
+  udpTimeout: 0s
+EOF
+    for run in "${runs[@]}"; do
+        prepare "$run"
+    done
+    log "runs: ${runs[*]}"
+    export CONFORMANCE_RUNS="${runs[*]}"
     export CONFORMANCE_WORK=$hostwork
     # The control port's neighbour: free while control-plane.sh runs.
     export CONFORMANCE_PORT=${CONFORMANCE_PORT:-$((${E2E_VM_HOST_PORTS##* } + 1))}
-    mkdir -p "$hostwork"
-    # The node's zone, for the scenarios with topology hints.
+    # node-a's zone, for the scenarios with topology hints.
     kubectl label node "$E2E_NODE_NAME" --overwrite \
         topology.kubernetes.io/zone=zone-a >/dev/null
-    socat -t 120 "TCP-LISTEN:$CONFORMANCE_PORT,bind=127.0.0.1,reuseaddr,fork" \
+    add_node_b
+    save_node
+    socat -t "$((settle_timeout * 2))" \
+        "TCP-LISTEN:$CONFORMANCE_PORT,bind=127.0.0.1,reuseaddr,fork" \
         "EXEC:$here/run.sh --request" </dev/null &
     server=$!
     trap 'kill $server 2>/dev/null || true' EXIT
-    cd "$repo"
     rc=0
     VM_HOST_PORTS="$E2E_VM_HOST_PORTS $CONFORMANCE_PORT" \
-        VM_TIMEOUT=${VM_TIMEOUT:-3600} \
+        VM_TIMEOUT=${VM_TIMEOUT:-$((1800 + 900 * ${#runs[@]}))} \
         VM_PASS_ENV="CARGO_TARGET_DIR E2E_UPSTREAM_PROXY E2E_NODE_NAME \
-CONFORMANCE_SCENARIOS CONFORMANCE_SYNC_TIMEOUT CONFORMANCE_FAMILIES \
-CONFORMANCE_VERBOSE \
-CONFORMANCE_PORT CONFORMANCE_WORK CONFORMANCE_CLEANUP_UPSTREAM \
-CONFORMANCE_CLEANUP_OURS" \
+CONFORMANCE_RUNS CONFORMANCE_SYNC_TIMEOUT CONFORMANCE_FAMILIES \
+CONFORMANCE_VERBOSE CONFORMANCE_UPSTREAM_ARGS CONFORMANCE_FREEZE_UPSTREAM \
+CONFORMANCE_PORT CONFORMANCE_WORK \
+CONFORMANCE_CLEANUP_UPSTREAM CONFORMANCE_CLEANUP_OURS" \
         tests/vm/run tests/conformance/run.sh --in-guest |
         tee "$hostwork/report.txt" || rc=$?
     exit "$rc"
     ;;
 esac
 
-# In the guest.
-ours=$CONFORMANCE_WORK/kube-ipvs-proxy
+# --------------------------------------------------------------- guest side
+
+bin=$CONFORMANCE_WORK/bin
+ours=$bin/kube-ipvs-proxy
 upstream=$E2E_UPSTREAM_PROXY
 sync_timeout=${CONFORMANCE_SYNC_TIMEOUT:-60}
+families=${CONFORMANCE_FAMILIES:-2}
 work=/tmp/conformance
 mkdir -p "$work"
+export TESTKIT_TESTPOD=$bin/testpod
+# A descriptor that never has anything to read: `read -t` on it is a
+# sleep without a process.
+mkfifo "$work/never"
+exec 9<>"$work/never"
+# Progress goes to the console as it happens; each run's own output is
+# printed when it ends.
+exec 4>&2
+log() { printf '%s conformance: %s\n' "$(date -u +%H:%M:%S)" "$*" >&4; }
 
-# A request to the host's side (host_request): kubectl is many times
-# faster there than in the emulated guest.
+now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
+
+# A request to the host's side (host_request); its answer's facts are
+# left in $answer.
+answer=
 request() {
-    local answer
     exec 3<>"/dev/tcp/10.0.2.100/$CONFORMANCE_PORT"
     echo "$1" >&3
     answer=$(cat <&3)
     exec 3<&-
-    [[ $answer == ok* ]] && return 0
+    if [[ $answer == ok* ]]; then
+        answer=${answer#ok }
+        return 0
+    fi
     printf '%s\n' "$answer"
     return 1
 }
 
-# The kernel state a proxy owns, normalised: IPVS services and their
-# destinations sorted, kube-ipvs0's addresses, each KUBE-* ipset's header
-# (without its random initval) and sorted members, the KUBE-* chains of
-# nat and filter per family with their rules in order (chains sorted by
-# name, counters dropped) and the jumps to them from the built-in chains.
-snapshot() {
-    echo "## ipvs"
-    ipvsadm -Sn | LC_ALL=C sort
-    echo "## kube-ipvs0"
-    if ip link show kube-ipvs0 >/dev/null 2>&1; then
-        echo "link kube-ipvs0"
-        ip -o addr show dev kube-ipvs0 | awk '{print $3, $4}' | LC_ALL=C sort
-    fi
-    echo "## ipsets"
-    ipset list | awk '
-        /^Name:/ { set = $2; members = 0; next }
-        set !~ /^KUBE-/ { next }
-        /^Type:/ { print set, $0 }
-        /^Header:/ { sub(/ initval 0x[0-9a-f]+/, ""); print set, $0 }
-        /^Members:/ { members = 1; next }
-        members && NF { print set, "member", $0 }' | LC_ALL=C sort
+# The kernel state a proxy owns, normalised (tool/src/snapshot.rs).
+snapshot() { "$bin/conformance" snapshot; }
+
+# Kernel-global state either proxy may write; read with builtins (a
+# process costs ~0.1 s in the guest).
+sysctl_files=()
+collect_sysctl_files() {
+    local f
+    for f in /proc/sys/net/ipv4/vs/* /proc/sys/net/netfilter/nf_conntrack_* \
+        /sys/module/nf_conntrack/parameters/hashsize \
+        /proc/sys/net/ipv4/ip_forward /proc/sys/net/ipv6/conf/all/forwarding \
+        /proc/sys/net/ipv4/conf/all/arp_ignore \
+        /proc/sys/net/ipv4/conf/all/arp_announce \
+        /proc/sys/net/ipv4/conf/all/route_localnet \
+        /proc/sys/net/bridge/bridge-nf-call-iptables; do
+        [[ -f $f && -r $f && $f != */nf_conntrack_count ]] && sysctl_files+=("$f")
+    done
+    return 0
+}
+
+globals() {
+    echo "## ipvsadm -L --timeout"
+    ipvsadm -L --timeout
+    echo "## sysctls"
+    local f v
+    for f in "${sysctl_files[@]}"; do
+        read -r v <"$f" || v="(unreadable)"
+        printf '%s %s\n' "${f#/proc/sys/}" "${v//$'\t'/ }"
+    done
     local save table
     for save in iptables-save ip6tables-save; do
-        for table in nat filter; do
+        for table in mangle raw; do
             echo "## $save -t $table"
-            "$save" -t "$table" 2>/dev/null | awk '
-                /^:KUBE-/ { print $1, "decl"; next }
-                /^-A KUBE-/ { print $2, NR, $0; next }
-                /^-A / && / -j KUBE-/ { print $2, NR, $0 }' |
-                LC_ALL=C sort -k1,1 -k2,2n | awk '{
-                    if ($2 == "decl") { print $1; next }
-                    $1 = ""; $2 = ""; sub(/^  /, ""); print }'
+            "$save" -t "$table" 2>/dev/null |
+                sed -e '/^#/d' -e 's/\[[0-9]*:[0-9]*\]$//' || true
         done
     done
 }
 
-# The snapshot of a kernel with nothing of a proxy's in it.
-empty=$(snapshot)
+# Back to the boot values.
+reset_globals() {
+    local f boot now tcp tcpfin udp
+    read -r _ _ _ _ tcp tcpfin udp <<<"$(ipvsadm -L --timeout)"
+    if [[ "$tcp $tcpfin $udp" != "$boot_timeouts" ]]; then
+        # shellcheck disable=SC2086 # three numbers
+        ipvsadm --set $boot_timeouts
+    fi
+    for f in "${sysctl_files[@]}"; do
+        boot=${boot_sysctls[$f]}
+        read -r now <"$f" || continue
+        [[ $now == "$boot" ]] && continue
+        echo "$boot" >"$f" 2>/dev/null || echo "cannot reset $f to $boot (is $now)"
+    done
+    local tool table
+    for tool in iptables ip6tables; do
+        for table in mangle raw; do
+            if [[ $("$tool-save" -t "$table" 2>/dev/null | grep -c '^-A') != 0 ]]; then
+                "$tool" -t "$table" -F
+                "$tool" -t "$table" -X
+            fi
+        done
+    done
+}
 
 force_clean() {
-    local t save restore
+    local t save
     for save in iptables ip6tables; do
-        for t in nat filter mangle; do
+        for t in nat filter mangle raw; do
             "$save-save" -t "$t" 2>/dev/null | grep -v -- 'KUBE-' |
                 "$save-restore" 2>/dev/null || true
         done
@@ -270,55 +486,64 @@ force_clean() {
     done
 }
 
-# How many IP families have synced: the series of
-# kubeproxy_sync_proxy_rules_last_timestamp_seconds (one per ip_family),
-# 0 while any of them has not. Both proxies run both families on this
-# dual-stack kernel, and upstream's two proxiers sync independently: an
-# IPv4 sync alone once let a snapshot miss upstream's whole IPv6 state.
-synced_families() {
-    curl -fsS --max-time 2 http://127.0.0.1:10249/metrics 2>/dev/null |
-        awk '/^kubeproxy_sync_proxy_rules_last_timestamp_seconds/ {
-                 n++; if ($NF > 0) synced++ }
-             END { print (n == synced ? synced + 0 : 0) }'
+# Virtual servers besides the marker's.
+programmed() {
+    ipvsadm -Sn | grep '^-A' | grep -v -e "$marker_v4:" -e "\[$marker_v6\]:" -c || true
 }
-families=${CONFORMANCE_FAMILIES:-2}
 
-# run_proxy LABEL OUT -- COMMAND...: runs the proxy until it has synced
-# (its last-sync metric set for every family, then the snapshot the same
-# twice in a row a second apart), writes the snapshot to OUT, stops it. Fails if it never
-# syncs or exits early.
-run_proxy() {
-    local label=$1 out=$2
-    shift 3
-    "$@" >"$work/$label.log" 2>&1 &
-    local pid=$! deadline=$((SECONDS + sync_timeout))
-    until (($(synced_families) >= families)); do
-        if ! kill -0 "$pid" 2>/dev/null || ((SECONDS >= deadline)); then
-            kill "$pid" 2>/dev/null || true
-            wait "$pid" 2>/dev/null || true
-            echo "$label did not sync; the end of its log:"
-            tail -n 20 "$work/$label.log"
-            return 1
-        fi
-        sleep 0.5
-    done
-    local prev now
-    prev=$(snapshot)
-    while :; do
-        sleep 1
-        now=$(snapshot)
-        [[ $now == "$prev" ]] && break
-        ((SECONDS < deadline)) || break
-        prev=$now
-    done
-    printf '%s\n' "$now" >"$out"
-    kill "$pid" 2>/dev/null || true
+# The proxy under test: its label, binary, pid and log.
+proxy_pid=
+proxy_label=
+start_proxy() {
+    local binary=$ours extra=()
+    if [[ $proxy_label == upstream ]]; then
+        binary=$upstream
+        # shellcheck disable=SC2206 # words on purpose
+        extra=(${CONFORMANCE_UPSTREAM_ARGS:-})
+    fi
+    echo "--- started $(date -u +%T)" >>"$dir/$proxy_label.log"
+    # Ours logs each sync's start, writes and end at debug: a SIGKILL's
+    # stage is read from there.
+    RUST_LOG=${RUST_LOG:-info,kube_ipvs_proxy=debug} \
+        "$binary" --config "$config" "${extra[@]}" >>"$dir/$proxy_label.log" 2>&1 &
+    proxy_pid=$!
+    fresh=1
+}
+
+stop_proxy() {
+    local signal=${1:-TERM}
+    [[ -n $proxy_pid ]] || return 0
+    kill "-$signal" "$proxy_pid" 2>/dev/null || true
     for _ in $(seq 50); do
-        kill -0 "$pid" 2>/dev/null || break
+        kill -0 "$proxy_pid" 2>/dev/null || break
         sleep 0.2
     done
-    kill -9 "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
+    kill -9 "$proxy_pid" 2>/dev/null || true
+    wait "$proxy_pid" 2>/dev/null || true
+    proxy_pid=
+}
+
+proxy_died() {
+    echo "$proxy_label exited; the end of its log:"
+    tail -n 20 "$dir/$proxy_label.log"
+}
+
+# wait_synced STEP OUT [node]: until the proxy has synced STEP (and, after
+# a start, every family), then until the snapshot holds still (two seconds
+# after a Node change, which the marker does not cover); writes the
+# snapshot to OUT (tool/src/marker.rs).
+fresh=1
+wait_synced() {
+    local i=$1 out=$2 still=1 args=()
+    [[ ${3:-} == node ]] && still=2
+    ((fresh)) && args+=(--fresh)
+    if ! wait_out=$("$bin/conformance" wait "$i" "$out" --pid "$proxy_pid" \
+        --still "$still" --timeout "$sync_timeout" --families "$families" "${args[@]}"); then
+        echo "$proxy_label, step $i: $wait_out; the end of its log:"
+        tail -n 20 "$dir/$proxy_label.log"
+        return 1
+    fi
+    fresh=0
 }
 
 # check_clean WHAT: the kernel must be as it was before any proxy ran.
@@ -341,103 +566,444 @@ check_clean() {
 # "> ..." ours only).
 ignores=$work/ignores
 sed -n 's/^ignore: *//p' "$here/differences.md" >"$ignores"
+# grep -f with no pattern at all matches nothing, not everything.
+[[ -s $ignores ]] || echo '^$never^' >"$ignores"
 
-# cleanup WHO WHOSE: runs WHO's --cleanup (ours or upstream) on WHOSE
-# state; fails if it fails or leaves anything of a proxy's behind.
-cleanup() {
+# compare A B WHAT: prints the differences not excused; fails if any.
+excused_total=0
+compare() {
+    local raw left
+    raw=$(diff "$1" "$2" | grep '^[<>]' || true)
+    left=$(printf '%s\n' "$raw" | grep -v -E -f "$ignores" | grep . || true)
+    excused_total=$((excused_total + $(printf '%s' "$raw" | grep -c . || true) -
+        $(printf '%s' "$left" | grep -c . || true)))
+    if [[ -n $left ]]; then
+        echo "--- $3: upstream (<) and ours (>) differ:"
+        printf '%s\n' "$left"
+        return 1
+    fi
+}
+
+# run_cleanup WHO WHOSE: WHO's --cleanup (ours or upstream) on WHOSE state.
+run_cleanup() {
     local binary=$ours
     [[ $1 == upstream ]] && binary=$upstream
     if ! "$binary" --cleanup --config "$config" >"$dir/cleanup.log" 2>&1; then
         echo "$1 --cleanup failed on $2's state:"
         tail -n 20 "$dir/cleanup.log"
-        check_clean "$1 --cleanup after $2" || true
         return 1
     fi
-    check_clean "$1 --cleanup after $2"
 }
 
-# One scenario; prints its result line last.
-scenario() {
-    local name=$1
-    local dir=$work/$name config=$CONFORMANCE_WORK/$name/config.yaml
-    rm -rf "$dir"
-    mkdir -p "$dir"
-    step() { log "$name: $1 (${SECONDS}s)"; }
-    if ! request "apply $name"; then
-        echo "RESULT $name ERROR: applying its objects failed"
+# finish WHO: cleanup, the scenario's teardown, the kernel checked clean.
+finish() {
+    local ok=0 cleaner=${CONFORMANCE_CLEANUP_OURS:-ours}
+    [[ $1 == upstream ]] && cleaner=${CONFORMANCE_CLEANUP_UPSTREAM:-ours}
+    run_cleanup "$cleaner" "$1" || ok=1
+    bash "$spec/teardown.sh" >>"$dir/setup.log" 2>&1 || {
+        echo "the scenario's teardown failed:"
+        tail -n 5 "$dir/setup.log"
+        ok=1
+    }
+    check_clean "$cleaner --cleanup after $1" || ok=1
+    return $ok
+}
+
+kills=()
+# pass LABEL: the proxy from a clean kernel through every step, a
+# snapshot after each into $dir/LABEL-STEP.txt; the global state after it
+# into $dir/LABEL-globals.txt. Fails at the first step that fails.
+pass() {
+    proxy_label=$1
+    local problems=0
+    reset_globals >>"$dir/setup.log" 2>&1
+    if ! bash "$spec/setup.sh" >>"$dir/setup.log" 2>&1; then
+        echo "the scenario's setup failed:"
+        tail -n 5 "$dir/setup.log"
         return 1
     fi
-    step "objects applied"
-    local problems=()
-    if ! run_proxy upstream "$dir/upstream.txt" -- \
-        "$upstream" --config "$config"; then
-        problems+=("upstream did not sync")
+    # A scenario without steps keeps its objects for both proxies (their
+    # cluster IPs may be the API server's pick); one with steps starts
+    # again from a fresh namespace.
+    if ((applied == 0 || steps > 0)); then
+        if ! request "step $run 0"; then
+            echo "applying the initial objects failed"
+            return 1
+        fi
+        services[0]=${answer#services=}
+        applied=1
     fi
-    step "upstream synced"
-    cleanup "${CONFORMANCE_CLEANUP_UPSTREAM:-ours}" upstream ||
-        problems+=("cleaning upstream's state up failed")
-    if ! run_proxy ours "$dir/ours.txt" -- \
-        "$ours" --config "$config"; then
-        problems+=("ours did not sync")
+    start_proxy
+    local t0=$SECONDS
+    if ! wait_synced 0 "$dir/$proxy_label-0.txt"; then
+        stop_proxy
+        finish "$proxy_label" || true
+        return 1
     fi
-    step "ours synced"
-    cleanup "${CONFORMANCE_CLEANUP_OURS:-ours}" ours ||
-        problems+=("cleaning our state up failed")
-    step "cleaned up"
-    request "delete $name" || problems+=("deleting its objects failed")
-    step "namespace deleted"
-    touch "$dir/upstream.txt" "$dir/ours.txt"
+    log "$run: $proxy_label synced its start in $((SECONDS - t0))s"
+    check_programmed 0 || problems=1
+    local i restart restart_upstream kill node name
+    while IFS=$'\t' read -r i restart restart_upstream kill node name; do
+        [[ -n $i ]] || continue
+        [[ $proxy_label == upstream ]] && restart=$restart_upstream
+        if [[ $restart != - ]]; then
+            log "$run: $proxy_label stopped with SIG${restart^^} before step $i"
+            [[ $restart == kill ]] && stop_proxy KILL || stop_proxy TERM
+        fi
+        local asked=$(now_ms) frozen=
+        # Upstream rebuilds everything at each sync, so its state after a
+        # step does not depend on how the step's events trickle in: it is
+        # paused while the host applies the step, and takes it in at once
+        # (one sync of ~10 s in the guest instead of two). Ours is not: its
+        # incremental path is what the trickle exercises.
+        if [[ $proxy_label == upstream && -n $proxy_pid && ${CONFORMANCE_FREEZE_UPSTREAM:-1} == 1 ]]; then
+            kill -STOP "$proxy_pid" && frozen=$proxy_pid
+        fi
+        if [[ $proxy_label == ours && $kill != - ]]; then
+            kill_during_step "$i" "$kill" || { problems=1; break; }
+        elif ! request "step $run $i"; then
+            echo "step $i ($name): applying it failed"
+            [[ -z $frozen ]] || kill -CONT "$frozen"
+            problems=1
+            break
+        fi
+        [[ -z $frozen ]] || kill -CONT "$frozen"
+        applied_ms=$(($(now_ms) - asked))
+        services[i]=${answer#services=}
+        if [[ -z $proxy_pid ]]; then
+            start_proxy
+        fi
+        if ! wait_synced "$i" "$dir/$proxy_label-$i.txt" "$node"; then
+            echo "step $i: $name"
+            problems=1
+            break
+        fi
+        log "$run: $proxy_label step $i: applied in ${applied_ms}ms, $wait_out"
+        check_programmed "$i" || problems=1
+    done <"$steps_file"
+    ((steps == 0)) || log "$run: $proxy_label went through $steps steps in $((SECONDS - t0))s"
+    stop_proxy
+    globals >"$dir/$proxy_label-globals.txt"
+    t0=$SECONDS
+    finish "$proxy_label" || problems=1
+    log "$run: $proxy_label cleaned up in $((SECONDS - t0))s"
+    return $problems
+}
+
+check_programmed() {
+    if ((${services[$1]:-0} > 0 && $(programmed) == 0)); then
+        echo "$proxy_label: step $1 has ${services[$1]} Services but no virtual server"
+        return 1
+    fi
+}
+
+# What ours was doing when it died, from the end of its debug log: the
+# runner, the proxier and the reporter log each sync's start, each
+# facility's writes and its end.
+sync_stage() {
+    awk '
+        /^--- started/ { stage = "starting up" }
+        /sync starting/ { stage = "in a sync, planning" }
+        /ipvs operations applied/ { stage = "in a sync, IPVS written" }
+        /address operations applied/ { stage = "in a sync, addresses written" }
+        /ipset operations applied/ { stage = "in a sync, ipsets written" }
+        /(sync|full reconcile) applied/ { stage = "in a sync, at iptables" }
+        /sync done/ { stage = "between syncs" }
+        END { print stage }' "$dir/ours.log"
+}
+
+# kill_during_step STEP MS: the step's request goes to the host, and MS
+# later, whatever the host and ours are doing then, ours is killed with
+# SIGKILL and started again. Which of the step's states the kernel was in
+# (the previous step's, this one's, or neither) and what ours' log says it
+# was doing are the stage of the kill; once the step is applied, the
+# kernel must converge to upstream's snapshot of it.
+kill_during_step() {
+    local i=$1 ms=$2 at kernel process restarted requester applied now
+    if [[ ! -f $dir/upstream-$i.txt || ! -f $dir/ours-$((i - 1)).txt ]]; then
+        echo "no snapshot of upstream's step $i to converge to"
+        return 1
+    fi
+    local watcher= seen=$work/sync-seen
+    if [[ $ms == s* ]]; then
+        # Aimed at ours' first sync of the step: its start is in the log.
+        ms=${ms#s}
+        rm -f "$seen"
+        (timeout "$sync_timeout" tail -n0 -f "$dir/ours.log" |
+            grep -q -m1 'sync starting' && : >"$seen") &
+        watcher=$!
+        sleep 0.3
+    fi
+    rm -f "$work/step.answer"
+    (
+        if request "step $run $i" >"$work/step.log" 2>&1; then
+            echo "ok $answer"
+        else
+            echo error
+        fi >"$work/step.answer"
+    ) &
+    requester=$!
+    if [[ -n $watcher ]]; then
+        # Polled with a builtin: a process per poll would be late.
+        until [[ -e $seen ]] || ! kill -0 "$watcher" 2>/dev/null; do
+            read -r -t 0.002 -u 9 || true
+        done
+    fi
+    # No sleep process either: starting one takes ~0.1 s in the guest.
+    ((ms == 0)) || read -r -t "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))" -u 9 || true
+    stop_proxy KILL
+    process=$(sync_stage)
+    at=$(snapshot)
+    start_proxy
+    restarted=$(now_ms)
+    wait "$requester" || true
+    applied=$(now_ms)
+    answer=$(<"$work/step.answer")
+    if [[ $answer != ok* ]]; then
+        echo "step $i: applying it failed:"
+        cat "$work/step.log"
+        return 1
+    fi
+    answer=${answer#ok }
+    if [[ $at == "$(<"$dir/upstream-$i.txt")" ]]; then
+        kernel="the step's state"
+    elif [[ $at == "$(<"$dir/ours-$((i - 1)).txt")" ]]; then
+        kernel="the previous step's state"
+    else
+        kernel="a state between the two"
+    fi
+    local deadline=$((SECONDS + sync_timeout))
+    while :; do
+        now=$(snapshot)
+        [[ $now == "$(<"$dir/upstream-$i.txt")" ]] && break
+        if ! kill -0 "$proxy_pid" 2>/dev/null; then
+            proxy_died
+            return 1
+        fi
+        if ((SECONDS >= deadline)); then
+            echo "ours did not converge to upstream's step $i within ${sync_timeout}s of its restart after a SIGKILL ($process, kernel in $kernel):"
+            printf '%s\n' "$now" >"$work/now.txt"
+            compare "$dir/upstream-$i.txt" "$work/now.txt" "step $i after the kill" || true
+            return 1
+        fi
+        sleep 0.2
+    done
+    local took=$(($(now_ms) - (applied > restarted ? applied : restarted)))
+    kills+=("$i|$ms|$process|$kernel|$took")
+    log "$run: SIGKILL ${ms}ms into step $i, $process, kernel in $kernel; converged ${took}ms after the restart and the step"
+}
+
+# Compares every step's snapshots and the global state; prints the steps
+# that differ.
+compare_passes() {
+    local i name bad=0
+    local -a names=("the initial objects")
+    while IFS=$'\t' read -r i _ _ _ _ name; do
+        [[ -n $i ]] && names[i]=$name
+    done <"$steps_file"
+    for ((i = 0; i <= steps; i++)); do
+        [[ -f $dir/upstream-$i.txt && -f $dir/ours-$i.txt ]] || continue
+        if [[ -n ${CONFORMANCE_VERBOSE:-} ]]; then
+            echo "--- $run step $i: upstream's snapshot"
+            cat "$dir/upstream-$i.txt"
+            ((i > 0)) || cat "$dir/upstream-globals.txt"
+        fi
+        if ! compare "$dir/upstream-$i.txt" "$dir/ours-$i.txt" "$run step $i (${names[i]})"; then
+            bad=$((bad + 1))
+            differing+=("step $i (${names[i]})")
+        fi
+    done
+    if [[ -f $dir/upstream-globals.txt && -f $dir/ours-globals.txt ]] &&
+        ! compare "$dir/upstream-globals.txt" "$dir/ours-globals.txt" "$run kernel-global state"; then
+        bad=$((bad + 1))
+        differing+=("kernel-global state")
+    fi
+    return $((bad > 0))
+}
+
+# One run of a scenario or walk; prints its result line last.
+scenario() {
+    local problems=() differing=() services=()
+    excused_total=0
+    applied=0
+    kills=()
+    steps_file=$spec/steps.tsv
+    steps=$(grep -c . "$steps_file" || true)
+    if ! pass upstream; then
+        problems+=("upstream's pass failed")
+    fi
+    if ! pass ours; then
+        problems+=("our pass failed")
+    fi
+    request "delete $run" || problems+=("deleting its objects failed")
+    compare_passes || problems+=("${#differing[@]} steps differ: ${differing[*]}")
     if [[ -n ${CONFORMANCE_VERBOSE:-} ]]; then
-        echo "--- $name: upstream's snapshot"
-        cat "$dir/upstream.txt"
+        echo "--- $run: upstream's log"
+        cat "$dir/upstream.log"
+        echo "--- $run: our log"
+        cat "$dir/ours.log"
     fi
-    local raw excused left
-    raw=$(diff "$dir/upstream.txt" "$dir/ours.txt" | grep '^[<>]' || true)
-    left=$(printf '%s\n' "$raw" | grep -v -E -f "$ignores" | grep . || true)
-    # Not grep -c -f: with no pattern at all it prints nothing.
-    excused=$(($(printf '%s' "$raw" | grep -c . || true) -
-        $(printf '%s' "$left" | grep -c . || true)))
-    if [[ -n $left ]]; then
-        echo "--- $name: upstream (<) and ours (>) differ:"
-        printf '%s\n' "$left"
-        problems+=("$(printf '%s\n' "$left" | wc -l) differing lines")
+    if ((${#kills[@]})); then
+        report_kills
     fi
     local lines
-    lines=$(grep -vc '^##' "$dir/upstream.txt" || true)
+    lines=$(grep -vc '^##' "$dir/upstream-0.txt" 2>/dev/null || true)
     if ((${#problems[@]} == 0)); then
-        printf 'RESULT %-40s identical (%s lines, %s excused)\n' \
-            "$name" "$lines" "$excused"
+        printf 'RESULT %-40s identical (%s steps, %s lines at the start, %s excused%s)\n' \
+            "$run" "$steps" "${lines:-0}" "$excused_total" \
+            "$( ((${#kills[@]})) && echo ", ${#kills[@]} SIGKILLs converged")"
     else
         local IFS=';'
-        printf 'RESULT %-40s DIFFERENT: %s\n' "$name" "${problems[*]}"
+        printf 'RESULT %-40s DIFFERENT: %s\n' "$run" "${problems[*]}"
+        case $run in
+        random-* | kill-*)
+            if [[ $run == kill-* ]]; then
+                echo "    replay: make conformance-random SEED=${run#*-} KILLS=1 KILL_STEPS=$steps"
+            else
+                echo "    replay: make conformance-random SEED=${run#*-} STEPS=$steps"
+            fi
+            echo "    the walk: $CONFORMANCE_WORK/$run.yaml"
+            ;;
+        esac
         return 1
     fi
 }
 
-names=()
-if [[ -n ${CONFORMANCE_SCENARIOS:-} ]]; then
-    read -r -a names <<<"$CONFORMANCE_SCENARIOS"
-else
-    for f in "$here"/scenarios/*.yaml; do
-        names+=("$(basename "$f" .yaml)")
+report_kills() {
+    local k i ms process kernel took stage
+    local -A by_stage=()
+    local times=()
+    echo "--- $run: ${#kills[@]} SIGKILLs of ours"
+    for k in "${kills[@]}"; do
+        IFS='|' read -r i ms process kernel took <<<"$k"
+        printf 'KILL %s step %s, %sms into it, %s, kernel in %s: converged in %sms\n' \
+            "$run" "$i" "$ms" "$process" "$kernel" "$took"
+        by_stage["$process, kernel in $kernel"]=$((${by_stage["$process, kernel in $kernel"]:-0} + 1))
+        times+=("$took")
     done
-fi
+    for stage in "${!by_stage[@]}"; do
+        echo "KILLS $run: ${by_stage[$stage]} $stage"
+    done
+    printf '%s\n' "${times[@]}" | sort -n | awk -v run="$run" '
+        { t[NR] = $1 } END { printf "KILLS %s: convergence min %dms, median %dms, max %dms\n",
+                                    run, t[1], t[int((NR + 1) / 2)], t[NR] }'
+}
+
+# takeover: each proxy's clean-start snapshot, then upstream → ours →
+# upstream over live state with traffic through the Traffic target.
+takeover() {
+    local problems=() differing=() services=()
+    excused_total=0
+    applied=0
+    # The handover is of the initial objects; steps are not run.
+    steps=0
+    steps_file=/dev/null
+    # shellcheck disable=SC1091
+    source "$spec/traffic.env"
+    # The pods first: their links are local addresses, where NodePorts
+    # are served, so every snapshot must be taken with them there.
+    local stop=$work/traffic-stop ready=$work/traffic-ready go=$work/traffic-go
+    local done=$work/traffic-done pods=() n=0 addr t
+    rm -f "$stop" "$ready" "$go" "$done"
+    for addr in $traffic_pods; do
+        pods+=(--pod "pod-$n=$addr")
+        n=$((n + 1))
+    done
+    "$bin/traffic" --connect "$traffic_target" "${pods[@]}" --stop-file "$stop" \
+        --ready-file "$ready" --start-file "$go" --done-file "$done" \
+        >"$dir/traffic.out" 2>&1 &
+    local traffic=$!
+    for t in $(seq 100); do
+        [[ -f $ready ]] && break
+        sleep 0.2
+    done
+    [[ -f $ready ]] || problems+=("the pods did not start: $(cat "$dir/traffic.out")")
+
+    pass ours || problems+=("our clean start failed")
+    pass upstream || problems+=("upstream's clean start failed")
+    compare_passes || problems+=("the clean starts differ")
+
+    reset_globals >>"$dir/setup.log" 2>&1
+    bash "$spec/setup.sh" >>"$dir/setup.log" 2>&1 || problems+=("setup failed")
+    proxy_label=upstream
+    start_proxy
+    wait_synced 0 "$dir/takeover-upstream.txt" || problems+=("upstream did not sync")
+    touch "$go"
+    sleep 3
+    log "$run: upstream stopped, ours starts over its state"
+    stop_proxy
+    proxy_label=ours
+    start_proxy
+    wait_synced 0 "$dir/takeover-ours.txt" || problems+=("ours did not sync over upstream's state")
+    compare "$dir/ours-0.txt" "$dir/takeover-ours.txt" "$run: ours after the takeover (<: from a clean start)" ||
+        problems+=("ours after the takeover differs from ours from a clean start")
+    sleep 3
+    log "$run: ours stopped, upstream starts over its state (the rollback)"
+    stop_proxy
+    proxy_label=upstream
+    start_proxy
+    wait_synced 0 "$dir/rollback-upstream.txt" || problems+=("upstream did not sync over our state")
+    compare "$dir/upstream-0.txt" "$dir/rollback-upstream.txt" "$run: upstream after the rollback (<: from a clean start)" ||
+        problems+=("upstream after the rollback differs from upstream from a clean start")
+    sleep 3
+    touch "$stop"
+    stop_proxy
+    finish upstream || problems+=("cleaning up failed")
+    touch "$done"
+    wait "$traffic" || problems+=("the traffic client failed")
+    request "delete $run" || problems+=("deleting its objects failed")
+    cat "$dir/traffic.out"
+    local sent failed
+    read -r _ sent _ _ _ failed _ <"$dir/traffic.out" || true
+    if [[ ! $sent =~ ^[0-9]+$ ]] || ((sent < 50)); then
+        problems+=("too little traffic: ${sent:-none} requests")
+    elif ((failed > 0)); then
+        problems+=("$failed of $sent requests failed")
+    fi
+    if ((${#problems[@]} == 0)); then
+        printf 'RESULT %-40s identical, takeover and rollback with %s requests, 0 failed\n' "$run" "$sent"
+    else
+        local IFS=';'
+        printf 'RESULT %-40s DIFFERENT: %s\n' "$run" "${problems[*]}"
+        return 1
+    fi
+}
+
+read -r -a runs <<<"$CONFORMANCE_RUNS"
 modprobe -q ip_vs 2>/dev/null || true
 force_clean
 empty=$(snapshot)
+collect_sysctl_files
+declare -A boot_sysctls=()
+for f in "${sysctl_files[@]}"; do
+    read -r boot_sysctls[$f] <"$f" || true
+done
+read -r _ _ _ _ tcp tcpfin udp <<<"$(ipvsadm -L --timeout)"
+boot_timeouts="$tcp $tcpfin $udp"
+log "boot state: IPVS timeouts $boot_timeouts, ${#sysctl_files[@]} sysctls"
 results=$work/results
 : >"$results"
 failed=0
 start=$SECONDS
-for name in "${names[@]}"; do
+for run in "${runs[@]}"; do
     t0=$SECONDS
-    if ! scenario "$name" >"$work/$name.out" 2>&1; then
+    spec=$CONFORMANCE_WORK/$run
+    dir=$work/$run
+    config=$spec/config.yaml
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    log "$run"
+    what=scenario
+    [[ $run == takeover-* ]] && what=takeover
+    if ! "$what" >"$work/$run.out" 2>&1; then
         failed=$((failed + 1))
     fi
-    cat "$work/$name.out"
-    grep '^RESULT' "$work/$name.out" | sed "s/\$/ [$((SECONDS - t0))s]/" >>"$results" ||
-        echo "RESULT $name ERROR (no result; see above)" >>"$results"
+    stop_proxy
+    cat "$work/$run.out"
+    grep '^RESULT' "$work/$run.out" | sed "s/\$/ [$((SECONDS - t0))s]/" >>"$results" ||
+        echo "RESULT $run ERROR (no result; see above)" >>"$results"
+    grep '^KILLS' "$work/$run.out" >>"$results" || true
 done
-echo "=== conformance: ${#names[@]} scenarios in $((SECONDS - start))s, $failed not identical"
+echo "=== conformance: ${#runs[@]} runs in $((SECONDS - start))s, $failed not identical"
 cat "$results"
 ((failed == 0))

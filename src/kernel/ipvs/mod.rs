@@ -10,6 +10,7 @@ mod model;
 mod real;
 #[cfg(test)]
 mod tests;
+mod timeouts;
 
 use std::{
     collections::BTreeMap,
@@ -20,6 +21,7 @@ use std::{
 
 pub use model::IpvsModel;
 pub use real::NetlinkIpvs;
+pub use timeouts::ConnTimeouts;
 
 use super::KernelError;
 pub use crate::desired::VirtualServerKey as ServiceKey;

@@ -93,7 +93,7 @@ fn ensure_writes_only_what_differs_and_then_nothing() {
     let first = ensure(&mut k, &config, v(6, 1));
     let changed: Vec<_> = first
         .iter()
-        .map(|r| r.as_ref().map(|c| (c.path, c.from.as_str(), c.to)))
+        .map(|r| r.as_ref().map(|c| (c.path, c.from.as_str(), c.to.as_str())))
         .collect();
     assert_eq!(
         changed,

@@ -514,6 +514,7 @@ fn ownership() -> Ownership {
         programmed: BTreeSet::new(),
         node_addresses: [ip(NODE_IP)].into(),
         node_port_range: Some(30000..=32767),
+        listed: BTreeSet::new(),
     }
 }
 
@@ -1033,4 +1034,46 @@ fn a_repair_step_leaves_touched_objects_alone() {
     // The rest of the drift is still repaired.
     assert!(ops.iter().any(|op| op.contains("198.19.0.99")), "{ops:?}");
     assert!(ops.iter().any(|op| op.contains("198.18.0.250")), "{ops:?}");
+}
+
+/// An external IP that is the node's own address: its virtual server is
+/// off kube-ipvs0 and off the NodePort range, yet the set of external
+/// IPs lists it, so cleanup and a repair after a restart know it for a
+/// kube-proxy's; a foreign one on the same address stays.
+#[test]
+fn a_virtual_server_on_a_node_address_that_a_set_lists_is_ours() {
+    let ledger = Ledger::new();
+    let mut observed = kernel_of(&ledger);
+    foreign_vs(table(&mut observed), NODE_IP, 80);
+    foreign_vs(table(&mut observed), NODE_IP, 22);
+    let external = SetName {
+        kind: SetKind::ExternalIp,
+        ipv6: false,
+    };
+    observed
+        .sets
+        .as_mut()
+        .unwrap()
+        .get_mut(&external.name())
+        .unwrap()
+        .entries
+        .insert(SetEntry::IpPort(ip(NODE_IP), Protocol::Tcp, 80));
+    let ops = cleanup(&observed, &ownership());
+    assert_eq!(ops.ipvs, [IpvsOp::DeleteService(key(NODE_IP, 80))]);
+
+    let listed = Ownership {
+        listed: listed_in_sets(observed.sets.as_ref().unwrap()),
+        ..ownership()
+    };
+    let repaired =
+        reconcile(&ledger, &expected_sets(true, false), &observed, &listed);
+    assert!(
+        repaired
+            .ops
+            .ipvs
+            .contains(&IpvsOp::DeleteService(key(NODE_IP, 80))),
+        "{:?}",
+        repaired.ops.ipvs
+    );
+    assert_eq!(repaired.foreign, [key(NODE_IP, 22)]);
 }
