@@ -5,7 +5,9 @@
 //! counted is the proxy's own. A counting allocator gives the peak and
 //! what stays after the first sync and after a burst of changes; the
 //! ratio of the two sizes' bytes per service says whether memory follows
-//! the cluster linearly (1.0) or worse.
+//! the cluster linearly (1.0) or worse. Then changes synced one at a time
+//! give the CPU a one-change sync costs at each size: the ratio says
+//! whether a sync follows what changed (1.0) or the cluster's size.
 //!
 //! `cargo bench --bench memory`; for a breakdown by call site, run the
 //! built binary under `heaptrack` (README, "Where the memory goes").
@@ -326,7 +328,28 @@ struct Measured {
     peak: usize,
     after_sync: usize,
     after_churn: usize,
+    /// Process CPU per change when each change is synced on its own, as
+    /// under the benchmark's steady churn.
+    cpu_per_change: Duration,
 }
+
+/// User and system CPU of the whole process so far.
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage only writes the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64)
+            + Duration::from_micros(t.tv_usec as u64)
+    };
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// Changes timed one at a time after the burst.
+const TIMED_CHANGES: usize = 300;
 
 /// Runs the daemon on `n` services until its first sync, then `changes`
 /// slice updates; the heap is counted from an empty start.
@@ -411,12 +434,27 @@ async fn measure(n: usize, changes: usize) -> Measured {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let after_churn = LIVE.load(Ordering::Relaxed) - base;
     let peak = PEAK.load(Ordering::Relaxed) - base;
+    // One change, then its sync, then the next: the cost of a sync that
+    // carries one change, which should not grow with the cluster.
+    let cpu_before = process_cpu();
+    for c in changes + 1..=changes + TIMED_CHANGES {
+        let before = synced(&health);
+        let event = SourceEvent::EndpointSlice(Event::Apply(slice(c % n, c)));
+        futures::SinkExt::send(&mut events, event)
+            .await
+            .expect("the daemon runs");
+        while synced(&health) == before {
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+    }
+    let cpu_per_change = (process_cpu() - cpu_before) / TIMED_CHANGES as u32;
     daemon.abort();
     let _ = daemon.await;
     Measured {
         peak,
         after_sync,
         after_churn,
+        cpu_per_change,
     }
 }
 
@@ -438,6 +476,7 @@ fn main() {
         "memory: the pipeline's heap, ClusterIP services x {ENDPOINTS} endpoints"
     );
     let mut per_service = Vec::new();
+    let mut per_change = Vec::new();
     for &n in &sizes {
         let m = runtime.block_on(measure(n, 2000));
         println!(
@@ -448,7 +487,16 @@ fn main() {
             mib(m.after_churn),
             m.after_churn as f64 / n as f64,
         );
+        println!(
+            "{n:>6} services: {:.0} µs of CPU per change synced on its own \
+             (building the slice object included)",
+            m.cpu_per_change.as_secs_f64() * 1e6
+        );
         per_service.push((n, m.after_churn as f64 / n as f64));
+        per_change.push((n, m.cpu_per_change.as_secs_f64()));
+    }
+    if let [(small, a), .., (large, b)] = per_change[..] {
+        println!("CPU per change, {large} / {small} services: {:.2}", b / a);
     }
     if let [(small, a), .., (large, b)] = per_service[..] {
         println!(
