@@ -33,14 +33,13 @@ use kube_ipvs_proxy::{
         addresses::{AddressOp, Addresses},
         conntrack::{Conntrack, Flow},
         ipsets::{IpsetOp, Ipsets, SetState},
-        iptables::{Family, Iptables},
+        iptables::{IpFamily, Iptables},
         ipvs::{
             DestKey, DestState, Ipvs, IpvsOp, IpvsTable, ServiceEntry,
-            ServiceKey,
+            VirtualServerKey,
         },
         KernelError,
     },
-    metrics::IpFamily,
     proxier::{
         conntrack::WithConntrack,
         iptables::{RulesSettings, WithIptables},
@@ -198,13 +197,13 @@ impl Ipvs for Nothing {
     }
     async fn service(
         &mut self,
-        _: &ServiceKey,
+        _: &VirtualServerKey,
     ) -> Result<Option<ServiceEntry>, KernelError> {
         Ok(None)
     }
     async fn dests(
         &mut self,
-        _: &ServiceKey,
+        _: &VirtualServerKey,
     ) -> Result<std::collections::BTreeMap<DestKey, DestState>, KernelError>
     {
         Ok(Default::default())
@@ -293,20 +292,24 @@ impl Ipsets for Nothing {
 impl Iptables for Nothing {
     async fn save(
         &mut self,
-        _: Family,
+        _: IpFamily,
         _: &str,
     ) -> Result<String, KernelError> {
         Ok(String::new())
     }
     fn save_detached(
         &self,
-        _: Family,
+        _: IpFamily,
         _: &str,
     ) -> impl Future<Output = Result<String, KernelError>> + Send + 'static + use<>
     {
         std::future::ready(Ok(String::new()))
     }
-    async fn restore(&mut self, _: Family, _: &str) -> Result<(), KernelError> {
+    async fn restore(
+        &mut self,
+        _: IpFamily,
+        _: &str,
+    ) -> Result<(), KernelError> {
         Ok(())
     }
 }

@@ -28,7 +28,7 @@ use kube_ipvs_proxy::{
         ipsets::NetlinkIpsets,
         iptables::{
             real::{RealIptables, Variant},
-            Family,
+            IpFamily,
         },
         ipvs::{ConnTimeouts, NetlinkIpvs},
         sysctl::{
@@ -342,7 +342,7 @@ async fn set_ipvs_timeouts(config: &Config) {
     ) else {
         return;
     };
-    let result = match NetlinkIpvs::connect() {
+    let result = match NetlinkIpvs::new() {
         Ok(ipvs) => ipvs.set_timeouts(&timeouts).await,
         Err(e) => Err(e),
     };
@@ -359,7 +359,7 @@ async fn clean_up(config: &Config) -> anyhow::Result<()> {
     let mut iptables = RealIptables::new(Variant::detect().await);
     let (report, kept) = kube_ipvs_proxy::kernel::iptables::apply::cleanup(
         &mut iptables,
-        &[Family::V4, Family::V6],
+        &[IpFamily::V4, IpFamily::V6],
     )
     .await;
     for (family, table, error) in &report.errors {
@@ -369,7 +369,7 @@ async fn clean_up(config: &Config) -> anyhow::Result<()> {
         tracing::warn!(%family, table, chain, "chain still referenced by a rule that is not ours; flushed and kept");
     }
     let mut proxier = Proxier::new(
-        NetlinkIpvs::connect().context("IPVS")?,
+        NetlinkIpvs::new().context("IPVS")?,
         NetlinkAddresses::new().context("kube-ipvs0 addresses")?,
         NetlinkIpsets::new().context("ipsets")?,
         ProxierConfig::from_config(config),

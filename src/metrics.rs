@@ -115,17 +115,3 @@ pub fn network_programming_buckets() -> Vec<f64> {
     buckets.extend((0..7).map(|i| 120.0 + 30.0 * f64::from(i)));
     buckets
 }
-
-pub use crate::model::IpFamily;
-
-/// The families a node context programs, IPv4 first.
-pub fn active_families(ctx: &crate::desired::NodeContext) -> Vec<IpFamily> {
-    let mut families = Vec::with_capacity(2);
-    if ctx.ipv4 {
-        families.push(IpFamily::V4);
-    }
-    if ctx.ipv6 {
-        families.push(IpFamily::V6);
-    }
-    families
-}

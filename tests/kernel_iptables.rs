@@ -33,9 +33,9 @@ mod netns {
     use anyhow::{bail, Context, Result};
     use kube_ipvs_proxy::kernel::iptables::{
         contract,
-        model::Model,
+        model::IptablesModel,
         real::{RealIptables, Variant},
-        Family, Iptables, RulesInput,
+        IpFamily, Iptables, RulesInput,
     };
     use pretty_assertions::assert_eq;
 
@@ -115,11 +115,11 @@ mod netns {
     /// Every kube-proxy set of both families, so rules matching them load.
     fn create_sets() -> Result<()> {
         let mut batch = String::new();
-        for family in [Family::V4, Family::V6] {
+        for family in [IpFamily::V4, IpFamily::V6] {
             for (name, kind) in contract::set_names(family) {
                 let opts = if kind == "bitmap:port" {
                     " range 0-65535".to_owned()
-                } else if family == Family::V6 {
+                } else if family == IpFamily::V6 {
                     " family inet6".to_owned()
                 } else {
                     String::new()
@@ -160,23 +160,23 @@ mod netns {
         let probe =
             "*filter\n:KUBE-PROBE - [0:0]\n-A KUBE-PROBE -m ipvs --vaddr \
                      198.18.0.1 -j DROP\nCOMMIT\n";
-        let ok = real.restore(Family::V4, probe).await.is_ok();
+        let ok = real.restore(IpFamily::V4, probe).await.is_ok();
         let _ = real
             .restore(
-                Family::V4,
+                IpFamily::V4,
                 "*filter\n-F KUBE-PROBE\n-X KUBE-PROBE\nCOMMIT\n",
             )
             .await;
         ok
     }
 
-    fn model() -> Model {
-        let names: Vec<String> = [Family::V4, Family::V6]
+    fn model() -> IptablesModel {
+        let names: Vec<String> = [IpFamily::V4, IpFamily::V6]
             .into_iter()
             .flat_map(contract::set_names)
             .map(|(name, _)| name)
             .collect();
-        Model::new().with_sets(names)
+        IptablesModel::new().with_sets(names)
     }
 
     /// Runs `scenario` on a fresh model and on the emptied real tables, and
@@ -202,14 +202,14 @@ mod netns {
 
     /// Either implementation, so one closure can drive both.
     enum Target {
-        Model(Model),
+        Model(IptablesModel),
         Real(RealIptables),
     }
 
     impl Iptables for Target {
         async fn save(
             &mut self,
-            family: Family,
+            family: IpFamily,
             table: &str,
         ) -> Result<String, kube_ipvs_proxy::kernel::KernelError> {
             match self {
@@ -220,7 +220,7 @@ mod netns {
 
         fn save_detached(
             &self,
-            family: Family,
+            family: IpFamily,
             table: &str,
         ) -> impl Future<
             Output = Result<String, kube_ipvs_proxy::kernel::KernelError>,
@@ -240,7 +240,7 @@ mod netns {
 
         async fn restore(
             &mut self,
-            family: Family,
+            family: IpFamily,
             payload: &str,
         ) -> Result<(), kube_ipvs_proxy::kernel::KernelError> {
             match self {
@@ -317,7 +317,7 @@ mod netns {
                 .await?;
             }
         }
-        for family in [Family::V4, Family::V6] {
+        for family in [IpFamily::V4, IpFamily::V6] {
             both(variant, "refusals", |make| async move {
                 let mut k = make();
                 contract::refusals(&mut k, family).await

@@ -12,7 +12,8 @@ use std::{future::Future, net::IpAddr, process::Command};
 use kube_ipvs_proxy::kernel::ipvs::contract;
 use kube_ipvs_proxy::{
     kernel::ipvs::{
-        DestKey, DestSpec, Ipvs, IpvsOp, NetlinkIpvs, ServiceKey, ServiceSpec,
+        DestKey, DestSpec, Ipvs, IpvsOp, NetlinkIpvs, ServiceSpec,
+        VirtualServerKey,
     },
     model::Protocol,
 };
@@ -32,7 +33,7 @@ where
         .build()
         .expect("tokio runtime");
     runtime.block_on(async {
-        let ipvs = NetlinkIpvs::connect_with(dump_connections)
+        let ipvs = NetlinkIpvs::with_dump_connections(dump_connections)
             .expect("netlink connection");
         scenario(ipvs).await;
     });
@@ -43,8 +44,8 @@ fn ip(text: &str) -> IpAddr {
     text.parse().expect("fixture address")
 }
 
-fn tcp(address: &str, port: u16) -> ServiceKey {
-    ServiceKey {
+fn tcp(address: &str, port: u16) -> VirtualServerKey {
+    VirtualServerKey {
         address: ip(address),
         port,
         protocol: Protocol::Tcp,

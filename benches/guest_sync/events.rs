@@ -13,7 +13,7 @@ use kube::runtime::watcher::Event;
 use kube_ipvs_proxy::{
     config::Config,
     daemon,
-    metrics::IpFamily,
+    model::IpFamily,
     proxier::stack,
     server::{ProxyHealth, SyncReporter},
     source::SourceEvent,

@@ -5,11 +5,8 @@ use std::{fmt, io};
 use genetlink::GenetlinkError;
 use netlink_packet_core::{DecodeError, ErrorMessage};
 
-// Linux errno values the kernel's IPVS code answers with.
-const ENOENT: i32 = 2;
-const ESRCH: i32 = 3;
-const EEXIST: i32 = 17;
-const EINVAL: i32 = 22;
+// The errno values the kernel's IPVS code answers with.
+use libc::{EEXIST, EINVAL, ENOENT, ESRCH};
 
 /// What a request was doing, for error messages and metric labels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

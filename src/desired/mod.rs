@@ -24,7 +24,7 @@ pub use ipsets::{SetEntry, SetKind, SetName, SetType};
 pub use sorted_set::SortedSet;
 pub use state::{DesiredState, Plan, ServiceDelta};
 
-use crate::model::{Protocol, ServicePortName};
+use crate::model::{IpFamily, Protocol, ServicePortName};
 
 /// Which address of a service a virtual server serves. Not part of the
 /// plan's JSON: it is visible there from the address itself.
@@ -117,4 +117,18 @@ pub struct NodeContext {
     /// The node's `spec.podCIDRs`: local-traffic detection under
     /// `detectLocalMode: NodeCIDR` reads them.
     pub pod_cidrs: Vec<ipnet::IpNet>,
+}
+
+impl NodeContext {
+    /// The families this node programs, IPv4 first.
+    pub fn families(&self) -> Vec<IpFamily> {
+        let mut families = Vec::with_capacity(2);
+        if self.ipv4 {
+            families.push(IpFamily::V4);
+        }
+        if self.ipv6 {
+            families.push(IpFamily::V6);
+        }
+        families
+    }
 }

@@ -13,9 +13,7 @@ use super::{
 use crate::model::{EndpointsMap, ServicePortMap, ServicePortName};
 
 /// The desired state of every service port, updated incrementally.
-/// Cloning shares each port's state (`Arc`): it copies the index only, which
-/// the daemon does for a full reconcile so that no lock is held while the
-/// kernel is programmed.
+/// Cloning shares each port's state (`Arc`): it copies the index only.
 #[derive(Debug, Default, Clone)]
 pub struct DesiredState {
     ctx: NodeContext,

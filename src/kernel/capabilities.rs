@@ -20,7 +20,7 @@ use std::{
 use super::{
     addresses::Addresses,
     ipsets::{SetType, SetTypes},
-    ipvs::{Ipvs, IpvsOp, ServiceKey, ServiceSpec},
+    ipvs::{Ipvs, IpvsOp, ServiceSpec, VirtualServerKey},
     ErrorKind, KernelError,
 };
 use crate::model::Protocol;
@@ -34,7 +34,7 @@ pub const PROBE_LINK: &str = "kube-ipvs-probe";
 
 /// Upstream's probe virtual server: an address of TEST-NET-2 (RFC 5737),
 /// documentation-only, so no node serves it; port 20000, TCP.
-pub const PROBE_SERVICE: ServiceKey = ServiceKey {
+pub const PROBE_SERVICE: VirtualServerKey = VirtualServerKey {
     address: IpAddr::V4(Ipv4Addr::new(198, 51, 100, 0)),
     port: 20000,
     protocol: Protocol::Tcp,

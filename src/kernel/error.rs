@@ -76,24 +76,15 @@ impl KernelError {
     /// The errors a model returns where the kernel would.
     pub fn exists(object: impl fmt::Display) -> Self {
         Self::new(ErrorKind::Exists, object, "already exists")
-            .with_errno(libc_errno::EEXIST)
+            .with_errno(libc::EEXIST)
     }
 
     pub fn not_found(object: impl fmt::Display) -> Self {
         Self::new(ErrorKind::NotFound, object, "not found")
-            .with_errno(libc_errno::ENOENT)
+            .with_errno(libc::ENOENT)
     }
 
     pub fn invalid(object: impl fmt::Display, why: impl Into<String>) -> Self {
-        Self::new(ErrorKind::Invalid, object, why)
-            .with_errno(libc_errno::EINVAL)
+        Self::new(ErrorKind::Invalid, object, why).with_errno(libc::EINVAL)
     }
-}
-
-/// The few errno values the models produce (Linux numbering).
-pub mod libc_errno {
-    pub const ENOENT: i32 = 2;
-    pub const ESRCH: i32 = 3;
-    pub const EEXIST: i32 = 17;
-    pub const EINVAL: i32 = 22;
 }

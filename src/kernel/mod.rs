@@ -19,4 +19,4 @@ pub mod iptables;
 pub mod ipvs;
 pub mod sysctl;
 
-pub use error::{libc_errno, ErrorKind, KernelError};
+pub use error::{ErrorKind, KernelError};

@@ -16,7 +16,7 @@ use std::{
     path::{Component, Path, PathBuf},
 };
 
-use super::{libc_errno, ErrorKind, KernelError};
+use super::{ErrorKind, KernelError};
 
 pub mod conntrack;
 #[cfg(test)]
@@ -217,8 +217,8 @@ impl ProcSysctls {
 fn io_error(path: &str, what: &str, e: io::Error) -> KernelError {
     let errno = e.raw_os_error();
     let kind = match errno {
-        Some(libc_errno::ENOENT) => ErrorKind::NotFound,
-        Some(libc_errno::EINVAL) => ErrorKind::Invalid,
+        Some(libc::ENOENT) => ErrorKind::NotFound,
+        Some(libc::EINVAL) => ErrorKind::Invalid,
         _ => ErrorKind::Other,
     };
     let err = KernelError::new(kind, object(path), format!("{what}: {e}"));

@@ -4,12 +4,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::{
-    events::{InternalEvent, NoLocalEndpoints},
-    IpFamily,
-};
+use super::events::{InternalEvent, NoLocalEndpoints};
 use crate::{
     desired::NodeContext,
+    model::IpFamily,
     model::{EndpointsMap, NamespacedName, ServicePortMap, ServicePortName},
     selection::{
         categorize_endpoints, ipvs_lacks_local_endpoints, same_family,
@@ -50,7 +48,7 @@ impl NoLocalEndpointsTracker {
         endpoints: &EndpointsMap,
         ctx: &NodeContext,
     ) {
-        let families = crate::metrics::active_families(ctx);
+        let families = ctx.families();
         let names: BTreeSet<ServicePortName> = if families != self.families {
             self.families = families;
             services.keys().chain(self.ports.keys()).cloned().collect()

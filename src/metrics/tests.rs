@@ -8,9 +8,10 @@ use super::{
         KernelOperations, NetworkProgrammed, NoLocalEndpoints, Probe,
         ProbeAnswered, SyncCompleted, SyncQueued,
     },
-    exporter, network_programming_buckets, sync_duration_buckets, IpFamily,
+    exporter, network_programming_buckets, sync_duration_buckets,
 };
 use crate::kernel::KernelError;
+use crate::model::IpFamily;
 
 /// Renders what `emit` recorded, through a recorder built like the
 /// process-wide one but installed on this thread only.
@@ -191,13 +192,10 @@ mod no_local {
 
     use crate::{
         desired::NodeContext,
-        metrics::{
-            no_local::{NoLocalEndpointsTracker, TrafficPolicy},
-            IpFamily,
-        },
+        metrics::no_local::{NoLocalEndpointsTracker, TrafficPolicy},
         model::{
             fixtures::{ep, port_info},
-            EndpointsMap, Protocol, ServicePortMap, ServicePortName,
+            EndpointsMap, IpFamily, Protocol, ServicePortMap, ServicePortName,
         },
     };
 

@@ -15,11 +15,8 @@ use crate::{
         conntrack::{clean_stale_udp_flows, Conntrack, Flow, UdpServing},
         KernelError,
     },
-    metrics::{
-        events::{ConntrackReconciled, InternalEvent},
-        IpFamily,
-    },
-    model::Protocol,
+    metrics::events::{ConntrackReconciled, InternalEvent},
+    model::{IpFamily, Protocol},
     sync::SyncOutcome,
 };
 

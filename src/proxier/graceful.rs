@@ -26,7 +26,7 @@ use std::{
 
 use crate::{
     kernel::ipvs::{
-        DestKey, DestSpec, DestState, IpvsOp, IpvsTable, ServiceKey,
+        DestKey, DestSpec, DestState, IpvsOp, IpvsTable, VirtualServerKey,
     },
     model::Protocol,
 };
@@ -56,7 +56,7 @@ impl Default for GracefulConfig {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GracefulQueue {
     timeout: Duration,
-    draining: BTreeMap<ServiceKey, BTreeMap<DestKey, Instant>>,
+    draining: BTreeMap<VirtualServerKey, BTreeMap<DestKey, Instant>>,
 }
 
 /// What a draining service's real servers look like now, for
@@ -80,7 +80,7 @@ impl GracefulQueue {
     /// its original deadline.
     pub fn on_removed(
         &mut self,
-        service: ServiceKey,
+        service: VirtualServerKey,
         dest: DestKey,
         now: Instant,
     ) {
@@ -96,7 +96,7 @@ impl GracefulQueue {
     /// exists at weight 0 and must be updated, not added).
     pub fn on_restored(
         &mut self,
-        service: &ServiceKey,
+        service: &VirtualServerKey,
         dest: &DestKey,
     ) -> bool {
         let Some(dests) = self.draining.get_mut(service) else {
@@ -111,17 +111,21 @@ impl GracefulQueue {
 
     /// The service was deleted or recreated: nothing of it drains any
     /// more.
-    pub fn forget_service(&mut self, service: &ServiceKey) {
+    pub fn forget_service(&mut self, service: &VirtualServerKey) {
         self.draining.remove(service);
     }
 
-    pub fn is_draining(&self, service: &ServiceKey, dest: &DestKey) -> bool {
+    pub fn is_draining(
+        &self,
+        service: &VirtualServerKey,
+        dest: &DestKey,
+    ) -> bool {
         self.draining
             .get(service)
             .is_some_and(|dests| dests.contains_key(dest))
     }
 
-    pub fn draining_services(&self) -> impl Iterator<Item = &ServiceKey> {
+    pub fn draining_services(&self) -> impl Iterator<Item = &VirtualServerKey> {
         self.draining.keys()
     }
 
@@ -141,7 +145,7 @@ impl GracefulQueue {
     pub fn poll(
         &mut self,
         now: Instant,
-        observed: &BTreeMap<ServiceKey, Observation>,
+        observed: &BTreeMap<VirtualServerKey, Observation>,
     ) -> Vec<IpvsOp> {
         let mut ops = Vec::new();
         self.draining.retain(|service, dests| {

@@ -18,7 +18,7 @@ use crate::{
         apply::{RulesApplier, SavedTable},
         facts::RulesFacts,
         rules::{self, LocalDetector},
-        Family, Iptables, RulesInput,
+        IpFamily, Iptables, RulesInput,
     },
 };
 
@@ -48,8 +48,8 @@ impl RulesSettings {
     }
 
     /// The families the node runs, each with its local-traffic detector.
-    fn families(&self, ctx: &NodeContext) -> Vec<(Family, LocalDetector)> {
-        [(ctx.ipv4, Family::V4), (ctx.ipv6, Family::V6)]
+    fn families(&self, ctx: &NodeContext) -> Vec<(IpFamily, LocalDetector)> {
+        [(ctx.ipv4, IpFamily::V4), (ctx.ipv6, IpFamily::V6)]
             .into_iter()
             .filter(|(on, _)| *on)
             .map(|(_, family)| {
@@ -71,7 +71,7 @@ pub struct WithIptables<B, T> {
     settings: RulesSettings,
     facts: RulesFacts,
     applier: RulesApplier,
-    families: Vec<(Family, LocalDetector)>,
+    families: Vec<(IpFamily, LocalDetector)>,
 }
 
 /// A repair round's read: the inner backend's, then the tables saved

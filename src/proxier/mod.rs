@@ -1,18 +1,22 @@
-//! The IPVS proxier: the spine's per-service deltas into kernel
+//! The IPVS proxier: the desired state's per-service deltas into kernel
 //! operations, through the facility traits of [`crate::kernel`].
 //!
 //! A sync plans from the deltas alone ([`plan::Ledger::plan`]), so its
-//! cost follows the change; the periodic full reconcile reads each
-//! facility back with one dump and repairs drift ([`plan::reconcile`]).
-//! Start-up never flushes: it makes sure the dummy link and the sets
-//! exist and leaves everything else to the first sync, which is a full
-//! reconcile against the whole desired state, so connections through
-//! virtual servers that are still wanted survive a restart.
+//! cost follows the change. Drift is repaired without holding up syncs:
+//! a snapshot of the kernel is read on sockets of its own, away from the
+//! sync loop, and then compared with the ledger a bounded number of keys
+//! at a time ([`plan::repair_step`]), leaving alone whatever a sync
+//! touched since the snapshot was taken. Start-up never flushes: it makes
+//! sure the dummy link and the sets exist and leaves everything else to
+//! the first sync, which compares the whole desired state with the
+//! kernel, so connections through virtual servers that are still wanted
+//! survive a restart.
 //!
 //! Every operation's result is kept in the [`ApplyReport`] and counted in
-//! [`crate::metrics::KERNEL_OPERATIONS_TOTAL`]; a failure does not stop the rest. The
-//! ledger records what was asked for, not what succeeded: the next full
-//! reconcile compares it with the kernel and repairs whatever failed.
+//! [`crate::metrics::KERNEL_OPERATIONS_TOTAL`]; a failure does not stop
+//! the rest. The ledger records what was asked for, not what succeeded:
+//! the objects whose operations failed are read back and retried at the
+//! next sync, and the repair catches whatever else differs.
 
 pub mod conntrack;
 pub mod graceful;
@@ -39,8 +43,8 @@ use crate::{
     kernel::{
         addresses::{AddressOp, Addresses, EADDRNOTAVAIL, ENODEV},
         ipsets::{IpsetOp, Ipsets},
-        ipvs::{Ipvs, IpvsOp, IpvsTable, ServiceEntry, ServiceKey},
-        libc_errno, ErrorKind, KernelError,
+        ipvs::{Ipvs, IpvsOp, IpvsTable, ServiceEntry, VirtualServerKey},
+        ErrorKind, KernelError,
     },
     metrics::events::{Facility, InternalEvent, KernelOperations},
     model::Protocol,
@@ -109,7 +113,7 @@ pub struct ApplyReport {
     /// Failures outside the operation lists: dumps, the dummy link.
     pub errors: Vec<KernelError>,
     /// Foreign virtual servers seen for the first time (logged once).
-    pub foreign: Vec<ServiceKey>,
+    pub foreign: Vec<VirtualServerKey>,
 }
 
 impl ApplyReport {
@@ -171,7 +175,7 @@ pub struct Proxier<I, A, S> {
     ownership: Ownership,
     ipv4: bool,
     ipv6: bool,
-    foreign_logged: BTreeSet<ServiceKey>,
+    foreign_logged: BTreeSet<VirtualServerKey>,
     /// The next sync compares the whole desired state with the kernel:
     /// before the first, and after one that could not read the kernel or
     /// found a whole object gone (the dummy link, a set).
@@ -188,7 +192,7 @@ pub struct Proxier<I, A, S> {
 /// the kernel, so a failure never turns later syncs into full ones.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Suspects {
-    services: BTreeSet<ServiceKey>,
+    services: BTreeSet<VirtualServerKey>,
     addresses: BTreeSet<IpAddr>,
     entries: BTreeSet<(String, SetEntry)>,
 }
@@ -368,7 +372,7 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
         ops: &[IpvsOp],
         report: &mut ApplyReport,
     ) -> IpvsTable {
-        let services: BTreeSet<ServiceKey> = ops
+        let services: BTreeSet<VirtualServerKey> = ops
             .iter()
             .filter_map(|op| match op {
                 IpvsOp::DeleteDest(key, dest)
@@ -597,7 +601,7 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
         if self.graceful.is_empty() {
             return ApplyReport::default();
         }
-        let services: Vec<ServiceKey> =
+        let services: Vec<VirtualServerKey> =
             self.graceful.draining_services().copied().collect();
         let mut observed = BTreeMap::new();
         let mut report = ApplyReport::default();
@@ -768,7 +772,7 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
         }
         match op {
             IpsetOp::Add(name, entry) | IpsetOp::Delete(name, entry) => {
-                self.needs_full |= e.errno == Some(libc_errno::ENOENT);
+                self.needs_full |= e.errno == Some(libc::ENOENT);
                 self.suspects.entries.insert((name.clone(), entry.clone()));
             }
             _ => self.needs_full = true,
@@ -801,7 +805,7 @@ fn settled_ipset(op: &IpsetOp, e: &KernelError) -> bool {
     match op {
         IpsetOp::Create(_) | IpsetOp::Add(..) => e.kind == ErrorKind::Exists,
         IpsetOp::Delete(..) => {
-            e.kind == ErrorKind::NotFound && e.errno != Some(libc_errno::ENOENT)
+            e.kind == ErrorKind::NotFound && e.errno != Some(libc::ENOENT)
         }
         IpsetOp::Destroy(_) => e.kind == ErrorKind::NotFound,
         IpsetOp::Flush(_) => false,

@@ -4,9 +4,9 @@
 //! every service port's last applied [`ServiceState`], plus reference
 //! counts for what service ports share. [`Ledger::plan`] turns a sync's
 //! [`ServiceDelta`]s into the operations for exactly that change;
-//! [`reconcile`] compares the whole ledger with the kernel's dumps, for
-//! start-up and the periodic full reconcile; [`cleanup`] lists what
-//! `--cleanup` removes.
+//! [`repair_step`] compares part of the ledger with a snapshot of the
+//! kernel, a bounded number of keys at a time, for the drift repair that
+//! runs between syncs; [`cleanup`] lists what `--cleanup` removes.
 //!
 //! Sharing is why counts are needed: several service ports use one
 //! cluster IP (ports 80 and 443 of one service), so the address is bound
@@ -57,8 +57,8 @@ use crate::{
         addresses::AddressOp,
         ipsets::{IpsetOp, SetSpec, SetState},
         ipvs::{
-            DestKey, DestSpec, IpvsOp, IpvsTable, ServiceEntry, ServiceKey,
-            ServiceSpec,
+            DestKey, DestSpec, IpvsOp, IpvsTable, ServiceEntry, ServiceSpec,
+            VirtualServerKey,
         },
     },
     model::ServicePortName,
@@ -95,7 +95,7 @@ pub struct Ledger {
     services: HashMap<ServicePortName, Arc<ServiceState>>,
     /// The service ports claiming each virtual server, sorted; the first
     /// is programmed. Almost always one: a `Vec`, not a set's node.
-    owners: BTreeMap<ServiceKey, Vec<ServicePortName>>,
+    owners: BTreeMap<VirtualServerKey, Vec<ServicePortName>>,
     addresses: BTreeMap<IpAddr, usize>,
     entries: BTreeMap<(SetName, SetEntry), usize>,
 }
@@ -108,7 +108,7 @@ pub fn service_spec(vs: &VirtualServer) -> ServiceSpec {
 /// The one place a [`ServiceSpec`] is built, so that a field the IPVS
 /// facility adds (the `mh` scheduler's flag) is filled in here only.
 pub fn spec_of(
-    key: ServiceKey,
+    key: VirtualServerKey,
     scheduler: &str,
     persistence: Option<u32>,
 ) -> ServiceSpec {
@@ -199,7 +199,10 @@ impl Ledger {
 
     /// The virtual server programmed for `key`, if any service port claims
     /// it.
-    pub fn virtual_server(&self, key: &ServiceKey) -> Option<&VirtualServer> {
+    pub fn virtual_server(
+        &self,
+        key: &VirtualServerKey,
+    ) -> Option<&VirtualServer> {
         let owner = self.owners.get(key)?.first()?;
         self.services
             .get(owner)?
@@ -211,7 +214,7 @@ impl Ledger {
     /// Every programmed virtual server, by key.
     pub fn virtual_servers(
         &self,
-    ) -> impl Iterator<Item = (ServiceKey, &VirtualServer)> {
+    ) -> impl Iterator<Item = (VirtualServerKey, &VirtualServer)> {
         self.owners
             .keys()
             .filter_map(|key| Some((*key, self.virtual_server(key)?)))
@@ -324,7 +327,7 @@ impl Ledger {
     /// The cost follows the deltas: only the objects they mention are
     /// compared.
     pub fn plan(&mut self, deltas: &[ServiceDelta]) -> KernelOps {
-        let mut vs_before: BTreeMap<ServiceKey, Option<VirtualServer>> =
+        let mut vs_before: BTreeMap<VirtualServerKey, Option<VirtualServer>> =
             BTreeMap::new();
         let mut addr_before: BTreeMap<IpAddr, bool> = BTreeMap::new();
         let mut entry_before: BTreeMap<(SetName, SetEntry), bool> =
@@ -425,7 +428,7 @@ impl IpvsLists {
     /// kernel has them): either way a differing weight is updated.
     fn diff(
         &mut self,
-        key: ServiceKey,
+        key: VirtualServerKey,
         before: Option<&VirtualServer>,
         after: Option<&VirtualServer>,
     ) {
@@ -450,7 +453,7 @@ impl IpvsLists {
 
     fn dests(
         &mut self,
-        key: ServiceKey,
+        key: VirtualServerKey,
         old: &BTreeMap<DestKey, u32>,
         new: &BTreeMap<DestKey, u32>,
     ) {
@@ -516,7 +519,7 @@ pub struct Ownership {
     /// Virtual servers this process programmed off the dummy link
     /// (NodePorts on node addresses) or failed to delete: ours although
     /// their address is not on the link.
-    pub programmed: BTreeSet<ServiceKey>,
+    pub programmed: BTreeSet<VirtualServerKey>,
     /// The addresses NodePorts listen on.
     pub node_addresses: BTreeSet<IpAddr>,
     /// A virtual server on a node address with a port in this range is
@@ -526,7 +529,7 @@ pub struct Ownership {
     /// Virtual servers the kernel's sets of external and load-balancer
     /// IPs list ([`listed_in_sets`]): a kube-proxy's, ours or upstream's,
     /// even on an address of the node's own, which nothing else marks.
-    pub listed: BTreeSet<ServiceKey>,
+    pub listed: BTreeSet<VirtualServerKey>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -540,7 +543,7 @@ pub enum Owner {
 impl Ownership {
     pub fn classify(
         &self,
-        key: &ServiceKey,
+        key: &VirtualServerKey,
         link_addresses: &BTreeSet<IpAddr>,
     ) -> Owner {
         if self
@@ -573,7 +576,7 @@ pub struct Reconciled {
     pub ops: KernelOps,
     /// Virtual servers in the kernel that are not ours and were left
     /// alone.
-    pub foreign: Vec<ServiceKey>,
+    pub foreign: Vec<VirtualServerKey>,
     /// Things that cannot be repaired by adding and deleting, such as a
     /// set of ours with the wrong type: logged, left as they are.
     pub warnings: Vec<String>,
@@ -584,7 +587,7 @@ pub struct Reconciled {
 /// and the round leaves them alone (the next round looks again).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Touched {
-    services: HashSet<ServiceKey>,
+    services: HashSet<VirtualServerKey>,
     addresses: HashSet<IpAddr>,
     sets: HashSet<String>,
     entries: HashSet<(String, SetEntry)>,
@@ -626,7 +629,7 @@ impl Touched {
 }
 
 /// The virtual server an IPVS operation acts on.
-pub fn ipvs_op_key(op: &IpvsOp) -> ServiceKey {
+pub fn ipvs_op_key(op: &IpvsOp) -> VirtualServerKey {
     match op {
         IpvsOp::AddService(spec) | IpvsOp::UpdateService(spec) => spec.key,
         IpvsOp::DeleteService(key)
@@ -651,7 +654,7 @@ enum Phase {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RepairCursor {
     phase: Phase,
-    after_service: Option<ServiceKey>,
+    after_service: Option<VirtualServerKey>,
     after_address: Option<IpAddr>,
     /// The index of the set being compared in the expected sets.
     set: usize,
@@ -876,7 +879,7 @@ fn repair_virtual_server(
     table: &IpvsTable,
     link: &BTreeSet<IpAddr>,
     ownership: &Ownership,
-    key: ServiceKey,
+    key: VirtualServerKey,
     lists: &mut IpvsLists,
     out: &mut Reconciled,
 ) {
@@ -906,7 +909,7 @@ fn repair_virtual_server(
 /// a service whose writes failed.
 pub fn repair_one(
     ledger: &Ledger,
-    key: ServiceKey,
+    key: VirtualServerKey,
     have: Option<&ServiceEntry>,
     ownership: &Ownership,
     link: &BTreeSet<IpAddr>,
@@ -958,7 +961,7 @@ pub fn reconcile(
 /// record of ours.
 pub fn listed_in_sets(
     sets: &BTreeMap<String, SetState>,
-) -> BTreeSet<ServiceKey> {
+) -> BTreeSet<VirtualServerKey> {
     let kinds = [
         SetKind::ExternalIp,
         SetKind::ExternalIpLocal,
@@ -973,7 +976,7 @@ pub fn listed_in_sets(
             };
             for entry in &set.entries {
                 if let SetEntry::IpPort(address, protocol, port) = entry {
-                    out.insert(ServiceKey {
+                    out.insert(VirtualServerKey {
                         address: *address,
                         port: *port,
                         protocol: *protocol,
@@ -1024,7 +1027,7 @@ pub fn cleanup(observed: &Observed, ownership: &Ownership) -> KernelOps {
 /// address is not on the dummy link.
 pub fn node_port_keys<'a>(
     states: impl IntoIterator<Item = &'a ServiceState> + 'a,
-) -> impl Iterator<Item = ServiceKey> + 'a {
+) -> impl Iterator<Item = VirtualServerKey> + 'a {
     states.into_iter().flat_map(|state| {
         state
             .virtual_servers
@@ -1039,7 +1042,7 @@ fn is_link_local_v6(addr: &IpAddr) -> bool {
 }
 
 /// `TCP 198.18.0.10:80`, as `ipvsadm` names a virtual server.
-pub fn service_name(key: &ServiceKey) -> String {
+pub fn service_name(key: &VirtualServerKey) -> String {
     format!(
         "{} {}",
         key.protocol,

@@ -36,8 +36,7 @@ pub type KernelBackend = WithConntrack<
 /// link are gone again either way.
 pub async fn check_kernel(config: &Config) -> Result<(), Unsupported> {
     let unsupported = |need, error| Unsupported(vec![Missing { need, error }]);
-    let ipvs =
-        NetlinkIpvs::connect().map_err(|e| unsupported(Need::Ipvs, e))?;
+    let ipvs = NetlinkIpvs::new().map_err(|e| unsupported(Need::Ipvs, e))?;
     let addresses = NetlinkAddresses::new()
         .map_err(|e| unsupported(Need::DummyLinks, e))?;
     let mut probe = FacilityProbe {
@@ -54,7 +53,7 @@ pub async fn check_kernel(config: &Config) -> Result<(), Unsupported> {
 /// survive a restart. Must run inside a tokio runtime (the netlink
 /// connections are spawned on it).
 pub async fn open(config: &Config) -> Result<KernelBackend, KernelError> {
-    let ipvs = NetlinkIpvs::connect()?;
+    let ipvs = NetlinkIpvs::new()?;
     let addresses = NetlinkAddresses::new()?;
     let ipsets = NetlinkIpsets::new()?;
     let conntrack = NetlinkConntrack::new()?;

@@ -1,5 +1,5 @@
 //! The proxier against the kernel facilities' in-memory models
-//! (`IpvsModel`, `AddressesModel`, `ModelIpsets`), which the contract
+//! (`IpvsModel`, `AddressesModel`, `IpsetsModel`), which the contract
 //! tests hold to the real kernel: they refuse what the kernel refuses
 //! (EEXIST on a duplicate add, ESRCH/ENOENT/ENODEV/EADDRNOTAVAIL on a
 //! missing object) rather than forgive it. State a test starts from is
@@ -16,7 +16,7 @@ use crate::{
     desired::{NodeContext, SetEntry},
     kernel::{
         addresses::AddressesModel,
-        ipsets::{ModelIpsets, SetSpec},
+        ipsets::{IpsetsModel, SetSpec},
         ipvs::{
             DestKey, DestSpec, DestState, IpvsModel, IpvsTable, ServiceEntry,
         },
@@ -54,14 +54,14 @@ impl Ipvs for RefusingIpvs {
 
     async fn service(
         &mut self,
-        key: &ServiceKey,
+        key: &VirtualServerKey,
     ) -> Result<Option<ServiceEntry>, KernelError> {
         self.model.service(key).await
     }
 
     async fn dests(
         &mut self,
-        service: &ServiceKey,
+        service: &VirtualServerKey,
     ) -> Result<BTreeMap<DestKey, DestState>, KernelError> {
         self.model.dests(service).await
     }
@@ -80,7 +80,7 @@ impl Ipvs for RefusingIpvs {
     }
 }
 
-type TestProxier = Proxier<RefusingIpvs, AddressesModel, ModelIpsets>;
+type TestProxier = Proxier<RefusingIpvs, AddressesModel, IpsetsModel>;
 
 const NODE_IP: &str = "198.18.100.1";
 
@@ -92,7 +92,7 @@ fn proxier() -> TestProxier {
     Proxier::new(
         RefusingIpvs::default(),
         AddressesModel::new().with_link("eth0", [ip(NODE_IP)]),
-        ModelIpsets::new(),
+        IpsetsModel::new(),
         ProxierConfig::default(),
     )
 }
@@ -164,8 +164,8 @@ impl Cluster {
     }
 }
 
-fn key(addr: &str, port: u16) -> ServiceKey {
-    ServiceKey {
+fn key(addr: &str, port: u16) -> VirtualServerKey {
+    VirtualServerKey {
         address: ip(addr),
         port,
         protocol: Protocol::Tcp,
@@ -183,7 +183,7 @@ fn entry(
     addr: &str,
     port: u16,
     dests: &[(&str, DestState)],
-) -> (ServiceKey, ServiceEntry) {
+) -> (VirtualServerKey, ServiceEntry) {
     (
         key(addr, port),
         ServiceEntry {
@@ -895,7 +895,7 @@ mod incremental_matches_full {
             }
             Step::Drain => {
                 let model = &mut p.handles().0.model;
-                let dests: Vec<(ServiceKey, DestKey)> = model
+                let dests: Vec<(VirtualServerKey, DestKey)> = model
                     .table()
                     .services
                     .iter()

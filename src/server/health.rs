@@ -10,7 +10,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
-use crate::metrics::IpFamily;
+use crate::model::IpFamily;
 
 /// Where the health state reads the time: the system clock, or a clock
 /// tests move by hand.

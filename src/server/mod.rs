@@ -207,7 +207,7 @@ fn listen_exactly(
 /// EAFNOSUPPORT without the IPv6 stack, EADDRNOTAVAIL when it is
 /// disabled.
 fn is_no_ipv6(error: &io::Error) -> bool {
-    const EAFNOSUPPORT: i32 = 97;
+    use libc::EAFNOSUPPORT;
     error.raw_os_error() == Some(EAFNOSUPPORT)
         || error.kind() == io::ErrorKind::AddrNotAvailable
 }

@@ -72,8 +72,7 @@ impl SyncReporter {
         outcome: &SyncOutcome,
         duration: Duration,
     ) {
-        let families =
-            crate::metrics::active_families(state.desired().context());
+        let families = state.desired().context().families();
         self.health.set_families(&families);
         self.health.updated();
         self.health

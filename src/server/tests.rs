@@ -21,11 +21,11 @@ use crate::{
     config::NodePortAddress,
     metrics::{
         events::{InternalEvent, SyncCompleted},
-        exporter, IpFamily,
+        exporter,
     },
     model::{
         fixtures::{ep, port_info},
-        NamespacedName, Protocol, ServicePortName,
+        IpFamily, NamespacedName, Protocol, ServicePortName,
     },
 };
 

@@ -125,14 +125,13 @@ pub trait Addresses {
     ) -> impl Future<Output = Vec<Result<(), KernelError>>> + Send;
 }
 
-/// Errnos of address operations beyond the shared few.
-pub(crate) const ENODEV: i32 = 19;
-pub(crate) const EADDRNOTAVAIL: i32 = 99;
+pub(crate) use libc::{EADDRNOTAVAIL, ENODEV};
 
 /// What an address or link operation's errno means: a missing link
 /// (ENODEV) and a missing address (EADDRNOTAVAIL) are both NotFound.
 pub(crate) fn errno_kind(errno: i32) -> super::ErrorKind {
-    use super::{libc_errno as e, ErrorKind};
+    use super::ErrorKind;
+    use libc as e;
     match errno {
         e::EEXIST => ErrorKind::Exists,
         e::ENOENT | e::ESRCH | ENODEV | EADDRNOTAVAIL => ErrorKind::NotFound,

@@ -14,7 +14,7 @@ use rtnetlink::{
 use super::{
     errno_error, host_prefix_len, AddressOp, Addresses, BoundAddress, ENODEV,
 };
-use crate::kernel::{libc_errno, ErrorKind, KernelError};
+use crate::kernel::{ErrorKind, KernelError};
 
 /// Requests in flight at once. The kernel answers each into our socket's
 /// receive buffer and drops answers that do not fit, so an unbounded
@@ -235,7 +235,7 @@ impl Addresses for NetlinkAddresses {
         match created {
             Ok(()) => Ok(()),
             // Created meanwhile by someone else: it exists, as asked.
-            Err(e) if netlink_errno(&e) == Some(libc_errno::EEXIST) => Ok(()),
+            Err(e) if netlink_errno(&e) == Some(libc::EEXIST) => Ok(()),
             Err(e) => Err(to_kernel_error(format!("link {link}"), e, "create")),
         }
     }

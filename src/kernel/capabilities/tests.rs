@@ -2,14 +2,14 @@ use std::collections::BTreeSet;
 
 use super::*;
 use crate::kernel::{
-    addresses::AddressesModel, ipsets::ModelIpsets, ipvs::IpvsModel,
+    addresses::AddressesModel, ipsets::IpsetsModel, ipvs::IpvsModel,
 };
 
-fn models() -> FacilityProbe<IpvsModel, AddressesModel, ModelIpsets> {
+fn models() -> FacilityProbe<IpvsModel, AddressesModel, IpsetsModel> {
     FacilityProbe {
         ipvs: IpvsModel::new(),
         addresses: AddressesModel::new(),
-        ipsets: Ok(ModelIpsets::new()),
+        ipsets: Ok(IpsetsModel::new()),
     }
 }
 

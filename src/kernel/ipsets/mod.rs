@@ -1,7 +1,7 @@
 //! ipsets: kube-proxy's sets and their entries.
 //!
 //! [`NetlinkIpsets`] programs the kernel over ipset's netlink protocol;
-//! [`ModelIpsets`] holds sets in memory and fails where the kernel does.
+//! [`IpsetsModel`] holds sets in memory and fails where the kernel does.
 //! The scenarios in `contract` hold the two to the same results.
 
 #[cfg(any(test, feature = "kernel-tests"))]
@@ -17,7 +17,7 @@ use std::{
     future::Future,
 };
 
-pub use self::{model::ModelIpsets, real::NetlinkIpsets};
+pub use self::{model::IpsetsModel, real::NetlinkIpsets};
 use super::KernelError;
 pub use crate::desired::{SetEntry, SetType};
 

@@ -14,18 +14,18 @@ use super::{
     netlink::{errno, message::Command},
     IpsetOp, Ipsets, SetEntry, SetState, SetType,
 };
-use crate::kernel::{libc_errno, KernelError};
+use crate::kernel::KernelError;
 
 /// `IPSET_MAXNAMELEN` less the terminating NUL.
 const MAX_NAME_LEN: usize = 31;
 
 #[derive(Debug, Default, Clone)]
-pub struct ModelIpsets {
+pub struct IpsetsModel {
     sets: BTreeMap<String, SetState>,
     referenced: BTreeSet<String>,
 }
 
-impl ModelIpsets {
+impl IpsetsModel {
     pub fn new() -> Self {
         Self::default()
     }
@@ -52,10 +52,10 @@ impl ModelIpsets {
         match op {
             IpsetOp::Create(spec) => {
                 if spec.name.is_empty() || spec.name.len() > MAX_NAME_LEN {
-                    return fail(Command::Create, libc_errno::EINVAL);
+                    return fail(Command::Create, libc::EINVAL);
                 }
                 if self.sets.contains_key(&spec.name) {
-                    return fail(Command::Create, libc_errno::EEXIST);
+                    return fail(Command::Create, libc::EEXIST);
                 }
                 self.sets.insert(
                     spec.name.clone(),
@@ -68,7 +68,7 @@ impl ModelIpsets {
             }
             IpsetOp::Destroy(name) => {
                 if !self.sets.contains_key(name) {
-                    return fail(Command::Destroy, libc_errno::ENOENT);
+                    return fail(Command::Destroy, libc::ENOENT);
                 }
                 if self.referenced.contains(name) {
                     return fail(Command::Destroy, errno::IPSET_ERR_BUSY);
@@ -81,13 +81,13 @@ impl ModelIpsets {
                     set.entries.clear();
                     Ok(())
                 }
-                None => fail(Command::Flush, libc_errno::ENOENT),
+                None => fail(Command::Flush, libc::ENOENT),
             },
             IpsetOp::Add(name, entry) | IpsetOp::Delete(name, entry) => {
                 let adding = matches!(op, IpsetOp::Add(..));
                 let command = if adding { Command::Add } else { Command::Del };
                 let Some(set) = self.sets.get_mut(name) else {
-                    return fail(command, libc_errno::ENOENT);
+                    return fail(command, libc::ENOENT);
                 };
                 let stored =
                     match as_member(entry, set.spec.set_type, set.spec.ipv6) {
@@ -156,7 +156,7 @@ fn as_member(
 }
 
 /// Every type exists in the model.
-impl super::SetTypes for ModelIpsets {
+impl super::SetTypes for IpsetsModel {
     fn check_type(
         &mut self,
         _set_type: super::SetType,
@@ -165,7 +165,7 @@ impl super::SetTypes for ModelIpsets {
     }
 }
 
-impl ModelIpsets {
+impl IpsetsModel {
     fn listing(&self, prefix: &str) -> BTreeMap<String, SetState> {
         self.sets
             .iter()
@@ -183,7 +183,7 @@ impl ModelIpsets {
     }
 }
 
-impl Ipsets for ModelIpsets {
+impl Ipsets for IpsetsModel {
     async fn dump(
         &mut self,
         prefix: &str,

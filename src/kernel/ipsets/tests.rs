@@ -1,11 +1,11 @@
-use super::{contract, ModelIpsets};
+use super::{contract, IpsetsModel};
 
 macro_rules! model_contract {
     ($($scenario:ident),* $(,)?) => {
         $(
             #[tokio::test]
             async fn $scenario() {
-                contract::$scenario(&mut ModelIpsets::new()).await;
+                contract::$scenario(&mut IpsetsModel::new()).await;
             }
         )*
     };
@@ -33,7 +33,7 @@ async fn referenced_set_is_busy() {
     use super::{IpsetOp, Ipsets};
     use crate::{desired::SetKind, kernel::ErrorKind};
 
-    let mut k = ModelIpsets::new();
+    let mut k = IpsetsModel::new();
     let spec = contract::spec(SetKind::ClusterIp, false);
     let name = spec.name.clone();
     assert!(k.apply(&[IpsetOp::Create(spec)]).await[0].is_ok());

@@ -3,20 +3,20 @@
 
 use super::{
     rules::{self, RulesInput},
-    save, Family, Iptables,
+    save, IpFamily, Iptables,
 };
 use crate::kernel::KernelError;
 
 /// What a call to [`RulesApplier::sync`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ApplyReport {
+pub struct RulesReport {
     pub saves: usize,
     pub restores: usize,
     /// Per failed table, the error; the other tables were still applied.
-    pub errors: Vec<(Family, &'static str, KernelError)>,
+    pub errors: Vec<(IpFamily, &'static str, KernelError)>,
 }
 
-impl ApplyReport {
+impl RulesReport {
     pub fn is_ok(&self) -> bool {
         self.errors.is_empty()
     }
@@ -33,7 +33,7 @@ pub struct RulesApplier {
 }
 
 /// One table as a repair read it.
-pub type SavedTable = (Family, &'static str, Result<String, KernelError>);
+pub type SavedTable = (IpFamily, &'static str, Result<String, KernelError>);
 
 impl RulesApplier {
     pub fn new() -> Self {
@@ -61,8 +61,8 @@ impl RulesApplier {
         input: &RulesInput,
         saved: &[SavedTable],
         restores_before: u64,
-    ) -> ApplyReport {
-        let mut report = ApplyReport::default();
+    ) -> RulesReport {
+        let mut report = RulesReport::default();
         if self.restores != restores_before {
             return report;
         }
@@ -96,7 +96,7 @@ impl RulesApplier {
         input: &RulesInput,
         table: &rules::TableRules,
         saved: &str,
-        report: &mut ApplyReport,
+        report: &mut RulesReport,
     ) {
         let (family, name) = (table.family, table.table);
         let missing = save::missing_jumps(family, name, saved);
@@ -122,8 +122,7 @@ impl RulesApplier {
     /// Without `verify`, this trusts the last successful apply: an
     /// unchanged input runs nothing, and a changed one restores only the
     /// tables whose rules changed, one process each, without reading
-    /// them first. With `verify` (start-up, the periodic full reconcile)
-    /// it saves each table and restores it only when our chains differ
+    /// them first. With `verify` it saves each table and restores it only when our chains differ
     /// from the rules (someone flushed them) or a jump is missing: a
     /// verify pass over an intact kernel costs one save per table and no
     /// restore.
@@ -132,8 +131,8 @@ impl RulesApplier {
         k: &mut K,
         input: &RulesInput,
         verify: bool,
-    ) -> ApplyReport {
-        let mut report = ApplyReport::default();
+    ) -> RulesReport {
+        let mut report = RulesReport::default();
         let previous = match (&self.applied, verify) {
             (Some(prev), false) if prev == input => return report,
             (Some(prev), false) => rules::table_rules(prev),
@@ -175,7 +174,7 @@ impl RulesApplier {
     }
 }
 
-fn log_failure(e: &KernelError, family: Family, table: &str) {
+fn log_failure(e: &KernelError, family: IpFamily, table: &str) {
     tracing::error!(
         error = %e,
         family = %family,
@@ -190,9 +189,9 @@ fn log_failure(e: &KernelError, family: Family, table: &str) {
 /// listed in the result.
 pub async fn cleanup<K: Iptables>(
     k: &mut K,
-    families: &[Family],
-) -> (ApplyReport, Vec<(Family, &'static str, String)>) {
-    let mut report = ApplyReport::default();
+    families: &[IpFamily],
+) -> (RulesReport, Vec<(IpFamily, &'static str, String)>) {
+    let mut report = RulesReport::default();
     let mut kept = Vec::new();
     for &family in families {
         for table in [rules::NAT, rules::FILTER] {

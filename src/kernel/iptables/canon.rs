@@ -13,7 +13,7 @@ use std::net::IpAddr;
 
 use ipnet::IpNet;
 
-use super::Family;
+use super::IpFamily;
 
 /// Splits a restore line into words the way iptables-restore does: on
 /// whitespace, with double quotes grouping words and `\"` / `\\` escaped.
@@ -107,7 +107,7 @@ fn is_boundary(tokens: &[String], i: usize) -> bool {
 /// The canonical text of a rule specification (what follows
 /// `-A CHAIN `), or why iptables would refuse it.
 pub(crate) fn canonical_rule(
-    family: Family,
+    family: IpFamily,
     tokens: &[String],
 ) -> Result<String, String> {
     let mut generic: [Option<(bool, String)>; 5] = Default::default();
@@ -193,7 +193,7 @@ pub(crate) fn canonical_rule(
     Ok(parts.join(" "))
 }
 
-fn canonical_net(family: Family, value: &str) -> Result<String, String> {
+fn canonical_net(family: IpFamily, value: &str) -> Result<String, String> {
     let net = match value.parse::<IpNet>() {
         Ok(net) => net.trunc(),
         Err(_) => {
@@ -203,7 +203,7 @@ fn canonical_net(family: Family, value: &str) -> Result<String, String> {
             IpNet::from(ip)
         }
     };
-    if net.addr().is_ipv6() != (family == Family::V6) {
+    if net.addr().is_ipv6() != (family == IpFamily::V6) {
         return Err(format!("{value} is not an address of this family"));
     }
     Ok(net.to_string())
@@ -225,7 +225,7 @@ fn value_mask(value: &str, default_mask: u32) -> Result<(u32, u32), String> {
 }
 
 fn canonical_match(
-    family: Family,
+    family: IpFamily,
     name: &str,
     opts: &[String],
 ) -> Result<String, String> {
@@ -307,7 +307,7 @@ fn protocol_number(value: &str) -> Result<u8, String> {
 }
 
 fn canonical_target(
-    family: Family,
+    family: IpFamily,
     flag: &str,
     name: &str,
     opts: &[String],
@@ -343,8 +343,8 @@ fn canonical_target(
                 out.push("--reject-with".to_owned());
                 out.push(
                     match family {
-                        Family::V4 => "icmp-port-unreachable",
-                        Family::V6 => "icmp6-port-unreachable",
+                        IpFamily::V4 => "icmp-port-unreachable",
+                        IpFamily::V6 => "icmp6-port-unreachable",
                     }
                     .to_owned(),
                 );
@@ -361,7 +361,7 @@ fn canonical_target(
 mod tests {
     use super::*;
 
-    fn canon(family: Family, rule: &str) -> Result<String, String> {
+    fn canon(family: IpFamily, rule: &str) -> Result<String, String> {
         canonical_rule(family, &tokenize(rule)?)
     }
 
@@ -371,7 +371,7 @@ mod tests {
     fn canonical_forms_match_iptables_save() {
         let cases = [
             (
-                Family::V4,
+                IpFamily::V4,
                 "-m comment --comment \"Kubernetes service cluster ip + \
                  port for masquerade purpose\" -m set --match-set \
                  KUBE-CLUSTER-IP dst,dst ! -s 198.19.0.0/16 -j KUBE-MARK-MASQ",
@@ -380,39 +380,39 @@ mod tests {
                  --match-set KUBE-CLUSTER-IP dst,dst -j KUBE-MARK-MASQ",
             ),
             (
-                Family::V4,
+                IpFamily::V4,
                 "-m comment --comment x -j ACCEPT",
                 "-m comment --comment x -j ACCEPT",
             ),
             (
-                Family::V4,
+                IpFamily::V4,
                 "-m mark ! --mark 0x004000/0x004000 -j RETURN",
                 "-m mark ! --mark 0x4000/0x4000 -j RETURN",
             ),
             (
-                Family::V4,
+                IpFamily::V4,
                 "-j MARK --xor-mark 0x004000",
                 "-j MARK --set-xmark 0x4000/0x0",
             ),
             (
-                Family::V4,
+                IpFamily::V4,
                 "-j MARK --or-mark 0x004000",
                 "-j MARK --set-xmark 0x4000/0x4000",
             ),
             (
-                Family::V4,
+                IpFamily::V4,
                 "-m conntrack --ctstate NEW -m set --match-set KUBE-IPVS-IPS \
                  dst -j REJECT",
                 "-m conntrack --ctstate NEW -m set --match-set KUBE-IPVS-IPS \
                  dst -j REJECT --reject-with icmp-port-unreachable",
             ),
             (
-                Family::V6,
+                IpFamily::V6,
                 "-j REJECT",
                 "-j REJECT --reject-with icmp6-port-unreachable",
             ),
             (
-                Family::V4,
+                IpFamily::V4,
                 "-m set --match-set KUBE-CLUSTER-IP dst,dst ! -i veth+ -j \
                  ACCEPT",
                 "! -i veth+ -m set --match-set KUBE-CLUSTER-IP dst,dst -j \
@@ -421,15 +421,15 @@ mod tests {
             // From libxt_ipvs's save function: protocol as a number,
             // address with its prefix length.
             (
-                Family::V4,
+                IpFamily::V4,
                 "-s 198.18.0.5 -m ipvs --vaddr 198.18.0.5 --vproto tcp \
                  --vport 80 -j DROP",
                 "-s 198.18.0.5/32 -m ipvs --vproto 6 --vaddr 198.18.0.5/32 \
                  --vport 80 -j DROP",
             ),
-            (Family::V6, "-s ::1/128 -j RETURN", "-s ::1/128 -j RETURN"),
+            (IpFamily::V6, "-s ::1/128 -j RETURN", "-s ::1/128 -j RETURN"),
             (
-                Family::V4,
+                IpFamily::V4,
                 "-p tcp -m comment --comment \"a b\" -j RETURN",
                 "-p tcp -m comment --comment \"a b\" -j RETURN",
             ),
@@ -442,11 +442,11 @@ mod tests {
     #[test]
     fn refuses_what_iptables_refuses() {
         for (family, input) in [
-            (Family::V4, "-s 2001:db8::1 -j ACCEPT"),
-            (Family::V4, "-m mark --mark zz -j ACCEPT"),
-            (Family::V4, "-j ACCEPT -j DROP"),
-            (Family::V4, "--bogus"),
-            (Family::V4, "-s"),
+            (IpFamily::V4, "-s 2001:db8::1 -j ACCEPT"),
+            (IpFamily::V4, "-m mark --mark zz -j ACCEPT"),
+            (IpFamily::V4, "-j ACCEPT -j DROP"),
+            (IpFamily::V4, "--bogus"),
+            (IpFamily::V4, "-s"),
         ] {
             assert!(canon(family, input).is_err(), "{input}");
         }

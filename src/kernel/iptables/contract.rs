@@ -12,7 +12,7 @@ use super::{
     apply::{cleanup, RulesApplier},
     failed_line,
     rules::{FamilyInput, LocalDetector, NoNodeAccess, RulesInput, JUMPS},
-    save, Family, Iptables,
+    save, IpFamily, Iptables,
 };
 use crate::{
     desired::{SetKind, SetName},
@@ -21,13 +21,13 @@ use crate::{
 
 /// Every set name of kube-proxy in `family`: what must exist before rules
 /// that match on them can be restored.
-pub fn set_names(family: Family) -> Vec<(String, &'static str)> {
+pub fn set_names(family: IpFamily) -> Vec<(String, &'static str)> {
     SetKind::ALL
         .iter()
         .map(|&kind| {
             let name = SetName {
                 kind,
-                ipv6: family == Family::V6,
+                ipv6: family == IpFamily::V6,
             };
             (name.name(), kind.set_type().as_str())
         })
@@ -53,14 +53,14 @@ pub fn inputs(ipvs_match: bool) -> Vec<(&'static str, RulesInput)> {
             .collect();
     let all: BTreeSet<SetKind> = SetKind::ALL.into_iter().collect();
     let v4 = |detector, sets: &BTreeSet<SetKind>| FamilyInput {
-        family: Family::V4,
+        family: IpFamily::V4,
         local_detector: detector,
         non_empty_sets: sets.clone(),
         lb_no_node_access: BTreeSet::new(),
     };
     let mut everything_v4 = v4(LocalDetector::NoOp, &all);
     let mut everything_v6 = FamilyInput {
-        family: Family::V6,
+        family: IpFamily::V6,
         local_detector: LocalDetector::SourceCidr(net("2001:db8:1::/64")),
         non_empty_sets: all.clone(),
         lb_no_node_access: BTreeSet::new(),
@@ -113,11 +113,11 @@ pub fn inputs(ipvs_match: bool) -> Vec<(&'static str, RulesInput)> {
     ]
 }
 
-fn families(input: &RulesInput) -> Vec<Family> {
+fn families(input: &RulesInput) -> Vec<IpFamily> {
     input.families.iter().map(|f| f.family).collect()
 }
 
-async fn dump<K: Iptables>(k: &mut K, families: &[Family]) -> String {
+async fn dump<K: Iptables>(k: &mut K, families: &[IpFamily]) -> String {
     let mut out = String::new();
     for &family in families {
         for table in ["nat", "filter"] {
@@ -242,7 +242,7 @@ pub async fn failed_restore_changes_nothing<K: Iptables>(
     let report = applier.sync(k, input, false).await;
     assert!(report.is_ok(), "{:?}", report.errors);
     let fams = families(input);
-    let family = fams.first().copied().unwrap_or(Family::V4);
+    let family = fams.first().copied().unwrap_or(IpFamily::V4);
     let before = dump(k, &fams).await;
     let bad =
         "*filter\n:KUBE-FORWARD - [0:0]\n-D KUBE-NODE-PORT -j DROP\nCOMMIT\n";
@@ -258,7 +258,7 @@ pub async fn failed_restore_changes_nothing<K: Iptables>(
 
 /// Payloads both tools refuse, with the line they name where the nft and
 /// legacy tools agree on it.
-pub async fn refusals<K: Iptables>(k: &mut K, family: Family) -> String {
+pub async fn refusals<K: Iptables>(k: &mut K, family: IpFamily) -> String {
     let setup = "*filter\n:KUBE-A - [0:0]\n:KUBE-B - [0:0]\n\
                  -A KUBE-A -j KUBE-B\nCOMMIT\n";
     k.restore(family, setup)
@@ -340,7 +340,7 @@ pub async fn cleanup_removes_only_ours<K: Iptables>(
     let report = applier.sync(k, input, false).await;
     assert!(report.is_ok(), "{:?}", report.errors);
     let fams = families(input);
-    let family = fams.first().copied().unwrap_or(Family::V4);
+    let family = fams.first().copied().unwrap_or(IpFamily::V4);
     let foreign = "*filter\n:FOREIGN - [0:0]\n-A FOREIGN -j KUBE-NODE-PORT\n\
                    -A INPUT -j FOREIGN\nCOMMIT\n";
     k.restore(family, foreign)

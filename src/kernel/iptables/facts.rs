@@ -6,31 +6,18 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::{
     rules::{FamilyInput, LocalDetector, NoNodeAccess, RulesInput},
-    Family,
+    IpFamily,
 };
 use crate::desired::{ServiceDelta, ServiceState, SetEntry, SetKind, SetName};
 
-/// The sets whose emptiness decides a rule (upstream's
+/// Whether a set's emptiness decides a rule: upstream's
 /// `ipsetWithIptablesChain` plus the sets `writeIptablesRules` and
-/// `acceptIPVSTraffic` test). The others only ever appear in rules that
-/// are always written, so their entries never force a restore.
-pub const RULE_SETS: [SetKind; 15] = [
-    SetKind::LoopBack,
-    SetKind::ClusterIp,
-    SetKind::ExternalIp,
-    SetKind::ExternalIpLocal,
-    SetKind::LoadBalancer,
-    SetKind::LoadBalancerFw,
-    SetKind::LoadBalancerLocal,
-    SetKind::LoadBalancerSourceIp,
-    SetKind::LoadBalancerSourceCidr,
-    SetKind::NodePortTcp,
-    SetKind::NodePortLocalTcp,
-    SetKind::NodePortUdp,
-    SetKind::NodePortLocalUdp,
-    SetKind::NodePortSctp,
-    SetKind::NodePortLocalSctp,
-];
+/// `acceptIPVSTraffic` test. The health-check ports and the IPVS
+/// addresses only appear in rules that are always written, so their
+/// entries never force a restore.
+fn decides_a_rule(kind: SetKind) -> bool {
+    !matches!(kind, SetKind::HealthCheckNodePort | SetKind::IpvsIps)
+}
 
 /// Reference counts of set entries and of closed load balancers across all
 /// service ports. Several service ports can produce the same entry (two
@@ -126,26 +113,28 @@ impl RulesFacts {
         masquerade_all: bool,
         masquerade_bit: u8,
         random_fully: bool,
-        families: &[(Family, LocalDetector)],
+        families: &[(IpFamily, LocalDetector)],
     ) -> RulesInput {
         let families = families
             .iter()
             .map(|(family, detector)| {
-                let ipv6 = *family == Family::V6;
+                let ipv6 = *family == IpFamily::V6;
                 FamilyInput {
                     family: *family,
                     local_detector: detector.clone(),
-                    non_empty_sets: RULE_SETS
-                        .iter()
-                        .copied()
+                    non_empty_sets: SetKind::ALL
+                        .into_iter()
                         .filter(|&kind| {
-                            self.entries.contains_key(&SetName { kind, ipv6 })
+                            decides_a_rule(kind)
+                                && self
+                                    .entries
+                                    .contains_key(&SetName { kind, ipv6 })
                         })
                         .collect(),
                     lb_no_node_access: self
                         .closed
                         .keys()
-                        .filter(|c| Family::of(c.address) == *family)
+                        .filter(|c| IpFamily::of(c.address) == *family)
                         .copied()
                         .collect(),
                 }

@@ -5,15 +5,16 @@
 //! - [`save`]: reading dumps back (missing jumps, drift, cleanup).
 //! - [`facts::RulesFacts`]: the input kept up to date from service deltas.
 //! - [`apply::RulesApplier`]: one sync's work against any [`Iptables`].
-//! - [`real::RealIptables`] runs the tools; [`model::Model`] is the
+//! - [`real::RealIptables`] runs the tools; [`model::IptablesModel`] is the
 //!   in-memory iptables the unit tests use.
 //!
 //! A proxier keeps one [`RulesFacts`] (fed every sync's `ServiceDelta`s)
 //! and one [`RulesApplier`] per process. Each sync builds the input with
 //! [`RulesFacts::input`] and calls [`RulesApplier::sync`] with `verify`
-//! false: when no rule changed this runs no tool. At start-up and on the
-//! periodic full reconcile it passes `verify` true, which reads each
-//! table back and repairs flushed chains and missing jumps. `--cleanup`
+//! false: when no rule changed this runs no tool. The drift repair saves
+//! each table away from the sync loop and hands the saves to
+//! [`RulesApplier::repair`], which restores only the tables whose chains
+//! were flushed or lack a jump. `--cleanup`
 //! calls [`apply::cleanup`].
 
 use std::future::Future;
@@ -30,20 +31,20 @@ pub mod real;
 pub mod rules;
 pub mod save;
 
-pub use apply::{cleanup, ApplyReport, RulesApplier};
+pub use apply::{cleanup, RulesApplier, RulesReport};
 pub use facts::RulesFacts;
 pub use rules::{
     FamilyInput, LocalDetector, NoNodeAccess, Payload, RulesInput,
 };
 
 /// Which of iptables and ip6tables.
-pub use crate::model::IpFamily as Family;
+pub use crate::model::IpFamily;
 
 pub trait Iptables {
     /// `iptables-save -t TABLE` (or ip6tables) output.
     fn save(
         &mut self,
-        family: Family,
+        family: IpFamily,
         table: &str,
     ) -> impl Future<Output = Result<String, KernelError>> + Send;
 
@@ -51,7 +52,7 @@ pub trait Iptables {
     /// repair can read the tables while syncs go on.
     fn save_detached(
         &self,
-        family: Family,
+        family: IpFamily,
         table: &str,
     ) -> impl Future<Output = Result<String, KernelError>> + Send + 'static + use<Self>;
 
@@ -61,7 +62,7 @@ pub trait Iptables {
     /// [`failed_line`]).
     fn restore(
         &mut self,
-        family: Family,
+        family: IpFamily,
         payload: &str,
     ) -> impl Future<Output = Result<(), KernelError>> + Send;
 }

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
     canon::{canonical_rule, tokenize},
-    Family, Iptables,
+    IpFamily, Iptables,
 };
 use crate::kernel::{ErrorKind, KernelError};
 
@@ -114,8 +114,8 @@ fn jump_target(spec: &str) -> Option<&str> {
 
 /// The in-memory iptables of both families.
 #[derive(Debug, Clone, Default)]
-pub struct Model {
-    tables: BTreeMap<(Family, String), Table>,
+pub struct IptablesModel {
+    tables: BTreeMap<(IpFamily, String), Table>,
     /// When set, `-m set --match-set NAME` must name one of these (the
     /// kernel refuses a rule on a missing set).
     sets: Option<BTreeSet<String>>,
@@ -124,7 +124,7 @@ pub struct Model {
     pub saves: usize,
 }
 
-impl Model {
+impl IptablesModel {
     pub fn new() -> Self {
         Self::default()
     }
@@ -139,7 +139,11 @@ impl Model {
         self
     }
 
-    fn dump(&self, family: Family, table: &str) -> Result<String, KernelError> {
+    fn dump(
+        &self,
+        family: IpFamily,
+        table: &str,
+    ) -> Result<String, KernelError> {
         let builtin = builtin_chains(table).ok_or_else(|| {
             KernelError::invalid(
                 format!("{family} table {table}"),
@@ -156,7 +160,7 @@ impl Model {
     /// `line N: why`.
     pub fn apply(
         &mut self,
-        family: Family,
+        family: IpFamily,
         payload: &str,
     ) -> Result<(), KernelError> {
         let object = format!("{} restore", tool(family));
@@ -225,7 +229,7 @@ impl Model {
 
     fn line(
         &self,
-        family: Family,
+        family: IpFamily,
         t: &mut Table,
         line: &str,
     ) -> Result<(), (ErrorKind, String)> {
@@ -415,17 +419,17 @@ impl Model {
     }
 }
 
-fn tool(family: Family) -> &'static str {
+fn tool(family: IpFamily) -> &'static str {
     match family {
-        Family::V4 => "iptables",
-        Family::V6 => "ip6tables",
+        IpFamily::V4 => "iptables",
+        IpFamily::V6 => "ip6tables",
     }
 }
 
-impl Iptables for Model {
+impl Iptables for IptablesModel {
     async fn save(
         &mut self,
-        family: Family,
+        family: IpFamily,
         table: &str,
     ) -> Result<String, KernelError> {
         self.saves += 1;
@@ -435,7 +439,7 @@ impl Iptables for Model {
     /// The table as it is now: a read that finished at once.
     fn save_detached(
         &self,
-        family: Family,
+        family: IpFamily,
         table: &str,
     ) -> impl std::future::Future<Output = Result<String, KernelError>>
            + Send
@@ -446,7 +450,7 @@ impl Iptables for Model {
 
     async fn restore(
         &mut self,
-        family: Family,
+        family: IpFamily,
         payload: &str,
     ) -> Result<(), KernelError> {
         self.restores += 1;

@@ -7,7 +7,7 @@ use std::{
     process::{Command, Stdio},
 };
 
-use super::{Family, Iptables};
+use super::{IpFamily, Iptables};
 use crate::{
     kernel::{ErrorKind, KernelError},
     metrics::events::{InternalEvent, IptablesRestoreFailed},
@@ -31,10 +31,10 @@ impl Variant {
         }
     }
 
-    fn binary(self, family: Family, what: &str) -> String {
+    fn binary(self, family: IpFamily, what: &str) -> String {
         let base = match family {
-            Family::V4 => "iptables",
-            Family::V6 => "ip6tables",
+            IpFamily::V4 => "iptables",
+            IpFamily::V6 => "ip6tables",
         };
         format!("{base}{}{what}", self.suffix())
     }
@@ -54,7 +54,7 @@ impl Variant {
 
 fn detect_blocking() -> Variant {
     let dump = |v: Variant| {
-        Command::new(v.binary(Family::V4, "-save"))
+        Command::new(v.binary(IpFamily::V4, "-save"))
             .stdin(Stdio::null())
             .stderr(Stdio::null())
             .output()
@@ -129,7 +129,7 @@ impl RealIptables {
     /// [`super::RulesInput::random_fully`]); runs `iptables --version`
     /// once.
     pub async fn supports_random_fully(&self) -> bool {
-        let program = self.variant.binary(Family::V4, "");
+        let program = self.variant.binary(IpFamily::V4, "");
         match run_async(program, vec!["--version".into()], None).await {
             Ok(out) if out.ok => version_has_random_fully(&out.stdout),
             _ => false,
@@ -230,7 +230,7 @@ fn first_table(payload: &str) -> &str {
 /// `iptables-save -t TABLE` with the variant's tool.
 async fn save(
     variant: Variant,
-    family: Family,
+    family: IpFamily,
     table: String,
 ) -> Result<String, KernelError> {
     let program = variant.binary(family, "-save");
@@ -251,7 +251,7 @@ async fn save(
 impl Iptables for RealIptables {
     async fn save(
         &mut self,
-        family: Family,
+        family: IpFamily,
         table: &str,
     ) -> Result<String, KernelError> {
         save(self.variant, family, table.to_owned()).await
@@ -259,7 +259,7 @@ impl Iptables for RealIptables {
 
     fn save_detached(
         &self,
-        family: Family,
+        family: IpFamily,
         table: &str,
     ) -> impl std::future::Future<Output = Result<String, KernelError>>
            + Send
@@ -270,7 +270,7 @@ impl Iptables for RealIptables {
 
     async fn restore(
         &mut self,
-        family: Family,
+        family: IpFamily,
         payload: &str,
     ) -> Result<(), KernelError> {
         let program = self.variant.binary(family, "-restore");

@@ -18,7 +18,7 @@ use std::{collections::BTreeSet, fmt::Write as _, net::IpAddr};
 
 use ipnet::IpNet;
 
-use super::{canon, Family};
+use super::{canon, IpFamily};
 use crate::{
     config::DetectLocal,
     desired::{SetKind, SetName},
@@ -347,12 +347,12 @@ impl LocalDetector {
         mode: &DetectLocal,
         cluster_cidrs: &[IpNet],
         node_pod_cidrs: &[IpNet],
-        family: Family,
+        family: IpFamily,
     ) -> Self {
         let first_of_family = |cidrs: &[IpNet]| {
             cidrs
                 .iter()
-                .find(|c| Family::of(c.addr()) == family)
+                .find(|c| IpFamily::of(c.addr()) == family)
                 .map(|c| LocalDetector::SourceCidr(c.trunc()))
                 .unwrap_or_default()
         };
@@ -396,7 +396,7 @@ pub struct NoNodeAccess {
 /// What one family's rules depend on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FamilyInput {
-    pub family: Family,
+    pub family: IpFamily,
     pub local_detector: LocalDetector,
     /// The sets of this family that hold at least one entry.
     pub non_empty_sets: BTreeSet<SetKind>,
@@ -405,7 +405,7 @@ pub struct FamilyInput {
 }
 
 impl FamilyInput {
-    pub fn new(family: Family) -> Self {
+    pub fn new(family: IpFamily) -> Self {
         Self {
             family,
             local_detector: LocalDetector::NoOp,
@@ -421,7 +421,7 @@ impl FamilyInput {
     fn set_name(&self, kind: SetKind) -> String {
         SetName {
             kind,
-            ipv6: self.family == Family::V6,
+            ipv6: self.family == IpFamily::V6,
         }
         .name()
     }
@@ -466,7 +466,7 @@ pub struct Rule {
 /// upstream writes them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableRules {
-    pub family: Family,
+    pub family: IpFamily,
     pub table: &'static str,
     pub chains: &'static [&'static str],
     pub rules: Vec<Rule>,
@@ -475,7 +475,7 @@ pub struct TableRules {
 /// One `iptables-restore --noflush` input: a single table of one family.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Payload {
-    pub family: Family,
+    pub family: IpFamily,
     pub table: &'static str,
     pub text: String,
 }
@@ -533,7 +533,7 @@ pub fn payloads(
 /// A jump of one family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct FamilyJump {
-    pub family: Family,
+    pub family: IpFamily,
     pub jump: Jump,
 }
 
@@ -569,8 +569,8 @@ fn family_rules(input: &RulesInput, f: &FamilyInput) -> (Vec<Rule>, Vec<Rule>) {
 
     // Connections from localhost leave the services chain early.
     let lo = match f.family {
-        Family::V4 => "127.0.0.0/8",
-        Family::V6 => "::1/128",
+        IpFamily::V4 => "127.0.0.0/8",
+        IpFamily::V6 => "::1/128",
     };
     push(&mut nat, KUBE_SERVICES, format!("-s {lo} -j RETURN"));
 

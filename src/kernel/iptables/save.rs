@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use super::{
     canon::{self, canonical_rule},
     rules::{self, FamilyJump, TableRules, JUMPS},
-    Family,
+    IpFamily,
 };
 
 /// One table of an `iptables-save` dump.
@@ -39,7 +39,7 @@ impl SavedTable {
 /// rules are re-canonicalised so that either tool's output and the model's
 /// compare equal. A line this parser does not understand is kept verbatim,
 /// so it still counts as a difference.
-pub fn parse(family: Family, text: &str) -> BTreeMap<String, SavedTable> {
+pub fn parse(family: IpFamily, text: &str) -> BTreeMap<String, SavedTable> {
     let mut tables = BTreeMap::new();
     let mut current: Option<(String, SavedTable)> = None;
     for line in text.lines().map(str::trim) {
@@ -97,7 +97,7 @@ fn target(spec: &str) -> Option<&str> {
 /// Our jumps of `table` that `saved` (one table's dump, or a whole dump)
 /// lacks, in [`JUMPS`] order.
 pub fn missing_jumps(
-    family: Family,
+    family: IpFamily,
     table: &str,
     saved: &str,
 ) -> Vec<FamilyJump> {
@@ -155,7 +155,7 @@ pub struct Cleanup {
 /// Upstream's `cleanupIptablesLeftovers` for one table, as one restore:
 /// delete our jumps, flush all our chains, then delete them. Nothing else
 /// is touched.
-pub fn cleanup(family: Family, table: &str, saved: &str) -> Cleanup {
+pub fn cleanup(family: IpFamily, table: &str, saved: &str) -> Cleanup {
     let tables = parse(family, saved);
     let ours: BTreeSet<&str> = rules::chains(table).iter().copied().collect();
     let Some(t) = tables.get(table) else {
@@ -211,7 +211,7 @@ pub fn cleanup(family: Family, table: &str, saved: &str) -> Cleanup {
 /// (sorted) with their rules in order, and the rules of other chains that
 /// jump to ours. Two dumps with equal normalised forms hold the same
 /// kube-proxy state, whichever tool (or the model) printed them.
-pub fn normalise(family: Family, saved: &str) -> String {
+pub fn normalise(family: IpFamily, saved: &str) -> String {
     let mut out = String::new();
     for (name, t) in parse(family, saved) {
         let ours: BTreeSet<&str> =

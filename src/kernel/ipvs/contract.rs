@@ -11,10 +11,10 @@ use std::{collections::BTreeMap, net::IpAddr};
 
 use super::{
     DestKey, DestSpec, DestState, Ipvs, IpvsOp, IpvsTable, ServiceEntry,
-    ServiceKey, ServiceSpec,
+    ServiceSpec, VirtualServerKey,
 };
 use crate::{
-    kernel::{libc_errno, ErrorKind, KernelError},
+    kernel::{ErrorKind, KernelError},
     model::Protocol,
 };
 
@@ -22,10 +22,10 @@ use crate::{
 pub type Outcome = Result<(), (ErrorKind, Option<i32>)>;
 
 const OK: Outcome = Ok(());
-const EEXIST: Outcome = Err((ErrorKind::Exists, Some(libc_errno::EEXIST)));
-const ESRCH: Outcome = Err((ErrorKind::NotFound, Some(libc_errno::ESRCH)));
-const ENOENT: Outcome = Err((ErrorKind::NotFound, Some(libc_errno::ENOENT)));
-const EINVAL: Outcome = Err((ErrorKind::Invalid, Some(libc_errno::EINVAL)));
+const EEXIST: Outcome = Err((ErrorKind::Exists, Some(libc::EEXIST)));
+const ESRCH: Outcome = Err((ErrorKind::NotFound, Some(libc::ESRCH)));
+const ENOENT: Outcome = Err((ErrorKind::NotFound, Some(libc::ENOENT)));
+const EINVAL: Outcome = Err((ErrorKind::Invalid, Some(libc::EINVAL)));
 
 pub fn outcome(result: &Result<(), KernelError>) -> Outcome {
     result.as_ref().map(drop).map_err(|e| (e.kind, e.errno))
@@ -37,15 +37,19 @@ fn ip(text: &str) -> IpAddr {
         .unwrap_or_else(|e| panic!("address {text:?}: {e}"))
 }
 
-pub fn service(protocol: Protocol, address: &str, port: u16) -> ServiceKey {
-    ServiceKey {
+pub fn service(
+    protocol: Protocol,
+    address: &str,
+    port: u16,
+) -> VirtualServerKey {
+    VirtualServerKey {
         address: ip(address),
         port,
         protocol,
     }
 }
 
-pub fn tcp(address: &str, port: u16) -> ServiceKey {
+pub fn tcp(address: &str, port: u16) -> VirtualServerKey {
     service(Protocol::Tcp, address, port)
 }
 
@@ -57,7 +61,7 @@ pub fn dest(address: &str, port: u16) -> DestKey {
 }
 
 fn spec(
-    key: ServiceKey,
+    key: VirtualServerKey,
     scheduler: &str,
     persistence: Option<u32>,
 ) -> ServiceSpec {

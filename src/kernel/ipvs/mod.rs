@@ -24,7 +24,7 @@ pub use real::NetlinkIpvs;
 pub use timeouts::ConnTimeouts;
 
 use super::KernelError;
-pub use crate::desired::VirtualServerKey as ServiceKey;
+pub use crate::desired::VirtualServerKey;
 
 /// The scheduler whose flag kube-proxy sets (see
 /// [`ServiceSpec::hash_source_port`]).
@@ -35,7 +35,7 @@ pub const MAGLEV_SCHEDULER: &str = "mh";
 /// kube-proxy sets it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServiceSpec {
-    pub key: ServiceKey,
+    pub key: VirtualServerKey,
     pub scheduler: String,
     /// Persistence timeout in seconds.
     pub persistence: Option<u32>,
@@ -51,7 +51,7 @@ impl ServiceSpec {
     /// The spec kube-proxy would program: the scheduler's flag follows
     /// from the scheduler.
     pub fn new(
-        key: ServiceKey,
+        key: VirtualServerKey,
         scheduler: impl Into<String>,
         persistence: Option<u32>,
     ) -> Self {
@@ -67,7 +67,7 @@ impl ServiceSpec {
 
 /// `TCP 198.18.0.10:80`, `UDP [2001:db8::1]:53`: how errors and logs name
 /// a virtual server (the same as ipvs-sys and ipvsadm).
-impl fmt::Display for ServiceKey {
+impl fmt::Display for VirtualServerKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
@@ -114,7 +114,7 @@ pub struct ServiceEntry {
 /// The whole IPVS table; fwmark services are not listed (never ours).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IpvsTable {
-    pub services: BTreeMap<ServiceKey, ServiceEntry>,
+    pub services: BTreeMap<VirtualServerKey, ServiceEntry>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,10 +123,10 @@ pub enum IpvsOp {
     /// Scheduler or persistence changed; the kernel answers ESRCH when
     /// the service is missing.
     UpdateService(ServiceSpec),
-    DeleteService(ServiceKey),
-    AddDest(ServiceKey, DestSpec),
-    UpdateDest(ServiceKey, DestSpec),
-    DeleteDest(ServiceKey, DestKey),
+    DeleteService(VirtualServerKey),
+    AddDest(VirtualServerKey, DestSpec),
+    UpdateDest(VirtualServerKey, DestSpec),
+    DeleteDest(VirtualServerKey, DestKey),
 }
 
 impl IpvsOp {
@@ -147,7 +147,10 @@ impl IpvsOp {
     }
 }
 
-pub(crate) fn dest_object(service: &ServiceKey, dest: &DestKey) -> String {
+pub(crate) fn dest_object(
+    service: &VirtualServerKey,
+    dest: &DestKey,
+) -> String {
     format!("{dest} in {service}")
 }
 
@@ -171,7 +174,7 @@ pub trait Ipvs {
     /// exist. A retry compares just the services whose writes failed.
     fn service(
         &mut self,
-        key: &ServiceKey,
+        key: &VirtualServerKey,
     ) -> impl Future<Output = Result<Option<ServiceEntry>, KernelError>> + Send;
 
     /// Reads the real servers of one service: graceful termination polls
@@ -179,7 +182,7 @@ pub trait Ipvs {
     /// missing service has none (the kernel answers with an empty dump).
     fn dests(
         &mut self,
-        service: &ServiceKey,
+        service: &VirtualServerKey,
     ) -> impl Future<Output = Result<BTreeMap<DestKey, DestState>, KernelError>> + Send;
 
     /// Applies the operations in order, all in flight at once where the

@@ -4,9 +4,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::{
     dest_object, DestKey, DestSpec, DestState, Ipvs, IpvsOp, IpvsTable,
-    ServiceEntry, ServiceKey, ServiceSpec,
+    ServiceEntry, ServiceSpec, VirtualServerKey,
 };
-use crate::kernel::{libc_errno, ErrorKind, KernelError};
+use crate::kernel::{ErrorKind, KernelError};
 
 /// The schedulers a stock kernel ships (`ip_vs_*.ko`); others are refused
 /// with ENOENT, as the kernel does when the module does not exist.
@@ -18,7 +18,7 @@ const KERNEL_SCHEDULERS: [&str; 14] = [
 /// The kernel keeps weights in a signed int and answers ERANGE for one
 /// that turns negative there (seen in the guest, 6.1).
 const MAX_WEIGHT: u32 = i32::MAX as u32;
-pub(super) const ERANGE: i32 = 34;
+pub(super) use libc::ERANGE;
 
 /// The IPVS table in memory. Every operation fails where the kernel's
 /// does, with the kernel's errno: EEXIST for a duplicate service or real
@@ -70,7 +70,7 @@ impl IpvsModel {
     /// when there is no such real server.
     pub fn set_conns(
         &mut self,
-        service: &ServiceKey,
+        service: &VirtualServerKey,
         dest: &DestKey,
         active: u32,
         inactive: u32,
@@ -156,7 +156,7 @@ impl IpvsModel {
 
     fn service_mut(
         &mut self,
-        key: &ServiceKey,
+        key: &VirtualServerKey,
     ) -> Result<&mut ServiceEntry, KernelError> {
         self.table
             .services
@@ -173,19 +173,19 @@ impl IpvsModel {
             spec.key,
             format!("no scheduler {:?} in this kernel", spec.scheduler),
         )
-        .with_errno(libc_errno::ENOENT))
+        .with_errno(libc::ENOENT))
     }
 }
 
 /// The kernel looks the service up before anything else and answers
 /// ESRCH when it is missing, for services and real servers alike.
-fn no_service(key: &ServiceKey) -> KernelError {
+fn no_service(key: &VirtualServerKey) -> KernelError {
     KernelError::new(ErrorKind::NotFound, key, "no such service")
-        .with_errno(libc_errno::ESRCH)
+        .with_errno(libc::ESRCH)
 }
 
 fn check_dest(
-    service: &ServiceKey,
+    service: &VirtualServerKey,
     dest: &DestSpec,
 ) -> Result<(), KernelError> {
     let object = || dest_object(service, &dest.key);
@@ -224,14 +224,14 @@ impl Ipvs for IpvsModel {
 
     async fn service(
         &mut self,
-        key: &ServiceKey,
+        key: &VirtualServerKey,
     ) -> Result<Option<ServiceEntry>, KernelError> {
         Ok(self.table.services.get(key).cloned())
     }
 
     async fn dests(
         &mut self,
-        service: &ServiceKey,
+        service: &VirtualServerKey,
     ) -> Result<BTreeMap<DestKey, DestState>, KernelError> {
         Ok(self
             .table

@@ -12,7 +12,7 @@ use tracing::warn;
 
 use super::{
     DestKey, DestSpec, DestState, Ipvs, IpvsOp, IpvsTable, ServiceEntry,
-    ServiceKey, ServiceSpec,
+    ServiceSpec, VirtualServerKey,
 };
 use crate::{
     kernel::{ErrorKind, KernelError},
@@ -27,7 +27,7 @@ const TABLE_OBJECT: &str = "IPVS table";
 /// Writes go through one netlink connection, as one ipvs-sys batch per
 /// [`Ipvs::apply`]. A socket runs one dump at a time, so reading every
 /// service's real servers takes one dump per service in turn; extra
-/// connections ([`NetlinkIpvs::connect_with`]) let those dumps overlap.
+/// connections ([`NetlinkIpvs::with_dump_connections`]) let those dumps overlap.
 /// [`Ipvs::dump_detached`] reads over a connection of its own, opened
 /// with the others, so a repair's read never queues behind writes.
 #[derive(Debug, Clone)]
@@ -44,13 +44,15 @@ impl NetlinkIpvs {
     /// Opens one netlink connection and spawns its task on the current
     /// tokio runtime. IPVS itself is looked up on first use: a kernel
     /// without it fails then, with [`ErrorKind::Unavailable`].
-    pub fn connect() -> Result<Self, KernelError> {
-        Self::connect_with(1)
+    pub fn new() -> Result<Self, KernelError> {
+        Self::with_dump_connections(1)
     }
 
-    /// Like [`NetlinkIpvs::connect`], with `dump_connections` (at least
+    /// Like [`NetlinkIpvs::new`], with `dump_connections` (at least
     /// one) connections sharing the real-server dumps of a full dump.
-    pub fn connect_with(dump_connections: usize) -> Result<Self, KernelError> {
+    pub fn with_dump_connections(
+        dump_connections: usize,
+    ) -> Result<Self, KernelError> {
         let mut dumpers = Vec::new();
         for _ in 0..dump_connections.max(1) {
             dumpers.push(open()?);
@@ -123,7 +125,7 @@ fn transport(message: impl Into<String>) -> KernelError {
 /// The real servers of one service, through `handle`.
 async fn list_dests(
     handle: &Handle,
-    service: &ServiceKey,
+    service: &VirtualServerKey,
 ) -> Result<BTreeMap<DestKey, DestState>, KernelError> {
     let mut replies = handle.dest(to_key(service)).list().execute();
     let mut dests = BTreeMap::new();
@@ -202,7 +204,7 @@ impl Ipvs for NetlinkIpvs {
 
     async fn service(
         &mut self,
-        key: &ServiceKey,
+        key: &VirtualServerKey,
     ) -> Result<Option<ServiceEntry>, KernelError> {
         let spec = match self.handle.service().get(to_key(key)).execute().await
         {
@@ -219,7 +221,7 @@ impl Ipvs for NetlinkIpvs {
 
     async fn dests(
         &mut self,
-        service: &ServiceKey,
+        service: &VirtualServerKey,
     ) -> Result<BTreeMap<DestKey, DestState>, KernelError> {
         list_dests(&self.handle, service).await
     }
@@ -300,7 +302,7 @@ pub(crate) fn kernel_error(
     }
 }
 
-pub(crate) fn to_key(key: &ServiceKey) -> ipvs_sys::ServiceKey {
+pub(crate) fn to_key(key: &VirtualServerKey) -> ipvs_sys::ServiceKey {
     let protocol = match key.protocol {
         Protocol::Tcp => IpvsProtocol::Tcp,
         Protocol::Udp => IpvsProtocol::Udp,
@@ -347,7 +349,7 @@ pub(crate) fn from_service(service: &Service) -> Option<ServiceSpec> {
     };
     let flags = service.flags;
     Some(ServiceSpec {
-        key: ServiceKey {
+        key: VirtualServerKey {
             address,
             port,
             protocol,

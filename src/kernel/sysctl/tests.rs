@@ -155,7 +155,7 @@ fn proc_sysctls_on_a_scratch_root() {
     let missing = s.write(VS_CONNTRACK, "1").unwrap_err();
     assert_eq!(
         (missing.kind, missing.errno),
-        (ErrorKind::NotFound, Some(libc_errno::ENOENT))
+        (ErrorKind::NotFound, Some(libc::ENOENT))
     );
     assert!(!root.join(VS_CONNTRACK).exists());
     for bad in ["", "/etc/passwd", "net/../../etc/passwd", "./net"] {

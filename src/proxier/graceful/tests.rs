@@ -9,15 +9,15 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-fn svc(protocol: Protocol) -> ServiceKey {
-    ServiceKey {
+fn svc(protocol: Protocol) -> VirtualServerKey {
+    VirtualServerKey {
         address: ip("198.18.0.10"),
         port: 80,
         protocol,
     }
 }
 
-fn tcp() -> ServiceKey {
+fn tcp() -> VirtualServerKey {
     svc(Protocol::Tcp)
 }
 
@@ -36,7 +36,9 @@ fn conns(weight: u32, active: u32, inactive: u32) -> DestState {
     }
 }
 
-fn seen(dests: &[(DestKey, DestState)]) -> BTreeMap<ServiceKey, Observation> {
+fn seen(
+    dests: &[(DestKey, DestState)],
+) -> BTreeMap<VirtualServerKey, Observation> {
     [(tcp(), Observation::Dests(dests.iter().copied().collect()))].into()
 }
 
@@ -170,7 +172,7 @@ fn service_deleted_or_recreated_ends_draining() {
 struct PollCase {
     name: &'static str,
     at: Duration,
-    observed: BTreeMap<ServiceKey, Observation>,
+    observed: BTreeMap<VirtualServerKey, Observation>,
     deleted: Vec<IpvsOp>,
     still_draining: bool,
 }
@@ -261,12 +263,12 @@ fn poll_deletes_when_connections_end_or_the_bound_passes() {
 #[test]
 fn poll_handles_several_services_independently() {
     let t0 = Instant::now();
-    let other = ServiceKey { port: 443, ..tcp() };
+    let other = VirtualServerKey { port: 443, ..tcp() };
     let mut q = GracefulQueue::new(15 * MINUTE);
     q.on_removed(tcp(), dk(5), t0);
     q.on_removed(tcp(), dk(6), t0 + MINUTE);
     q.on_removed(other, dk(5), t0);
-    let observed: BTreeMap<ServiceKey, Observation> = [
+    let observed: BTreeMap<VirtualServerKey, Observation> = [
         (
             tcp(),
             Observation::Dests(

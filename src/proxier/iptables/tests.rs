@@ -3,7 +3,7 @@ use std::{path::Path, sync::Arc, time::SystemTime};
 use super::*;
 use crate::{
     backend::testing::{batch, NoKernel},
-    kernel::iptables::{contract::set_names, model::Model},
+    kernel::iptables::{contract::set_names, model::IptablesModel},
     source::{file, store::ObjectChange},
     sync::{NodeSettings, SyncState},
 };
@@ -22,17 +22,17 @@ fn loaded_state() -> (SyncState, file::Snapshot) {
     (state, snapshot)
 }
 
-fn backend() -> WithIptables<NoKernel, Model> {
-    let sets = set_names(Family::V4).into_iter().map(|(name, _)| name);
+fn backend() -> WithIptables<NoKernel, IptablesModel> {
+    let sets = set_names(IpFamily::V4).into_iter().map(|(name, _)| name);
     WithIptables::new(
         NoKernel,
-        Model::new().with_sets(sets),
+        IptablesModel::new().with_sets(sets),
         RulesSettings::from_config(&Config::default(), true),
     )
 }
 
-fn nat(b: &mut WithIptables<NoKernel, Model>) -> String {
-    futures::executor::block_on(b.iptables.save(Family::V4, "nat")).unwrap()
+fn nat(b: &mut WithIptables<NoKernel, IptablesModel>) -> String {
+    futures::executor::block_on(b.iptables.save(IpFamily::V4, "nat")).unwrap()
 }
 
 #[tokio::test]
@@ -109,7 +109,8 @@ async fn a_repair_round_restores_flushed_chains_unless_a_sync_restored_since() {
     b.apply(batch(&state, &outcome, 1)).await.unwrap();
     let intact = nat(&mut b);
     let flush = "*nat\n:KUBE-SERVICES - [0:0]\nCOMMIT\n";
-    futures::executor::block_on(b.iptables.restore(Family::V4, flush)).unwrap();
+    futures::executor::block_on(b.iptables.restore(IpFamily::V4, flush))
+        .unwrap();
     assert_ne!(nat(&mut b), intact);
 
     let mut observed = b.begin_repair().await;
@@ -118,7 +119,8 @@ async fn a_repair_round_restores_flushed_chains_unless_a_sync_restored_since() {
 
     // Flushed again; the round reads it, but a sync restores before the
     // round compares: the saves say nothing about the kernel any more.
-    futures::executor::block_on(b.iptables.restore(Family::V4, flush)).unwrap();
+    futures::executor::block_on(b.iptables.restore(IpFamily::V4, flush))
+        .unwrap();
     let mut observed = b.begin_repair().await;
     let web = snapshot
         .services

@@ -64,12 +64,12 @@ fn svc(
     svc_with(name, port_name, endpoints, f, |_| {})
 }
 
-fn key(addr: &str, port: u16) -> ServiceKey {
+fn key(addr: &str, port: u16) -> VirtualServerKey {
     key_p(addr, port, Protocol::Tcp)
 }
 
-fn key_p(addr: &str, port: u16, protocol: Protocol) -> ServiceKey {
-    ServiceKey {
+fn key_p(addr: &str, port: u16, protocol: Protocol) -> VirtualServerKey {
+    VirtualServerKey {
         address: ip(addr),
         port,
         protocol,
@@ -117,7 +117,8 @@ struct Case {
     expected: KernelOps,
 }
 
-/// Plans the change from `before` to `after` as the spine reports it:
+/// Plans the change from `before` to `after` as the desired state
+/// reports it:
 /// one delta per service port that differs.
 fn plan_change(before: &[Entry], after: &[Entry]) -> (Ledger, KernelOps) {
     let mut ledger = Ledger::from_services(before.iter().map(|(n, s)| (n, s)));

@@ -4,17 +4,11 @@
 //! add and "not there" for a delete), so the mapping takes the command.
 
 use super::message::Command;
-use crate::kernel::{libc_errno, ErrorKind, KernelError};
+use crate::kernel::{ErrorKind, KernelError};
 
-const ENOENT: i32 = libc_errno::ENOENT;
-const EEXIST: i32 = libc_errno::EEXIST;
-const EINVAL: i32 = libc_errno::EINVAL;
-const EPERM: i32 = 1;
-const EBUSY: i32 = 16;
-const ENOMEM: i32 = 12;
-const EMSGSIZE: i32 = 90;
-const EOPNOTSUPP: i32 = 95;
-const ERANGE: i32 = 34;
+use libc::{
+    EBUSY, EEXIST, EINVAL, EMSGSIZE, ENOENT, ENOMEM, EOPNOTSUPP, EPERM, ERANGE,
+};
 
 pub(crate) const IPSET_ERR_PROTOCOL: i32 = 4097;
 const IPSET_ERR_FIND_TYPE: i32 = 4098;

@@ -5,12 +5,12 @@ use pretty_assertions::assert_eq;
 use super::*;
 use crate::{
     desired::SetKind,
-    kernel::iptables::{contract, model::Model, rules::FamilyInput},
+    kernel::iptables::{contract, model::IptablesModel, rules::FamilyInput},
 };
 
-fn model() -> Model {
-    Model::new().with_sets(
-        contract::set_names(Family::V4)
+fn model() -> IptablesModel {
+    IptablesModel::new().with_sets(
+        contract::set_names(IpFamily::V4)
             .into_iter()
             .map(|(name, _)| name),
     )
@@ -23,12 +23,12 @@ fn input(sets: &[SetKind]) -> RulesInput {
         random_fully: true,
         families: vec![FamilyInput {
             non_empty_sets: sets.iter().copied().collect::<BTreeSet<_>>(),
-            ..FamilyInput::new(Family::V4)
+            ..FamilyInput::new(IpFamily::V4)
         }],
     }
 }
 
-fn runs(r: &ApplyReport) -> (usize, usize) {
+fn runs(r: &RulesReport) -> (usize, usize) {
     (r.saves, r.restores)
 }
 
@@ -64,7 +64,7 @@ async fn syncs_run_tools_only_for_what_changed() {
 #[tokio::test]
 async fn a_failed_apply_is_retried_from_the_kernel_state() {
     // No set exists: every rule matching one is refused.
-    let mut m = Model::new().with_sets(Vec::<String>::new());
+    let mut m = IptablesModel::new().with_sets(Vec::<String>::new());
     let mut applier = RulesApplier::new();
     let failed = applier.sync(&mut m, &input(&[]), false).await;
     assert!(!failed.is_ok());
@@ -83,12 +83,12 @@ async fn verify_repairs_what_a_trusting_sync_would_miss() {
     let mut m = model();
     let mut applier = RulesApplier::new();
     assert!(applier.sync(&mut m, &input(&[]), false).await.is_ok());
-    m.apply(Family::V4, "*filter\n-F KUBE-FORWARD\nCOMMIT\n")
+    m.apply(IpFamily::V4, "*filter\n-F KUBE-FORWARD\nCOMMIT\n")
         .expect("flush by hand");
     let trusting = applier.sync(&mut m, &input(&[]), false).await;
     assert_eq!(runs(&trusting), (0, 0));
     let verify = applier.sync(&mut m, &input(&[]), true).await;
     assert_eq!(runs(&verify), (2, 1), "only filter is rewritten");
-    let filter = m.save(Family::V4, "filter").await.expect("save");
+    let filter = m.save(IpFamily::V4, "filter").await.expect("save");
     assert!(filter.contains("-A KUBE-FORWARD"), "{filter}");
 }

@@ -37,7 +37,7 @@ fn cluster_ip(addr: &str, port: u16) -> (SetKind, SetEntry) {
     )
 }
 
-fn sets(input: &RulesInput, family: Family) -> Vec<SetKind> {
+fn sets(input: &RulesInput, family: IpFamily) -> Vec<SetKind> {
     input
         .families
         .iter()
@@ -46,7 +46,8 @@ fn sets(input: &RulesInput, family: Family) -> Vec<SetKind> {
         .collect()
 }
 
-const V4: [(Family, LocalDetector); 1] = [(Family::V4, LocalDetector::NoOp)];
+const V4: [(IpFamily, LocalDetector); 1] =
+    [(IpFamily::V4, LocalDetector::NoOp)];
 
 #[test]
 fn a_set_stays_non_empty_while_any_service_uses_it() {
@@ -57,7 +58,7 @@ fn a_set_stays_non_empty_while_any_service_uses_it() {
     facts.add(&b);
     facts.remove(&a);
     let input = facts.input(false, 14, true, &V4);
-    assert_eq!(sets(&input, Family::V4), vec![SetKind::ClusterIp]);
+    assert_eq!(sets(&input, IpFamily::V4), vec![SetKind::ClusterIp]);
     facts.remove(&b);
     assert_eq!(facts, RulesFacts::new());
 }
@@ -75,7 +76,7 @@ fn a_shared_entry_is_counted_per_service() {
     facts.add(&a.clone());
     facts.remove(&a);
     let input = facts.input(false, 14, true, &V4);
-    assert_eq!(sets(&input, Family::V4), vec![SetKind::LoopBack]);
+    assert_eq!(sets(&input, IpFamily::V4), vec![SetKind::LoopBack]);
 }
 
 #[test]
@@ -100,13 +101,13 @@ fn families_see_only_their_sets_and_load_balancers() {
         SetEntry::IpPort(lb, Protocol::Udp, 53),
     )]));
     let both = [
-        (Family::V4, LocalDetector::NoOp),
-        (Family::V6, LocalDetector::NoOp),
+        (IpFamily::V4, LocalDetector::NoOp),
+        (IpFamily::V6, LocalDetector::NoOp),
     ];
     let input = facts.input(false, 14, true, &both);
-    assert_eq!(sets(&input, Family::V4), vec![]);
+    assert_eq!(sets(&input, IpFamily::V4), vec![]);
     assert_eq!(
-        sets(&input, Family::V6),
+        sets(&input, IpFamily::V6),
         vec![SetKind::ClusterIp, SetKind::LoadBalancerFw]
     );
     let closed: Vec<&NoNodeAccess> = input
@@ -184,5 +185,5 @@ fn deltas_replace_the_previous_state() {
         current: Some(after),
     });
     let input = facts.input(false, 14, true, &V4);
-    assert_eq!(sets(&input, Family::V4), vec![SetKind::ExternalIp]);
+    assert_eq!(sets(&input, IpFamily::V4), vec![SetKind::ExternalIp]);
 }

@@ -3,16 +3,16 @@ use pretty_assertions::assert_eq;
 use super::*;
 use crate::kernel::iptables::{contract, failed_line, save};
 
-fn model_for(families: &[Family]) -> Model {
+fn model_for(families: &[IpFamily]) -> IptablesModel {
     let names = families
         .iter()
         .flat_map(|&f| contract::set_names(f))
         .map(|(name, _)| name);
-    Model::new().with_sets(names)
+    IptablesModel::new().with_sets(names)
 }
 
-fn both() -> Model {
-    model_for(&[Family::V4, Family::V6])
+fn both() -> IptablesModel {
+    model_for(&[IpFamily::V4, IpFamily::V6])
 }
 
 #[tokio::test]
@@ -52,7 +52,7 @@ async fn contract_failed_restore_changes_nothing() {
 
 #[tokio::test]
 async fn contract_refusals() {
-    for family in [Family::V4, Family::V6] {
+    for family in [IpFamily::V4, IpFamily::V6] {
         contract::refusals(&mut both(), family).await;
     }
 }
@@ -66,7 +66,7 @@ async fn contract_cleanup_removes_only_ours() {
 
 #[test]
 fn save_prints_builtins_then_sorted_user_chains_in_canonical_form() {
-    let mut m = Model::new();
+    let mut m = IptablesModel::new();
     let payload = "*nat
 :KUBE-SERVICES - [0:0]
 :KUBE-MARK-MASQ - [0:0]
@@ -75,9 +75,9 @@ fn save_prints_builtins_then_sorted_user_chains_in_canonical_form() {
 -A KUBE-MARK-MASQ -j MARK --or-mark 0x004000
 COMMIT
 ";
-    m.apply(Family::V4, payload).expect("valid payload");
+    m.apply(IpFamily::V4, payload).expect("valid payload");
     assert_eq!(
-        m.dump(Family::V4, "nat").expect("nat"),
+        m.dump(IpFamily::V4, "nat").expect("nat"),
         "*nat
 :PREROUTING ACCEPT [0:0]
 :INPUT ACCEPT [0:0]
@@ -95,12 +95,12 @@ COMMIT
 
 #[test]
 fn families_are_separate() {
-    let mut m = Model::new();
-    m.apply(Family::V6, "*filter\n:KUBE-FORWARD - [0:0]\nCOMMIT\n")
+    let mut m = IptablesModel::new();
+    m.apply(IpFamily::V6, "*filter\n:KUBE-FORWARD - [0:0]\nCOMMIT\n")
         .expect("v6");
-    let v4 = m.dump(Family::V4, "filter").expect("v4");
+    let v4 = m.dump(IpFamily::V4, "filter").expect("v4");
     assert!(!v4.contains("KUBE-FORWARD"), "{v4}");
-    let v6 = m.dump(Family::V6, "filter").expect("v6");
+    let v6 = m.dump(IpFamily::V6, "filter").expect("v6");
     assert!(v6.contains(":KUBE-FORWARD - [0:0]"), "{v6}");
 }
 
@@ -128,29 +128,32 @@ fn refuses_what_the_kernel_refuses() {
         ("rule outside a table", "-A INPUT -j DROP\n", 1),
     ];
     for (name, payload, line) in cases {
-        let mut m = Model::new().with_sets(["KUBE-CLUSTER-IP"]);
-        let err = m.apply(Family::V4, payload).expect_err(name);
+        let mut m = IptablesModel::new().with_sets(["KUBE-CLUSTER-IP"]);
+        let err = m.apply(IpFamily::V4, payload).expect_err(name);
         assert_eq!(failed_line(&err), Some(line), "{name}: {err}");
-        let filter = m.dump(Family::V4, "filter").expect("filter");
+        let filter = m.dump(IpFamily::V4, "filter").expect("filter");
         assert!(!filter.contains("KUBE-A"), "{name} left traces: {filter}");
     }
 }
 
 #[test]
 fn delete_finds_a_rule_by_any_spelling() {
-    let mut m = Model::new();
+    let mut m = IptablesModel::new();
     m.apply(
-        Family::V4,
+        IpFamily::V4,
         "*nat\n:KUBE-MARK-MASQ - [0:0]\n-A KUBE-MARK-MASQ -j MARK --or-mark \
          0x4000\nCOMMIT\n",
     )
     .expect("setup");
     // The spelling iptables-save printed deletes the rule we wrote.
     m.apply(
-        Family::V4,
+        IpFamily::V4,
         "*nat\n-D KUBE-MARK-MASQ -j MARK --set-xmark 0x4000/0x4000\nCOMMIT\n",
     )
     .expect("delete");
-    let nat = m.dump(Family::V4, "nat").expect("nat");
-    assert_eq!(save::normalise(Family::V4, &nat), "*nat\n:KUBE-MARK-MASQ\n");
+    let nat = m.dump(IpFamily::V4, "nat").expect("nat");
+    assert_eq!(
+        save::normalise(IpFamily::V4, &nat),
+        "*nat\n:KUBE-MARK-MASQ\n"
+    );
 }

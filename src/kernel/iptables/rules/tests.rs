@@ -64,7 +64,7 @@ fn cidr(s: &str) -> IpNet {
 
 fn v4(detector: LocalDetector, sets: &[SetKind]) -> FamilyInput {
     FamilyInput {
-        family: Family::V4,
+        family: IpFamily::V4,
         local_detector: detector,
         non_empty_sets: sets.iter().copied().collect(),
         lb_no_node_access: BTreeSet::new(),
@@ -89,10 +89,10 @@ struct Case {
     input: RulesInput,
     missing_jumps: Vec<FamilyJump>,
     /// (family, table, whole payload), in output order.
-    want: Vec<(Family, &'static str, String)>,
+    want: Vec<(IpFamily, &'static str, String)>,
 }
 
-fn all_jumps(family: Family) -> Vec<FamilyJump> {
+fn all_jumps(family: IpFamily) -> Vec<FamilyJump> {
     JUMPS
         .iter()
         .map(|&jump| FamilyJump { family, jump })
@@ -107,7 +107,7 @@ fn cases() -> Vec<Case> {
             missing_jumps: vec![],
             want: vec![
                 (
-                    Family::V4,
+                    IpFamily::V4,
                     NAT,
                     format!(
                         "{NAT_CHAINS_TEXT}\
@@ -117,7 +117,7 @@ fn cases() -> Vec<Case> {
 {NAT_TAIL_DEFAULT}"
                     ),
                 ),
-                (Family::V4, FILTER, FILTER_DEFAULT_V4.to_owned()),
+                (IpFamily::V4, FILTER, FILTER_DEFAULT_V4.to_owned()),
             ],
         },
         Case {
@@ -127,10 +127,10 @@ fn cases() -> Vec<Case> {
                 cluster_cidr(),
                 &[SetKind::ClusterIp, SetKind::IpvsIps],
             )]),
-            missing_jumps: all_jumps(Family::V4),
+            missing_jumps: all_jumps(IpFamily::V4),
             want: vec![
                 (
-                    Family::V4,
+                    IpFamily::V4,
                     NAT,
                     format!(
                         "{NAT_CHAINS_TEXT}\
@@ -146,7 +146,7 @@ fn cases() -> Vec<Case> {
                     ),
                 ),
                 (
-                    Family::V4,
+                    IpFamily::V4,
                     FILTER,
                     FILTER_DEFAULT_V4.replacen(
                         "-A KUBE-SOURCE-RANGES-FIREWALL",
@@ -169,7 +169,7 @@ fn cases() -> Vec<Case> {
             missing_jumps: vec![],
             want: vec![
                 (
-                    Family::V4,
+                    IpFamily::V4,
                     NAT,
                     format!(
                         "{NAT_CHAINS_TEXT}\
@@ -181,7 +181,7 @@ fn cases() -> Vec<Case> {
 {NAT_TAIL_DEFAULT}"
                     ),
                 ),
-                (Family::V4, FILTER, FILTER_DEFAULT_V4.to_owned()),
+                (IpFamily::V4, FILTER, FILTER_DEFAULT_V4.to_owned()),
             ],
         },
         Case {
@@ -193,7 +193,7 @@ fn cases() -> Vec<Case> {
             missing_jumps: vec![],
             want: vec![
                 (
-                    Family::V4,
+                    IpFamily::V4,
                     NAT,
                     format!(
                         "{NAT_CHAINS_TEXT}\
@@ -205,7 +205,7 @@ fn cases() -> Vec<Case> {
 {NAT_TAIL_DEFAULT}"
                     ),
                 ),
-                (Family::V4, FILTER, FILTER_DEFAULT_V4.to_owned()),
+                (IpFamily::V4, FILTER, FILTER_DEFAULT_V4.to_owned()),
             ],
         },
         Case {
@@ -220,7 +220,7 @@ fn cases() -> Vec<Case> {
             missing_jumps: vec![],
             want: vec![
                 (
-                    Family::V4,
+                    IpFamily::V4,
                     NAT,
                     format!(
                         "{NAT_CHAINS_TEXT}\
@@ -233,7 +233,7 @@ fn cases() -> Vec<Case> {
                         NAT_TAIL_DEFAULT.replace(" --random-fully", "")
                     ),
                 ),
-                (Family::V4, FILTER, FILTER_DEFAULT_V4.to_owned()),
+                (IpFamily::V4, FILTER, FILTER_DEFAULT_V4.to_owned()),
             ],
         },
         Case {
@@ -257,7 +257,7 @@ fn cases() -> Vec<Case> {
             missing_jumps: vec![],
             want: vec![
                 (
-                    Family::V4,
+                    IpFamily::V4,
                     NAT,
                     format!(
                         "{NAT_CHAINS_TEXT}\
@@ -290,7 +290,7 @@ COMMIT
                     ),
                 ),
                 (
-                    Family::V4,
+                    IpFamily::V4,
                     FILTER,
                     format!(
                         "{FILTER_CHAINS_TEXT}\
@@ -318,7 +318,7 @@ COMMIT
             name: "IPv6: loopback ::1, KUBE-6- set names (one truncated), \
                    NodeCIDR detector",
             input: input(vec![FamilyInput {
-                family: Family::V6,
+                family: IpFamily::V6,
                 local_detector: LocalDetector::SourceCidr(cidr(
                     "2001:db8:1::/64",
                 )),
@@ -336,7 +336,7 @@ COMMIT
             missing_jumps: vec![],
             want: vec![
                 (
-                    Family::V6,
+                    IpFamily::V6,
                     NAT,
                     format!(
                         "{NAT_CHAINS_TEXT}\
@@ -350,7 +350,7 @@ COMMIT
                     ),
                 ),
                 (
-                    Family::V6,
+                    IpFamily::V6,
                     FILTER,
                     format!(
                         "{FILTER_CHAINS_TEXT}\
@@ -377,7 +377,7 @@ COMMIT
 #[test]
 fn payloads_match_upstream() {
     for case in cases() {
-        let got: Vec<(Family, &str, String)> =
+        let got: Vec<(IpFamily, &str, String)> =
             payloads(&case.input, &case.missing_jumps)
                 .into_iter()
                 .map(|p| (p.family, p.table, p.text))
@@ -388,19 +388,21 @@ fn payloads_match_upstream() {
 
 #[test]
 fn dual_stack_writes_each_family_in_input_order_with_its_own_jumps() {
-    let rules =
-        input(vec![v4(cluster_cidr(), &[]), FamilyInput::new(Family::V6)]);
-    let missing = all_jumps(Family::V6);
+    let rules = input(vec![
+        v4(cluster_cidr(), &[]),
+        FamilyInput::new(IpFamily::V6),
+    ]);
+    let missing = all_jumps(IpFamily::V6);
     let got = payloads(&rules, &missing);
-    let order: Vec<(Family, &str)> =
+    let order: Vec<(IpFamily, &str)> =
         got.iter().map(|p| (p.family, p.table)).collect();
     assert_eq!(
         order,
         vec![
-            (Family::V4, NAT),
-            (Family::V4, FILTER),
-            (Family::V6, NAT),
-            (Family::V6, FILTER)
+            (IpFamily::V4, NAT),
+            (IpFamily::V4, FILTER),
+            (IpFamily::V6, NAT),
+            (IpFamily::V6, FILTER)
         ]
     );
     let inserts =
@@ -432,35 +434,35 @@ fn local_detector_follows_the_mode_per_family() {
     let cases = [
         (
             DetectLocal::ClusterCidr,
-            Family::V4,
+            IpFamily::V4,
             LocalDetector::SourceCidr(cidr("198.19.0.0/16")),
         ),
         (
             DetectLocal::ClusterCidr,
-            Family::V6,
+            IpFamily::V6,
             LocalDetector::SourceCidr(cidr("2001:db8:1::/48")),
         ),
         (
             DetectLocal::NodeCidr,
-            Family::V4,
+            IpFamily::V4,
             LocalDetector::SourceCidr(cidr("198.19.4.0/24")),
         ),
         // No pod CIDR of the family: upstream falls back to the no-op
         // detector.
-        (DetectLocal::NodeCidr, Family::V6, LocalDetector::NoOp),
+        (DetectLocal::NodeCidr, IpFamily::V6, LocalDetector::NoOp),
         (
             DetectLocal::BridgeInterface("cbr0".into()),
-            Family::V6,
+            IpFamily::V6,
             LocalDetector::Interface("cbr0".into()),
         ),
         (
             DetectLocal::InterfaceNamePrefix("veth".into()),
-            Family::V4,
+            IpFamily::V4,
             LocalDetector::InterfacePrefix("veth".into()),
         ),
         (
             DetectLocal::BridgeInterface(String::new()),
-            Family::V4,
+            IpFamily::V4,
             LocalDetector::NoOp,
         ),
     ];
@@ -479,7 +481,7 @@ fn cluster_cidr_is_masked_like_upstream_parses_it() {
         &DetectLocal::ClusterCidr,
         &[cidr("198.19.7.1/16")],
         &[],
-        Family::V4,
+        IpFamily::V4,
     );
     assert_eq!(got, LocalDetector::SourceCidr(cidr("198.19.0.0/16")));
 }

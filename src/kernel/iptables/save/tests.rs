@@ -24,7 +24,7 @@ COMMIT
 
 #[test]
 fn parse_drops_counters_and_comments() {
-    let tables = parse(Family::V4, FILTER_DUMP);
+    let tables = parse(IpFamily::V4, FILTER_DUMP);
     let filter = tables.get("filter").expect("filter table");
     assert_eq!(
         filter.chains.get(1),
@@ -42,7 +42,7 @@ fn parse_drops_counters_and_comments() {
 #[test]
 fn missing_jumps_lists_the_absent_ones_in_upstream_order() {
     let missing: Vec<(&str, &str)> =
-        missing_jumps(Family::V4, "filter", FILTER_DUMP)
+        missing_jumps(IpFamily::V4, "filter", FILTER_DUMP)
             .iter()
             .map(|j| (j.jump.from, j.jump.to))
             .collect();
@@ -55,12 +55,12 @@ fn missing_jumps_lists_the_absent_ones_in_upstream_order() {
             ("OUTPUT", "KUBE-IPVS-OUT-FILTER"),
         ]
     );
-    assert_eq!(missing_jumps(Family::V4, "nat", "").len(), 3);
+    assert_eq!(missing_jumps(IpFamily::V4, "nat", "").len(), 3);
 }
 
 #[test]
 fn cleanup_keeps_chains_foreign_rules_jump_to() {
-    let plan = cleanup(Family::V4, "filter", FILTER_DUMP);
+    let plan = cleanup(IpFamily::V4, "filter", FILTER_DUMP);
     assert_eq!(plan.kept, vec!["KUBE-NODE-PORT".to_owned()]);
     assert_eq!(
         plan.payload.as_deref(),
@@ -75,13 +75,13 @@ COMMIT
 "
         )
     );
-    assert_eq!(cleanup(Family::V4, "nat", FILTER_DUMP).payload, None);
+    assert_eq!(cleanup(IpFamily::V4, "nat", FILTER_DUMP).payload, None);
 }
 
 #[test]
 fn normalise_keeps_only_our_part() {
     assert_eq!(
-        normalise(Family::V4, FILTER_DUMP),
+        normalise(IpFamily::V4, FILTER_DUMP),
         "*filter
 -A INPUT -m comment --comment \"kubernetes ipvs access filter\" -j KUBE-IPVS-FILTER
 -A FORWARD -m comment --comment \"kubernetes forwarding rules\" -j KUBE-FORWARD
