@@ -8,11 +8,10 @@
 
 pub mod events;
 pub mod exporter;
-pub mod no_local;
 pub mod process;
 pub mod rest_client;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub const ENDPOINT_CHANGES_TOTAL: &str =
     "kubeproxy_sync_proxy_rules_endpoint_changes_total";

@@ -21,7 +21,7 @@ use super::{
     SYNC_PROXY_RULES_LAST_TIMESTAMP_SECONDS,
     SYNC_PROXY_RULES_NO_LOCAL_ENDPOINTS_TOTAL,
 };
-use crate::{kernel::KernelError, model::NamespacedName};
+use crate::model::NamespacedName;
 
 pub trait InternalEvent {
     fn emit(self);
@@ -330,18 +330,15 @@ impl KernelOperations {
         Self::default()
     }
 
-    /// Counts one operation (`op` as `add_service`, `del_dest`, ...);
-    /// a failure is labelled by its error kind.
+    /// Counts one operation (`op` as `add_service`, `del_dest`, ...)
+    /// with its outcome: "ok", or the failure's error kind
+    /// (`ErrorKind::metric_label`).
     pub fn record(
         &mut self,
         facility: Facility,
         op: &'static str,
-        result: Result<(), &KernelError>,
+        result: &'static str,
     ) {
-        let result = match result {
-            Ok(()) => "ok",
-            Err(e) => e.kind.metric_label(),
-        };
         *self.counts.entry((facility, op, result)).or_default() += 1;
     }
 

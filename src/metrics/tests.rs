@@ -10,12 +10,11 @@ use super::{
     },
     exporter, network_programming_buckets, sync_duration_buckets,
 };
-use crate::kernel::KernelError;
 use crate::model::IpFamily;
 
 /// Renders what `emit` recorded, through a recorder built like the
 /// process-wide one but installed on this thread only.
-fn render(emit: impl FnOnce()) -> String {
+pub(crate) fn render(emit: impl FnOnce()) -> String {
     let recorder = exporter::recorder().expect("buckets are not empty");
     let handle = recorder.handle();
     metrics::with_local_recorder(&recorder, || {
@@ -25,7 +24,7 @@ fn render(emit: impl FnOnce()) -> String {
     handle.render()
 }
 
-fn assert_lines(text: &str, expected: &[&str]) {
+pub(crate) fn assert_lines(text: &str, expected: &[&str]) {
     let missing: Vec<&&str> = expected
         .iter()
         .filter(|line| !text.lines().any(|l| l == **line))
@@ -166,11 +165,10 @@ fn counters_and_gauges_carry_upstreams_labels() {
 #[test]
 fn kernel_operations_are_counted_per_label_set() {
     let mut ops = KernelOperations::new();
-    let exists = KernelError::exists("TCP 198.18.0.10:80");
-    ops.record(Facility::Ipvs, "add_service", Ok(()));
-    ops.record(Facility::Ipvs, "add_service", Ok(()));
-    ops.record(Facility::Ipvs, "add_service", Err(&exists));
-    ops.record(Facility::Addresses, "add", Ok(()));
+    ops.record(Facility::Ipvs, "add_service", "ok");
+    ops.record(Facility::Ipvs, "add_service", "ok");
+    ops.record(Facility::Ipvs, "add_service", "exists");
+    ops.record(Facility::Addresses, "add", "ok");
     assert_eq!(ops.count(Facility::Ipvs, "add_service", "ok"), 2);
     assert_eq!(ops.count(Facility::Ipvs, "add_service", "exists"), 1);
     assert_eq!(ops.count(Facility::Ipsets, "add", "ok"), 0);
@@ -183,117 +181,4 @@ fn kernel_operations_are_counted_per_label_set() {
             r#"kube_ipvs_proxy_kernel_operations_total{facility="addresses",op="add",result="ok"} 1"#,
         ],
     );
-}
-
-mod no_local {
-    use std::{collections::HashMap, sync::Arc};
-
-    use pretty_assertions::assert_eq;
-
-    use crate::{
-        desired::NodeContext,
-        metrics::no_local::{NoLocalEndpointsTracker, TrafficPolicy},
-        model::{
-            fixtures::{ep, port_info},
-            EndpointsMap, IpFamily, Protocol, ServicePortMap, ServicePortName,
-        },
-    };
-
-    fn port(service: &str, name: &str) -> ServicePortName {
-        ServicePortName::new("shop", service, name, Protocol::Tcp)
-    }
-
-    fn ctx() -> NodeContext {
-        NodeContext {
-            node_name: "node-a".to_owned(),
-            ipv4: true,
-            ..NodeContext::default()
-        }
-    }
-
-    fn counts(t: &NoLocalEndpointsTracker) -> (usize, usize) {
-        (
-            t.count(IpFamily::V4, TrafficPolicy::Internal),
-            t.count(IpFamily::V4, TrafficPolicy::External),
-        )
-    }
-
-    #[test]
-    fn services_without_local_endpoints_are_counted_as_their_ports_change() {
-        let itp_local =
-            || Arc::new(port_info(|i| i.internal_policy_local = true));
-        let mut services: ServicePortMap = HashMap::from([
-            (port("web", "http"), itp_local()),
-            (port("web", "https"), itp_local()),
-            (
-                port("lb", "http"),
-                Arc::new(port_info(|i| {
-                    i.node_port = 30080;
-                    i.external_policy_local = true;
-                })),
-            ),
-            (port("empty", "http"), itp_local()),
-            (port("fine", "http"), itp_local()),
-            (
-                port("v6", "http"),
-                Arc::new(port_info(|i| {
-                    i.internal_policy_local = true;
-                    i.cluster_ips = vec!["2001:db8::1".parse().expect("ip")];
-                })),
-            ),
-        ]);
-        let remote = || vec![ep("198.19.1.1", 80, |_| {})];
-        let mut endpoints: EndpointsMap = HashMap::from([
-            (port("web", "http"), remote()),
-            (port("web", "https"), remote()),
-            (port("lb", "http"), remote()),
-            (
-                port("fine", "http"),
-                vec![ep("198.19.0.1", 80, |e| e.is_local = true)],
-            ),
-            (port("v6", "http"), vec![ep("2001:db8::5", 80, |_| {})]),
-        ]);
-        let mut tracker = NoLocalEndpointsTracker::new();
-        let all: Vec<ServicePortName> = services.keys().cloned().collect();
-        tracker.update(&all, &services, &endpoints, &ctx());
-        // web counts once for its two ports; empty has no endpoint at
-        // all; v6 is not proxied on an IPv4-only node.
-        assert_eq!(counts(&tracker), (1, 1));
-
-        // One port of web gets a local endpoint: the other still lacks.
-        endpoints.insert(
-            port("web", "http"),
-            vec![ep("198.19.0.2", 80, |e| e.is_local = true)],
-        );
-        tracker.update([&port("web", "http")], &services, &endpoints, &ctx());
-        assert_eq!(counts(&tracker), (1, 1));
-        endpoints.insert(
-            port("web", "https"),
-            vec![ep("198.19.0.2", 443, |e| e.is_local = true)],
-        );
-        tracker.update([&port("web", "https")], &services, &endpoints, &ctx());
-        assert_eq!(counts(&tracker), (0, 1));
-
-        // The load balancer goes away.
-        services.remove(&port("lb", "http"));
-        endpoints.remove(&port("lb", "http"));
-        tracker.update([&port("lb", "http")], &services, &endpoints, &ctx());
-        assert_eq!(counts(&tracker), (0, 0));
-
-        // The node turns dual-stack: every port is looked at again.
-        let dual = NodeContext {
-            ipv6: true,
-            ..ctx()
-        };
-        tracker.update([], &services, &endpoints, &dual);
-        assert_eq!(tracker.count(IpFamily::V6, TrafficPolicy::Internal), 1);
-        let text = super::render(|| tracker.emit());
-        super::assert_lines(
-            &text,
-            &[
-                r#"kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv4",traffic_policy="internal"} 0"#,
-                r#"kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv6",traffic_policy="internal"} 1"#,
-            ],
-        );
-    }
 }

@@ -694,7 +694,7 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
                 counts.record(
                     Facility::Ipvs,
                     ipvs_label(&op),
-                    result.as_ref().map(drop),
+                    outcome(&result),
                 );
                 if let IpvsOp::DeleteService(key) = &op {
                     // A virtual server we failed to delete stays ours,
@@ -726,7 +726,7 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
                 counts.record(
                     Facility::Addresses,
                     address_label(&op),
-                    result.as_ref().map(drop),
+                    outcome(&result),
                 );
                 if let Err(e) = result {
                     if !settled_address(&op, &e) {
@@ -751,7 +751,7 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
                 counts.record(
                     Facility::Ipsets,
                     ipset_label(&op),
-                    result.as_ref().map(drop),
+                    outcome(&result),
                 );
                 if let Err(e) = result {
                     self.suspect_set_failure(&op, &e);
@@ -879,13 +879,21 @@ fn ipset_label(op: &IpsetOp) -> &'static str {
     }
 }
 
+/// The `result` label of an operation's count.
+fn outcome<T>(result: &Result<T, KernelError>) -> &'static str {
+    match result {
+        Ok(_) => "ok",
+        Err(e) => e.kind.metric_label(),
+    }
+}
+
 fn count_one<T>(
     facility: Facility,
     op: &'static str,
     result: &Result<T, KernelError>,
 ) {
     let mut counts = KernelOperations::new();
-    counts.record(facility, op, result.as_ref().map(drop));
+    counts.record(facility, op, outcome(result));
     counts.emit();
 }
 

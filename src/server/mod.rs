@@ -13,6 +13,7 @@
 pub mod health;
 pub mod healthz;
 pub mod metrics;
+mod no_local;
 mod reporter;
 pub mod service_health;
 #[cfg(test)]

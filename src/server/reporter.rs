@@ -9,12 +9,12 @@ use std::{
 };
 
 use super::{
-    health::ProxyHealth, service_health::HealthCheckIndex, ServiceHealthServer,
+    health::ProxyHealth, no_local::NoLocalEndpointsTracker,
+    service_health::HealthCheckIndex, ServiceHealthServer,
 };
 use crate::{
-    metrics::{
-        events::{InternalEvent, NetworkProgrammed, SyncCompleted, SyncQueued},
-        no_local::NoLocalEndpointsTracker,
+    metrics::events::{
+        InternalEvent, NetworkProgrammed, SyncCompleted, SyncQueued,
     },
     model::ServicePortName,
     sync::{SyncOutcome, SyncState},

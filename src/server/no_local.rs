@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::events::{InternalEvent, NoLocalEndpoints};
+use crate::metrics::events::{InternalEvent, NoLocalEndpoints};
 use crate::{
     desired::NodeContext,
     model::IpFamily,
@@ -35,10 +35,6 @@ pub struct NoLocalEndpointsTracker {
 }
 
 impl NoLocalEndpointsTracker {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
     /// Looks again at the `changed` ports. A change of the node's
     /// families looks at every port, as it changes every service.
     pub fn update<'a>(
@@ -135,3 +131,6 @@ impl NoLocalEndpointsTracker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
