@@ -12,16 +12,16 @@ use crate::model::IpFamily;
 
 use super::{
     CHANGE_STAGE_DURATION_SECONDS, CONNTRACK_RECONCILER_DELETED_ENTRIES_TOTAL,
-    CONNTRACK_RECONCILER_SYNC_DURATION_SECONDS, KERNEL_OPERATIONS_TOTAL,
-    NETWORK_PROGRAMMING_DURATION_SECONDS, PROXY_HEALTHZ_TOTAL,
-    PROXY_LIVEZ_TOTAL, REPAIR_DURATION_SECONDS,
+    CONNTRACK_RECONCILER_SYNC_DURATION_SECONDS, INVALID_OBJECTS_TOTAL,
+    KERNEL_OPERATIONS_TOTAL, NETWORK_PROGRAMMING_DURATION_SECONDS,
+    PROXY_HEALTHZ_TOTAL, PROXY_LIVEZ_TOTAL, REPAIR_DURATION_SECONDS,
     SERVICE_HEALTH_LISTEN_FAILURES_TOTAL, SYNC_PROXY_RULES_DURATION_SECONDS,
     SYNC_PROXY_RULES_IPTABLES_RESTORE_FAILURES_TOTAL,
     SYNC_PROXY_RULES_LAST_QUEUED_TIMESTAMP_SECONDS,
     SYNC_PROXY_RULES_LAST_TIMESTAMP_SECONDS,
     SYNC_PROXY_RULES_NO_LOCAL_ENDPOINTS_TOTAL,
 };
-use crate::model::NamespacedName;
+use crate::model::{Converted, InvalidObject, NamespacedName};
 
 pub trait InternalEvent {
     fn emit(self);
@@ -370,5 +370,40 @@ impl InternalEvent for KernelOperations {
             )
             .increment(n);
         }
+    }
+}
+
+/// An object's problem, logged and counted together so that the log line
+/// and the metric cannot drift apart.
+impl InternalEvent for &InvalidObject {
+    fn emit(self) {
+        // Namespace and name as fields of their own, for log pipelines.
+        tracing::warn!(
+            kind = self.kind.as_str(),
+            namespace = %self.object.namespace,
+            name = %self.object.name,
+            reason = self.reason.metric_label(),
+            "{self}"
+        );
+        metrics::counter!(
+            INVALID_OBJECTS_TOTAL,
+            "kind" => self.kind.as_str(),
+            "reason" => self.reason.metric_label(),
+        )
+        .increment(1);
+    }
+}
+
+/// Reports a conversion's problems and hands back its value.
+pub trait ReportProblems<T> {
+    fn report(self) -> T;
+}
+
+impl<T> ReportProblems<T> for Converted<T> {
+    fn report(self) -> T {
+        for problem in &self.problems {
+            problem.emit();
+        }
+        self.value
     }
 }

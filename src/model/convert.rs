@@ -26,7 +26,6 @@ use super::{
     EndpointInfo, NamespacedName, NodeInfo, Protocol, ServicePortInfo,
     ServicePortName,
 };
-use crate::metrics as names;
 
 #[cfg(test)]
 mod tests;
@@ -136,42 +135,12 @@ pub struct InvalidObject {
     pub reason: InvalidReason,
 }
 
-impl InvalidObject {
-    /// Logs the problem and counts it, so that the log line and the
-    /// metric cannot drift apart.
-    pub fn report(&self) {
-        // Namespace and name as fields of their own, for log pipelines.
-        tracing::warn!(
-            kind = self.kind.as_str(),
-            namespace = %self.object.namespace,
-            name = %self.object.name,
-            reason = self.reason.metric_label(),
-            "{self}"
-        );
-        metrics::counter!(
-            names::INVALID_OBJECTS_TOTAL,
-            "kind" => self.kind.as_str(),
-            "reason" => self.reason.metric_label(),
-        )
-        .increment(1);
-    }
-}
-
-/// A conversion result and the problems met on the way.
+/// A conversion result and the problems met on the way; the metrics
+/// layer reports them (`metrics::events::ReportProblems`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Converted<T> {
     pub value: T,
     pub problems: Vec<InvalidObject>,
-}
-
-impl<T> Converted<T> {
-    /// Reports every problem and returns the value.
-    pub fn report(self) -> T {
-        for problem in &self.problems {
-            problem.report();
-        }
-        self.value
-    }
 }
 
 /// Collects problems for one object.

@@ -258,6 +258,7 @@ impl EndpointsChangeTracker {
         slice: &EndpointSlice,
         removed: bool,
     ) -> bool {
+        use crate::metrics::events::ReportProblems as _;
         let converted = SliceRecord::convert(slice, node_name);
         let record = match removed {
             true => converted.value,

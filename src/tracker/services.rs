@@ -145,7 +145,9 @@ impl ServiceChangeTracker {
         previous: Option<&k8s_openapi::api::core::v1::Service>,
         current: Option<&k8s_openapi::api::core::v1::Service>,
     ) -> bool {
-        use crate::model::ServiceRecord;
+        use crate::{
+            metrics::events::ReportProblems as _, model::ServiceRecord,
+        };
         let previous = previous.map(|s| ServiceRecord::convert(s).value);
         let current = current.map(|s| ServiceRecord::convert(s).report());
         let Some(name) = current
