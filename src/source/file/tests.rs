@@ -8,7 +8,7 @@ use std::{
 use futures::{Stream, StreamExt};
 use pretty_assertions::assert_eq;
 
-use super::*;
+use super::{watch::WatchState, *};
 use crate::source::{store::RecordChange, Stores};
 
 const SERVICE_A: &str = "\
