@@ -6,7 +6,6 @@
 //! caller reports once (log line plus metric) with [`Converted::report`].
 
 use std::{
-    collections::BTreeSet,
     fmt,
     net::IpAddr,
     sync::Arc,
@@ -16,8 +15,8 @@ use std::{
 use ipnet::IpNet;
 use k8s_openapi::{
     api::{
-        core::v1::{Node, Service},
-        discovery::v1::EndpointSlice,
+        core::v1::{Node, Service, ServicePort, ServiceSpec},
+        discovery::v1::{Endpoint, EndpointPort, EndpointSlice},
     },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
@@ -254,99 +253,21 @@ pub fn service_ports(
         });
         return problems.finish(Vec::new());
     }
-
-    let external_ips: Vec<IpAddr> = spec
-        .external_ips
-        .iter()
-        .flatten()
-        .enumerate()
-        .filter_map(|(i, ip)| {
-            problems.ip(|| format!("spec.externalIPs[{i}]"), ip)
-        })
-        .collect();
-
+    let external_ips = external_ips(spec, &mut problems);
     let load_balancer_vips = load_balancer_vips(svc, &mut problems);
-
-    // The API's validation lets whitespace padding through, so trim
-    // before parsing, as upstream does.
-    let load_balancer_source_ranges: Vec<IpNet> = spec
-        .load_balancer_source_ranges
-        .iter()
-        .flatten()
-        .enumerate()
-        .filter_map(|(i, range)| {
-            let range = range.trim();
-            let net = parse_cidr(range);
-            if net.is_none() {
-                problems.push(InvalidReason::Cidr {
-                    field: format!("spec.loadBalancerSourceRanges[{i}]"),
-                    value: range.to_owned(),
-                });
-            }
-            net
-        })
-        .collect();
-
-    let is_load_balancer = svc_type == "LoadBalancer";
-    // Upstream's apiservice.ExternallyAccessible / ExternalPolicyLocal:
-    // the policy only exists for services that take external traffic.
-    let externally_accessible = is_load_balancer
-        || svc_type == "NodePort"
-        || (svc_type == "ClusterIP" && !external_ips.is_empty());
-    let external_policy_local = externally_accessible
-        && spec.external_traffic_policy.as_deref() == Some("Local");
-    let internal_policy_local =
-        spec.internal_traffic_policy.as_deref() == Some("Local");
-
-    // NeedsHealthCheck: only ETP=Local load balancers get one.
-    let health_check_node_port = if is_load_balancer && external_policy_local {
-        match spec.health_check_node_port.unwrap_or(0) {
-            0 => {
-                tracing::warn!(
-                    namespace = %problems.object.namespace,
-                    name = %problems.object.name,
-                    "service has no healthCheckNodePort"
-                );
-                0
-            }
-            port => problems
-                .port(|| "spec.healthCheckNodePort".to_owned(), port)
-                .unwrap_or(0),
-        }
-    } else {
-        0
-    };
-
+    let load_balancer_source_ranges =
+        load_balancer_source_ranges(spec, &mut problems);
+    let policies = TrafficPolicies::of(spec, svc_type, &external_ips);
+    let health_check_node_port =
+        health_check_node_port(spec, &policies, &mut problems);
     let session_affinity_timeout =
         session_affinity_timeout(spec, &mut problems);
 
     let mut ports = Vec::new();
     for (i, port) in spec.ports.iter().flatten().enumerate() {
-        let Some(protocol) = Protocol::from_api(port.protocol.as_deref())
+        let Some((protocol, number, node_port)) =
+            port_numbers(i, port, &mut problems)
         else {
-            problems.push(InvalidReason::Protocol {
-                field: format!("spec.ports[{i}].protocol"),
-                value: port.protocol.clone().unwrap_or_default(),
-            });
-            continue;
-        };
-        let number = match problems
-            .port(|| format!("spec.ports[{i}].port"), port.port)
-        {
-            Some(0) => {
-                problems.push(InvalidReason::Port {
-                    field: format!("spec.ports[{i}].port"),
-                    value: 0,
-                });
-                continue;
-            }
-            Some(number) => number,
-            None => continue,
-        };
-        let Some(node_port) = problems.port(
-            || format!("spec.ports[{i}].nodePort"),
-            port.node_port.unwrap_or(0),
-        ) else {
             continue;
         };
         let name = ServicePortName {
@@ -363,14 +284,130 @@ pub fn service_ports(
             external_ips: external_ips.clone(),
             load_balancer_vips: load_balancer_vips.clone(),
             load_balancer_source_ranges: load_balancer_source_ranges.clone(),
-            external_policy_local,
-            internal_policy_local,
+            external_policy_local: policies.external_local,
+            internal_policy_local: policies.internal_local,
             health_check_node_port,
-            is_load_balancer,
+            is_load_balancer: policies.load_balancer,
         };
         ports.push((name, info));
     }
     problems.finish(ports)
+}
+
+fn external_ips(spec: &ServiceSpec, problems: &mut Problems) -> Vec<IpAddr> {
+    spec.external_ips
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(i, ip)| {
+            problems.ip(|| format!("spec.externalIPs[{i}]"), ip)
+        })
+        .collect()
+}
+
+fn load_balancer_source_ranges(
+    spec: &ServiceSpec,
+    problems: &mut Problems,
+) -> Vec<IpNet> {
+    // The API's validation lets whitespace padding through, so trim
+    // before parsing, as upstream does.
+    spec.load_balancer_source_ranges
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(i, range)| {
+            let range = range.trim();
+            let net = parse_cidr(range);
+            if net.is_none() {
+                problems.push(InvalidReason::Cidr {
+                    field: format!("spec.loadBalancerSourceRanges[{i}]"),
+                    value: range.to_owned(),
+                });
+            }
+            net
+        })
+        .collect()
+}
+
+/// The service's type and traffic policies, as the proxy reads them.
+struct TrafficPolicies {
+    load_balancer: bool,
+    external_local: bool,
+    internal_local: bool,
+}
+
+impl TrafficPolicies {
+    fn of(spec: &ServiceSpec, svc_type: &str, external_ips: &[IpAddr]) -> Self {
+        let load_balancer = svc_type == "LoadBalancer";
+        // Upstream's apiservice.ExternallyAccessible / ExternalPolicyLocal:
+        // the policy only exists for services that take external traffic.
+        let externally_accessible = load_balancer
+            || svc_type == "NodePort"
+            || (svc_type == "ClusterIP" && !external_ips.is_empty());
+        Self {
+            load_balancer,
+            external_local: externally_accessible
+                && spec.external_traffic_policy.as_deref() == Some("Local"),
+            internal_local: spec.internal_traffic_policy.as_deref()
+                == Some("Local"),
+        }
+    }
+}
+
+/// Upstream's NeedsHealthCheck: only ETP=Local load balancers get one.
+fn health_check_node_port(
+    spec: &ServiceSpec,
+    policies: &TrafficPolicies,
+    problems: &mut Problems,
+) -> u16 {
+    if !(policies.load_balancer && policies.external_local) {
+        return 0;
+    }
+    match spec.health_check_node_port.unwrap_or(0) {
+        0 => {
+            tracing::warn!(
+                namespace = %problems.object.namespace,
+                name = %problems.object.name,
+                "service has no healthCheckNodePort"
+            );
+            0
+        }
+        port => problems
+            .port(|| "spec.healthCheckNodePort".to_owned(), port)
+            .unwrap_or(0),
+    }
+}
+
+/// A port's protocol, number and node port; `None` (with the problem
+/// noted) when one of them is invalid, which skips that port alone.
+fn port_numbers(
+    i: usize,
+    port: &ServicePort,
+    problems: &mut Problems,
+) -> Option<(Protocol, u16, u16)> {
+    let Some(protocol) = Protocol::from_api(port.protocol.as_deref()) else {
+        problems.push(InvalidReason::Protocol {
+            field: format!("spec.ports[{i}].protocol"),
+            value: port.protocol.clone().unwrap_or_default(),
+        });
+        return None;
+    };
+    let number =
+        match problems.port(|| format!("spec.ports[{i}].port"), port.port)? {
+            0 => {
+                problems.push(InvalidReason::Port {
+                    field: format!("spec.ports[{i}].port"),
+                    value: 0,
+                });
+                return None;
+            }
+            number => number,
+        };
+    let node_port = problems.port(
+        || format!("spec.ports[{i}].nodePort"),
+        port.node_port.unwrap_or(0),
+    )?;
+    Some((protocol, number, node_port))
 }
 
 /// `spec.clusterIPs` (or `spec.clusterIP` when the list is absent), one
@@ -548,84 +585,22 @@ pub fn endpoint_slice_info(
             return problems.finish(Err(SliceIgnored::NoService));
         }
     };
-
-    let mut ports = Vec::new();
-    for (i, port) in slice.ports.iter().flatten().enumerate() {
-        let Some(port_name) = port.name.clone() else {
-            problems.push(InvalidReason::UnnamedPort {
-                field: format!("ports[{i}]"),
-            });
-            continue;
-        };
-        let Some(protocol) = Protocol::from_api(port.protocol.as_deref())
-        else {
-            problems.push(InvalidReason::Protocol {
-                field: format!("ports[{i}].protocol"),
-                value: port.protocol.clone().unwrap_or_default(),
-            });
-            continue;
-        };
-        let number = port.port.unwrap_or(0);
-        match problems.port(|| format!("ports[{i}].port"), number) {
-            Some(0) => problems.push(InvalidReason::Port {
-                field: format!("ports[{i}].port"),
-                value: 0,
-            }),
-            Some(number) => ports.push(SlicePort {
-                name: port_name,
-                protocol,
-                port: number,
-            }),
-            None => {}
-        }
-    }
-
-    let mut endpoints = Vec::with_capacity(slice.endpoints.len());
-    for (i, endpoint) in slice.endpoints.iter().enumerate() {
-        // Every consumer uses only the first address.
-        let Some(address) = endpoint.addresses.first() else {
-            problems.push(InvalidReason::NoAddress {
-                field: format!("endpoints[{i}].addresses"),
-            });
-            continue;
-        };
-        let Some(ip) =
-            problems.ip(|| format!("endpoints[{i}].addresses[0]"), address)
-        else {
-            continue;
-        };
-        let conditions = endpoint.conditions.as_ref();
-        let ready = conditions.and_then(|c| c.ready).unwrap_or(true);
-        let serving = conditions.and_then(|c| c.serving).unwrap_or(true);
-        let terminating =
-            conditions.and_then(|c| c.terminating).unwrap_or(false);
-        let hints = endpoint.hints.as_ref();
-        let zone_hints: BTreeSet<String> = hints
-            .and_then(|h| h.for_zones.as_ref())
-            .into_iter()
-            .flatten()
-            .map(|zone| zone.name.clone())
-            .collect();
-        let node_hints: BTreeSet<String> = hints
-            .and_then(|h| h.for_nodes.as_ref())
-            .into_iter()
-            .flatten()
-            .map(|node| node.name.clone())
-            .collect();
-        let is_local = !node_name.is_empty()
-            && endpoint.node_name.as_deref() == Some(node_name);
-        endpoints.push(EndpointInfo {
-            ip,
-            port: 0,
-            is_local,
-            ready,
-            serving,
-            terminating,
-            zone_hints,
-            node_hints,
-        });
-    }
-
+    let ports: Vec<SlicePort> = slice
+        .ports
+        .iter()
+        .flatten()
+        .enumerate()
+        .filter_map(|(i, port)| slice_port(i, port, &mut problems))
+        .collect();
+    let endpoints: Vec<EndpointInfo> = slice
+        .endpoints
+        .iter()
+        .enumerate()
+        .filter_map(|(i, endpoint)| {
+            endpoint_info(i, endpoint, node_name, &mut problems)
+        })
+        .collect();
+    // One list per port: the trackers key endpoints by service port.
     let endpoints = ports
         .iter()
         .map(|port| {
@@ -646,6 +621,85 @@ pub fn endpoint_slice_info(
         ports,
         endpoints,
     }))
+}
+
+/// A slice port, or `None` (with the problem noted) when it has no name,
+/// an unknown protocol or an invalid number.
+fn slice_port(
+    i: usize,
+    port: &EndpointPort,
+    problems: &mut Problems,
+) -> Option<SlicePort> {
+    let Some(name) = port.name.clone() else {
+        problems.push(InvalidReason::UnnamedPort {
+            field: format!("ports[{i}]"),
+        });
+        return None;
+    };
+    let Some(protocol) = Protocol::from_api(port.protocol.as_deref()) else {
+        problems.push(InvalidReason::Protocol {
+            field: format!("ports[{i}].protocol"),
+            value: port.protocol.clone().unwrap_or_default(),
+        });
+        return None;
+    };
+    match problems
+        .port(|| format!("ports[{i}].port"), port.port.unwrap_or(0))?
+    {
+        0 => {
+            problems.push(InvalidReason::Port {
+                field: format!("ports[{i}].port"),
+                value: 0,
+            });
+            None
+        }
+        port => Some(SlicePort {
+            name,
+            protocol,
+            port,
+        }),
+    }
+}
+
+/// An endpoint without its port (one copy per slice port is made from
+/// it), or `None` (with the problem noted) without a valid first address,
+/// the only one any consumer uses.
+fn endpoint_info(
+    i: usize,
+    endpoint: &Endpoint,
+    node_name: &str,
+    problems: &mut Problems,
+) -> Option<EndpointInfo> {
+    let Some(address) = endpoint.addresses.first() else {
+        problems.push(InvalidReason::NoAddress {
+            field: format!("endpoints[{i}].addresses"),
+        });
+        return None;
+    };
+    let ip = problems.ip(|| format!("endpoints[{i}].addresses[0]"), address)?;
+    let conditions = endpoint.conditions.as_ref();
+    let hints = endpoint.hints.as_ref();
+    Some(EndpointInfo {
+        ip,
+        port: 0,
+        is_local: !node_name.is_empty()
+            && endpoint.node_name.as_deref() == Some(node_name),
+        ready: conditions.and_then(|c| c.ready).unwrap_or(true),
+        serving: conditions.and_then(|c| c.serving).unwrap_or(true),
+        terminating: conditions.and_then(|c| c.terminating).unwrap_or(false),
+        zone_hints: hints
+            .and_then(|h| h.for_zones.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|zone| zone.name.clone())
+            .collect(),
+        node_hints: hints
+            .and_then(|h| h.for_nodes.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|node| node.name.clone())
+            .collect(),
+    })
 }
 
 /// The slice's `last-change-trigger-time`, if set and well-formed.
