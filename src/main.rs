@@ -408,7 +408,7 @@ fn start_servers(
         );
     }
     if let Some(address) = config.metrics_bind_address {
-        let handle = kube_ipvs_proxy::metrics::exporter::install()?;
+        let handle = kube_ipvs_proxy::telemetry::exporter::install()?;
         server::metrics::spawn_upkeep(handle.clone(), METRICS_UPKEEP);
         server::spawn_forever(
             "metrics",

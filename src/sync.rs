@@ -2,7 +2,7 @@
 //! a sync checks them out and brings the desired state up to date for
 //! exactly the service ports that changed.
 
-use crate::metrics::events::ReportProblems as _;
+use crate::telemetry::events::ReportProblems as _;
 use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
     sync::Arc,

@@ -5,7 +5,7 @@
 //! wrong way fails here with the file that made it.
 //!
 //! The layers, lowest first. Pure data and settings at the bottom; the
-//! metrics take typed events from everyone above; the trackers, the
+//! telemetry takes typed events from everyone above; the trackers, the
 //! desired state and the sources turn objects into data; the kernel
 //! facilities and the sync state use them; the backend contract sits
 //! between the sync state and what implements it; the daemon runs it all.
@@ -27,7 +27,7 @@ const LAYERS: &[&[&str]] = &[
         "endpointslice",
         "oom",
     ],
-    &["metrics", "selection"],
+    &["telemetry", "selection"],
     &["tracker", "desired", "source"],
     &["kernel", "sync"],
     &["backend"],

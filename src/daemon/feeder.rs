@@ -14,11 +14,11 @@ use tokio::sync::mpsc::UnboundedSender;
 use tracing::info;
 
 use crate::{
-    metrics::events::{InternalEvent, Stage, StageTimed},
     source::{
         store::{RecordChange, Stores},
         SourceEvent,
     },
+    telemetry::events::{InternalEvent, Stage, StageTimed},
 };
 
 /// What the feeder tells the loop.

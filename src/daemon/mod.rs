@@ -28,11 +28,11 @@ use tracing::{error, info_span, warn, Instrument};
 
 use crate::{
     backend::{Backend, Observation, RepairStep, SyncBatch},
-    metrics::events::{InternalEvent, RepairPart, RepairTimed},
     runner::{BoundedFrequencyRunner, RunnerHandle, SyncTrigger},
     server::SyncReporter,
     source::SourceEvent,
     sync::{ChangeOutcome, SyncState},
+    telemetry::events::{InternalEvent, RepairPart, RepairTimed},
 };
 use feeder::Input;
 use stages::Stages;

@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use crate::metrics::events::{InternalEvent, Stage, StageTimed};
+use crate::telemetry::events::{InternalEvent, Stage, StageTimed};
 
 #[derive(Debug, Clone, Copy)]
 struct Tracked {

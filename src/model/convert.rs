@@ -134,8 +134,8 @@ pub struct InvalidObject {
     pub reason: InvalidReason,
 }
 
-/// A conversion result and the problems met on the way; the metrics
-/// layer reports them (`metrics::events::ReportProblems`).
+/// A conversion result and the problems met on the way; the telemetry
+/// layer reports them (`telemetry::events::ReportProblems`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Converted<T> {
     pub value: T,

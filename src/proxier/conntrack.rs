@@ -15,9 +15,9 @@ use crate::{
         conntrack::{clean_stale_udp_flows, Conntrack, Flow, UdpServing},
         KernelError,
     },
-    metrics::events::{ConntrackReconciled, InternalEvent},
     model::{IpFamily, Protocol},
     sync::SyncOutcome,
+    telemetry::events::{ConntrackReconciled, InternalEvent},
 };
 
 #[cfg(test)]

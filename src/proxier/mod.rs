@@ -13,7 +13,7 @@
 //! survive a restart.
 //!
 //! Every operation's result is kept in the [`ApplyReport`] and counted in
-//! [`crate::metrics::KERNEL_OPERATIONS_TOTAL`]; a failure does not stop
+//! [`crate::telemetry::KERNEL_OPERATIONS_TOTAL`]; a failure does not stop
 //! the rest. The ledger records what was asked for, not what succeeded:
 //! the objects whose operations failed are read back and retried at the
 //! next sync, and the repair catches whatever else differs.
@@ -46,8 +46,8 @@ use crate::{
         ipvs::{Ipvs, IpvsOp, IpvsTable, ServiceEntry, VirtualServerKey},
         ErrorKind, KernelError,
     },
-    metrics::events::{Facility, InternalEvent, KernelOperations},
     model::Protocol,
+    telemetry::events::{Facility, InternalEvent, KernelOperations},
 };
 use graceful::{GracefulConfig, GracefulQueue, Observation};
 use plan::{KernelOps, Ledger, Observed, Ownership, RepairCursor, Touched};

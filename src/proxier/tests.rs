@@ -21,12 +21,12 @@ use crate::{
             DestKey, DestSpec, DestState, IpvsModel, IpvsTable, ServiceEntry,
         },
     },
-    metrics::KERNEL_OPERATIONS_TOTAL,
     model::{
         fixtures::{self, TestRecorder},
         EndpointInfo, EndpointsMap, Protocol, ServicePortInfo, ServicePortMap,
         ServicePortName,
     },
+    telemetry::KERNEL_OPERATIONS_TOTAL,
 };
 
 /// The IPVS model with faults injected: the listed operations fail with

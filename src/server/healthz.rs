@@ -16,7 +16,7 @@ use super::{
     health::{Health, ProxyHealth},
     timestamp::{rfc3339_nano, GO_ZERO_TIME},
 };
-use crate::metrics::events::{InternalEvent, Probe, ProbeAnswered};
+use crate::telemetry::events::{InternalEvent, Probe, ProbeAnswered};
 
 /// Any method is answered, as Go's handlers ignore it.
 pub fn router(health: Arc<ProxyHealth>) -> Router {

@@ -31,7 +31,7 @@ pub fn router(handle: PrometheusHandle) -> Router {
 
 async fn render(State(handle): State<PrometheusHandle>) -> Response {
     let mut body = handle.render();
-    crate::metrics::process::append_to(&mut body);
+    crate::telemetry::process::append_to(&mut body);
     (
         [(
             header::CONTENT_TYPE,

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::metrics::events::{InternalEvent, NoLocalEndpoints};
+use crate::telemetry::events::{InternalEvent, NoLocalEndpoints};
 use crate::{
     desired::NodeContext,
     model::IpFamily,

@@ -13,11 +13,11 @@ use super::{
     service_health::HealthCheckIndex, ServiceHealthServer,
 };
 use crate::{
-    metrics::events::{
-        InternalEvent, NetworkProgrammed, SyncCompleted, SyncQueued,
-    },
     model::ServicePortName,
     sync::{SyncOutcome, SyncState},
+    telemetry::events::{
+        InternalEvent, NetworkProgrammed, SyncCompleted, SyncQueued,
+    },
 };
 
 /// Cheap to clone: the feeding task reports queued updates, the sync

@@ -23,9 +23,9 @@ use axum::{
 use super::{health::ProxyHealth, listen, Server, ServerError};
 use crate::{
     config::NodePortAddress,
-    metrics::events::{HealthCheckListenFailed, InternalEvent},
     model::{EndpointsMap, NamespacedName, ServicePortMap, ServicePortName},
     source::recorder::EventSink,
+    telemetry::events::{HealthCheckListenFailed, InternalEvent},
 };
 
 /// The header Google Cloud's weighted load balancing reads the node's

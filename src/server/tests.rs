@@ -19,13 +19,13 @@ use super::{
 };
 use crate::{
     config::NodePortAddress,
-    metrics::{
-        events::{InternalEvent, SyncCompleted},
-        exporter,
-    },
     model::{
         fixtures::{ep, port_info},
         IpFamily, NamespacedName, Protocol, ServicePortName,
+    },
+    telemetry::{
+        events::{InternalEvent, SyncCompleted},
+        exporter,
     },
 };
 

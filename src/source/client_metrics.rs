@@ -16,7 +16,7 @@ use std::{
 use http::{Request, Response};
 use tower::{Layer, Service};
 
-use crate::metrics::{events::InternalEvent, rest_client::RestClientRequest};
+use crate::telemetry::{events::InternalEvent, rest_client::RestClientRequest};
 
 #[cfg(test)]
 mod tests;

@@ -17,7 +17,7 @@ use crate::{
         desired_slices, is_controller_slice_of, ReconcileConfig,
         CONTROLLER_NAME, LABEL_MANAGED_BY, LABEL_SERVICE_NAME,
     },
-    metrics::INVALID_OBJECTS_TOTAL,
+    telemetry::INVALID_OBJECTS_TOTAL,
 };
 
 #[cfg(test)]

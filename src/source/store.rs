@@ -12,7 +12,7 @@
 //! the old contents goes out, so a watcher restart that finds nothing new
 //! costs the trackers nothing.
 
-use crate::metrics::events::ReportProblems as _;
+use crate::telemetry::events::ReportProblems as _;
 use std::{collections::HashMap, fmt, sync::Arc};
 
 use ::kube::{runtime::watcher::Event, Resource, ResourceExt};

@@ -18,11 +18,11 @@ use std::{
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::{
-    metrics as names,
     model::{
         EndpointInfo, EndpointSliceInfo, EndpointsMap, NamespacedName,
         Protocol, ServicePortName, SliceRecord,
     },
+    telemetry as names,
 };
 
 #[cfg(test)]
@@ -258,7 +258,7 @@ impl EndpointsChangeTracker {
         slice: &EndpointSlice,
         removed: bool,
     ) -> bool {
-        use crate::metrics::events::ReportProblems as _;
+        use crate::telemetry::events::ReportProblems as _;
         let converted = SliceRecord::convert(slice, node_name);
         let record = match removed {
             true => converted.value,

@@ -13,10 +13,10 @@ use std::{
 };
 
 use crate::{
-    metrics as names,
     model::{
         NamespacedName, Protocol, ServicePortMap, ServicePortName, ServicePorts,
     },
+    telemetry as names,
 };
 
 #[cfg(test)]
@@ -146,7 +146,7 @@ impl ServiceChangeTracker {
         current: Option<&k8s_openapi::api::core::v1::Service>,
     ) -> bool {
         use crate::{
-            metrics::events::ReportProblems as _, model::ServiceRecord,
+            model::ServiceRecord, telemetry::events::ReportProblems as _,
         };
         let previous = previous.map(|s| ServiceRecord::convert(s).value);
         let current = current.map(|s| ServiceRecord::convert(s).report());

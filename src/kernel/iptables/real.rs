@@ -10,7 +10,7 @@ use std::{
 use super::{IpFamily, Iptables};
 use crate::{
     kernel::{ErrorKind, KernelError},
-    metrics::events::{InternalEvent, IptablesRestoreFailed},
+    telemetry::events::{InternalEvent, IptablesRestoreFailed},
 };
 
 /// Which iptables binaries to run.

@@ -98,8 +98,8 @@ fn services_without_local_endpoints_are_counted_as_their_ports_change() {
     };
     tracker.update([], &services, &endpoints, &dual);
     assert_eq!(tracker.count(IpFamily::V6, TrafficPolicy::Internal), 1);
-    let text = crate::metrics::tests::render(|| tracker.emit());
-    crate::metrics::tests::assert_lines(
+    let text = crate::telemetry::tests::render(|| tracker.emit());
+    crate::telemetry::tests::assert_lines(
         &text,
         &[
             r#"kubeproxy_sync_proxy_rules_no_local_endpoints_total{ip_family="IPv4",traffic_policy="internal"} 0"#,

@@ -2,7 +2,7 @@ use http::{Request, Response, StatusCode};
 use tower::{ServiceBuilder, ServiceExt};
 
 use super::*;
-use crate::metrics::exporter;
+use crate::telemetry::exporter;
 
 /// An API server that answers each path with the status it names
 /// (`/404`), and fails the connection for `/gone`.

@@ -1,4 +1,4 @@
-use crate::metrics::events::ReportProblems as _;
+use crate::telemetry::events::ReportProblems as _;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Node;

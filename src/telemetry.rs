@@ -1,6 +1,8 @@
-//! Metric names. They are kube-proxy's, letter for letter, so dashboards
-//! and alerts written for kube-proxy keep working; ours carry the
-//! `kube_ipvs_proxy_` prefix.
+//! Telemetry: metric names, the typed events that log and count, and the
+//! Prometheus exporter. The names are kube-proxy's, letter for letter, so
+//! dashboards and alerts written for kube-proxy keep working; ours carry
+//! the `kube_ipvs_proxy_` prefix. (Not `metrics`: that is the crate whose
+//! macros record them.)
 //!
 //! Observable outcomes are emitted as typed events ([`events`]), so that
 //! the log line and the metric change in one place. [`exporter`] builds
