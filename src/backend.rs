@@ -124,36 +124,33 @@ impl Observation for () {
     }
 }
 
+/// Programs nothing and repairs nothing: the inner backend
+/// under the layers (iptables, conntrack) when only a layer is tested.
+#[derive(Debug, Default)]
+pub struct NoKernel;
+
+impl Backend for NoKernel {
+    type Observed = ();
+
+    async fn apply(&mut self, _: SyncBatch<'_>) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    fn begin_repair(
+        &mut self,
+    ) -> impl Future<Output = ()> + Send + 'static + use<> {
+        std::future::ready(())
+    }
+
+    async fn repair_step(&mut self, _: &mut ()) -> RepairStep {
+        RepairStep::Done
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod testing {
     use super::*;
     use crate::runner::SyncReason;
-
-    /// Programs nothing and repairs nothing: the inner backend of the
-    /// layers' tests.
-    #[derive(Debug, Default)]
-    pub(crate) struct NoKernel;
-
-    impl Backend for NoKernel {
-        type Observed = ();
-
-        async fn apply(
-            &mut self,
-            _: SyncBatch<'_>,
-        ) -> Result<(), BackendError> {
-            Ok(())
-        }
-
-        fn begin_repair(
-            &mut self,
-        ) -> impl Future<Output = ()> + Send + 'static + use<> {
-            std::future::ready(())
-        }
-
-        async fn repair_step(&mut self, _: &mut ()) -> RepairStep {
-            RepairStep::Done
-        }
-    }
 
     /// The batch of sync `seq` of `state`, whose outcome it is.
     pub(crate) fn batch<'a>(

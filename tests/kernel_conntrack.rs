@@ -258,37 +258,12 @@ async fn with_conntrack_cleans_after_a_sync() -> Result<()> {
     use std::{sync::Arc, time::SystemTime};
 
     use kube_ipvs_proxy::{
-        backend::{Backend, BackendError, RepairStep, SyncBatch},
+        backend::{Backend, NoKernel, SyncBatch},
         proxier::conntrack::WithConntrack,
         runner::{SyncReason, SyncTrigger},
         source::store::ObjectChange,
         sync::{NodeSettings, SyncState},
     };
-
-    /// Programs nothing: only the conntrack layer is under test.
-    struct NoKernel;
-
-    impl Backend for NoKernel {
-        type Observed = ();
-
-        async fn apply(
-            &mut self,
-            _: SyncBatch<'_>,
-        ) -> Result<(), BackendError> {
-            Ok(())
-        }
-
-        fn begin_repair(
-            &mut self,
-        ) -> impl std::future::Future<Output = ()> + Send + 'static + use<>
-        {
-            std::future::ready(())
-        }
-
-        async fn repair_step(&mut self, _: &mut ()) -> RepairStep {
-            RepairStep::Done
-        }
-    }
 
     guest::require();
     // Another frontend than the contract's, whose test runs alongside.

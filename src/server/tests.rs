@@ -861,7 +861,7 @@ async fn the_daemon_reports_queued_and_applied_syncs() {
     use kube::runtime::watcher::Event;
 
     use crate::{
-        backend::testing::NoKernel,
+        backend::NoKernel,
         daemon::{self, LoopSettings},
         source::{file, SourceEvent},
         sync::{NodeSettings, SyncState},

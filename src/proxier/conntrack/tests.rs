@@ -12,8 +12,7 @@ use pretty_assertions::assert_eq;
 use super::WithConntrack;
 use crate::{
     backend::{
-        testing::{batch, NoKernel},
-        Backend, BackendError, RepairStep, SyncBatch,
+        testing::batch, Backend, BackendError, NoKernel, RepairStep, SyncBatch,
     },
     kernel::{
         conntrack::{contract::nat_flow, Conntrack, ConntrackModel, Flow},

@@ -2,7 +2,7 @@ use std::{path::Path, sync::Arc, time::SystemTime};
 
 use super::*;
 use crate::{
-    backend::testing::{batch, NoKernel},
+    backend::{testing::batch, NoKernel},
     kernel::iptables::{contract::set_names, model::IptablesModel},
     source::{file, store::ObjectChange},
     sync::{NodeSettings, SyncState},
