@@ -130,7 +130,11 @@ fn run(args: &RunArgs) -> ExitCode {
     if let Some(path) = &args.write_config_to {
         return write_config(&config, path);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // One thread: under churn a second worker cost more CPU in wake-ups
+    // and stealing than it saved, and what would compete with the sync
+    // loop (a repair's whole-kernel read) has a thread of its own
+    // (kernel/read_thread.rs).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {

@@ -17,6 +17,7 @@ mod error;
 pub mod ipsets;
 pub mod iptables;
 pub mod ipvs;
+mod read_thread;
 pub mod sysctl;
 
 pub use error::{ErrorKind, KernelError};

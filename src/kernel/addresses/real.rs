@@ -14,7 +14,7 @@ use rtnetlink::{
 use super::{
     errno_error, host_prefix_len, AddressOp, Addresses, BoundAddress, ENODEV,
 };
-use crate::kernel::{ErrorKind, KernelError};
+use crate::kernel::{read_thread, ErrorKind, KernelError};
 
 /// Requests in flight at once. The kernel answers each into our socket's
 /// receive buffer and drops answers that do not fit, so an unbounded
@@ -22,9 +22,9 @@ use crate::kernel::{ErrorKind, KernelError};
 /// room to spare and already hide the round trips.
 const IN_FLIGHT: usize = 256;
 
-/// The rtnetlink implementation. Its connections run as tasks on the
-/// tokio runtime that created them: one for this handle's requests, one
-/// for detached reads.
+/// The rtnetlink implementation. One connection, for this handle's
+/// requests, runs as a task on the tokio runtime that created it; the
+/// detached reads' connection runs on the reads' thread.
 #[derive(Clone)]
 pub struct NetlinkAddresses {
     handle: Handle,
@@ -45,7 +45,7 @@ impl NetlinkAddresses {
         // rtnetlink's `new_connection_with_strict_check` is this, in a
         // release on a netlink-proto the rest of the tree does not use.
         use netlink_proto::sys::AsyncSocket;
-        let open = || {
+        let connect = || {
             let (mut connection, handle, _) = rtnetlink::new_connection()
                 .map_err(|e| transport(e.to_string()))?;
             connection
@@ -53,13 +53,24 @@ impl NetlinkAddresses {
                 .socket_mut()
                 .set_netlink_get_strict_chk(true)
                 .map_err(|e| transport(e.to_string()))?;
+            Ok::<_, KernelError>((connection, handle))
+        };
+        let open = || {
+            let (connection, handle) = connect()?;
             runtime.spawn(connection);
             Ok::<_, KernelError>(handle)
         };
-        Ok(Self {
-            handle: open()?,
-            reader: open()?,
-        })
+        let handle = open()?;
+        // The detached reads' connection runs on the reads' thread, and
+        // its socket must be created inside the runtime it belongs to.
+        let reads = read_thread::handle()?;
+        let reader = {
+            let _inside = reads.enter();
+            let (connection, reader) = connect()?;
+            reads.spawn(connection);
+            reader
+        };
+        Ok(Self { handle, reader })
     }
 }
 
@@ -275,7 +286,7 @@ impl Addresses for NetlinkAddresses {
            + 'static
            + use<> {
         let (reader, link) = (self.reader.clone(), link.to_owned());
-        async move { list(&reader, &link).await }
+        read_thread::run(async move { list(&reader, &link).await })
     }
 
     fn local_addresses_detached(
@@ -286,7 +297,7 @@ impl Addresses for NetlinkAddresses {
            + 'static
            + use<> {
         let (reader, except) = (self.reader.clone(), except_link.to_owned());
-        async move { local_addresses(&reader, &except).await }
+        read_thread::run(async move { local_addresses(&reader, &except).await })
     }
 
     async fn apply(

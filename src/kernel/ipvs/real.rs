@@ -15,7 +15,7 @@ use super::{
     ServiceSpec, VirtualServerKey,
 };
 use crate::{
-    kernel::{ErrorKind, KernelError},
+    kernel::{read_thread, ErrorKind, KernelError},
     model::Protocol,
 };
 
@@ -28,8 +28,9 @@ const TABLE_OBJECT: &str = "IPVS table";
 /// [`Ipvs::apply`]. A socket runs one dump at a time, so reading every
 /// service's real servers takes one dump per service in turn; extra
 /// connections ([`NetlinkIpvs::with_dump_connections`]) let those dumps overlap.
-/// [`Ipvs::dump_detached`] reads over a connection of its own, opened
-/// with the others, so a repair's read never queues behind writes.
+/// [`Ipvs::dump_detached`] reads over a connection of its own that runs,
+/// with the read, on the reads' thread: a repair's read never queues
+/// behind writes, nor holds up the sync loop.
 #[derive(Debug, Clone)]
 pub struct NetlinkIpvs {
     handle: Handle,
@@ -64,7 +65,7 @@ impl NetlinkIpvs {
         Ok(Self {
             handle,
             dumpers,
-            reader: open()?,
+            reader: open_reader()?,
             window: ipvs_sys::DEFAULT_WINDOW,
         })
     }
@@ -115,6 +116,18 @@ fn open() -> Result<Handle, KernelError> {
     let (conn, handle, _) = ipvs_sys::new_connection()
         .map_err(|err| transport(format!("netlink socket: {err}")))?;
     tokio::spawn(conn);
+    Ok(handle)
+}
+
+/// A connection whose task runs on the reads' thread, for the detached
+/// reads (see [`read_thread`]).
+fn open_reader() -> Result<Handle, KernelError> {
+    let runtime = read_thread::handle()?;
+    // The socket registers with the runtime it is created in.
+    let _inside = runtime.enter();
+    let (conn, handle, _) = ipvs_sys::new_connection()
+        .map_err(|err| transport(format!("netlink socket: {err}")))?;
+    runtime.spawn(conn);
     Ok(handle)
 }
 
@@ -199,7 +212,9 @@ impl Ipvs for NetlinkIpvs {
            + 'static
            + use<> {
         let reader = self.reader.clone();
-        async move { dump_table(std::slice::from_ref(&reader)).await }
+        read_thread::run(async move {
+            dump_table(std::slice::from_ref(&reader)).await
+        })
     }
 
     async fn service(

@@ -1,0 +1,88 @@
+//! The thread that detached reads run on.
+//!
+//! A repair round reads the whole kernel back: at 10,000 services that is
+//! 110,000 IPVS objects and 10,000 addresses of the dummy link, megabytes
+//! of netlink to receive and seconds of decoding. The proxy's own runtime
+//! has one thread (a second one cost more CPU in scheduling than it saved
+//! under churn), so a read there would hold up every sync for as long. Here
+//! it runs on a thread of its own, with its own runtime, and the loop only
+//! joins the result. The detached readers' netlink connections are opened
+//! on this runtime too: a connection's task is where the socket is read
+//! and the replies are parsed, so it must not run on the loop's thread
+//! either.
+
+use std::future::Future;
+use std::sync::OnceLock;
+
+use tokio::runtime::Handle;
+
+use super::{ErrorKind, KernelError};
+
+static READS: OnceLock<Result<Handle, String>> = OnceLock::new();
+
+/// The reads' runtime, started on first use; it lives as long as the
+/// process.
+pub(crate) fn handle() -> Result<&'static Handle, KernelError> {
+    READS
+        .get_or_init(start)
+        .as_ref()
+        .map_err(|e| failed(e.clone()))
+}
+
+fn start() -> Result<Handle, String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .thread_name("kernel-reads")
+        .build()
+        .map_err(|e| format!("cannot start the reads' runtime: {e}"))?;
+    let handle = runtime.handle().clone();
+    std::thread::Builder::new()
+        .name("kernel-reads".into())
+        .spawn(move || runtime.block_on(std::future::pending::<()>()))
+        .map_err(|e| format!("cannot start the reads' thread: {e}"))?;
+    Ok(handle)
+}
+
+/// Runs `read` on the reads' thread and waits for its result.
+pub(crate) async fn run<F, T>(read: F) -> Result<T, KernelError>
+where
+    F: Future<Output = Result<T, KernelError>> + Send + 'static,
+    T: Send + 'static,
+{
+    handle()?
+        .spawn(read)
+        .await
+        .map_err(|e| failed(format!("the read failed: {e}")))?
+}
+
+fn failed(message: String) -> KernelError {
+    KernelError::new(ErrorKind::Transport, "kernel reads thread", message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_read_runs_on_the_reads_thread_and_its_result_comes_back() {
+        let name =
+            run(async { Ok(std::thread::current().name().map(str::to_owned)) })
+                .await
+                .unwrap();
+        assert_eq!(name.as_deref(), Some("kernel-reads"));
+        let failed: Result<(), _> = run(async {
+            Err(KernelError::new(ErrorKind::Transport, "x", "y"))
+        })
+        .await;
+        assert!(failed.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_panicking_read_is_an_error_not_a_panic() {
+        let read: Result<(), _> = run(async { panic!("decoder bug") }).await;
+        let error = read.unwrap_err();
+        assert!(error.to_string().contains("the read failed"), "{error}");
+        // The thread survives it: the next read still runs.
+        assert!(run(async { Ok(()) }).await.is_ok());
+    }
+}
