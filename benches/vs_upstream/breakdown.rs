@@ -7,23 +7,43 @@ use crate::{measure::Results, proxy::metrics_text};
 const STAGES: &str = "kube_ipvs_proxy_change_stage_duration_seconds";
 const REPAIR: &str = "kube_ipvs_proxy_repair_duration_seconds";
 
+/// The buckets of histogram `name`'s series `label` observed between the
+/// scrapes `before` and `after`.
+fn delta(before: &str, after: &str, name: &str, label: &str) -> Vec<(f64, f64)> {
+    let old = histogram(before, name, label);
+    histogram(after, name, label)
+        .into_iter()
+        .map(|(le, count)| {
+            let was = old.iter().find(|(l, _)| *l == le).map_or(0.0, |c| c.1);
+            (le, count - was)
+        })
+        .collect()
+}
+
+/// Where the single changes timed since `before` went: the API server's
+/// part (`NAME_api_ms`, the slices' trigger time to our watch event) and
+/// ours (`NAME_ours_ms`, received to applied), medians. The timed figure
+/// also holds the writes' own round trips, which neither stage sees.
+pub fn single(results: &Results, before: &str, name: &str) {
+    let Some(after) = metrics_text() else {
+        return;
+    };
+    for (stage, tag) in [("api", "api"), ("total", "ours")] {
+        let buckets =
+            delta(before, &after, STAGES, &format!("stage=\"{stage}\""));
+        if let Some(v) = quantile(&buckets, 0.5) {
+            results.print(&format!("{name}_{tag}_ms"), v * 1e3);
+        }
+    }
+}
+
 /// Each stage's p50 and p99 over the changes of the churn alone,
 /// and the repair rounds' reads and the longest hold of a step.
 pub fn breakdown(results: &Results, before: &str) {
     let Some(after) = metrics_text() else {
         return;
     };
-    let delta = |name: &str, label: &str| {
-        let old = histogram(before, name, label);
-        histogram(&after, name, label)
-            .into_iter()
-            .map(|(le, count)| {
-                let was =
-                    old.iter().find(|(l, _)| *l == le).map_or(0.0, |c| c.1);
-                (le, count - was)
-            })
-            .collect::<Vec<_>>()
-    };
+    let delta = |name: &str, label: &str| delta(before, &after, name, label);
     for stage in ["api", "queue", "pending", "sync", "total"] {
         let buckets = delta(STAGES, &format!("stage=\"{stage}\""));
         for (q, tag) in [(0.5, "p50"), (0.99, "p99")] {

@@ -235,6 +235,34 @@ impl Churn {
             ("last", within(end - minute, end)),
         ]
     }
+
+    /// Every whole minute's latencies, in order: whether the tail trends
+    /// up or one minute is unlucky (a p99 of 600 samples is the sixth
+    /// worst) shows only in the series.
+    pub fn each_minute(&self) -> Vec<Vec<Duration>> {
+        let minute = Duration::from_secs(60);
+        let mut out: Vec<Vec<Duration>> = Vec::new();
+        for (at, d) in &self.latencies {
+            let i = (at.duration_since(self.started).as_secs() / 60) as usize;
+            if out.len() <= i {
+                out.resize(i + 1, Vec::new());
+            }
+            if let Some(m) = out.get_mut(i) {
+                m.push(*d);
+            }
+        }
+        let whole = self
+            .latencies
+            .iter()
+            .map(|(at, _)| at.duration_since(self.started))
+            .max()
+            .map_or(0, |d| (d.as_secs() / minute.as_secs()) as usize);
+        out.truncate(whole);
+        for m in &mut out {
+            m.sort();
+        }
+        out
+    }
 }
 
 struct Plan {

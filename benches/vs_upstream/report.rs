@@ -15,6 +15,26 @@ const MEASURES: &[(&str, &str, bool)] = &[
     ("cold_cpu_s", "cold sync CPU (s)", true),
     ("endpoint_change_ms", "one endpoint change (ms)", true),
     ("new_service_ms", "one new service (ms)", true),
+    (
+        "endpoint_change_api_ms",
+        "one endpoint change: API to us (ms)",
+        false,
+    ),
+    (
+        "endpoint_change_ours_ms",
+        "one endpoint change: received to kernel (ms)",
+        false,
+    ),
+    (
+        "new_service_api_ms",
+        "one new service: API to us (ms)",
+        false,
+    ),
+    (
+        "new_service_ours_ms",
+        "one new service: received to kernel (ms)",
+        false,
+    ),
     ("churn_p50_ms", "churn latency p50 (ms)", true),
     ("churn_p99_ms", "churn latency p99 (ms)", true),
     ("churn_max_ms", "churn latency max (ms)", true),
