@@ -361,7 +361,7 @@ async fn set_ipvs_timeouts(config: &Config) {
 /// and our sets, and nothing that is not ours.
 async fn clean_up(config: &Config) -> anyhow::Result<()> {
     let mut iptables = RealIptables::new(Variant::detect().await);
-    let (report, kept) = kube_ipvs_proxy::kernel::iptables::apply::cleanup(
+    let (report, kept) = kube_ipvs_proxy::proxier::iptables::cleanup(
         &mut iptables,
         &[IpFamily::V4, IpFamily::V6],
     )

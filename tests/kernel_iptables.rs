@@ -1,4 +1,6 @@
-//! The iptables contract against the real tools. iptables and ipsets are
+//! The iptables contracts against the real tools: iptables' own
+//! behaviour (`kernel::iptables::contract`) and our rules on it
+//! (`proxier::iptables::contract`). iptables and ipsets are
 //! per network namespace, so each run re-executes this test binary under
 //! `unshare -n` (as root): it runs in the guest (`make vm-test`) and on a
 //! development host alike (`cargo test --features kernel-tests --test
@@ -31,11 +33,14 @@ mod netns {
     };
 
     use anyhow::{bail, Context, Result};
-    use kube_ipvs_proxy::kernel::iptables::{
-        contract,
-        model::IptablesModel,
-        real::{RealIptables, Variant},
-        IpFamily, Iptables, RulesInput,
+    use kube_ipvs_proxy::{
+        kernel::iptables::{
+            contract,
+            model::IptablesModel,
+            real::{RealIptables, Variant},
+            IpFamily, Iptables,
+        },
+        proxier::iptables::{contract as rules_contract, RulesInput},
     };
     use pretty_assertions::assert_eq;
 
@@ -116,7 +121,7 @@ mod netns {
     fn create_sets() -> Result<()> {
         let mut batch = String::new();
         for family in [IpFamily::V4, IpFamily::V6] {
-            for (name, kind) in contract::set_names(family) {
+            for (name, kind) in rules_contract::set_names(family) {
                 let opts = if kind == "bitmap:port" {
                     " range 0-65535".to_owned()
                 } else if family == IpFamily::V6 {
@@ -173,7 +178,7 @@ mod netns {
     fn model() -> IptablesModel {
         let names: Vec<String> = [IpFamily::V4, IpFamily::V6]
             .into_iter()
-            .flat_map(contract::set_names)
+            .flat_map(rules_contract::set_names)
             .map(|(name, _)| name)
             .collect();
         IptablesModel::new().with_sets(names)
@@ -274,20 +279,17 @@ mod netns {
             variant_name(variant),
             if ipvs_match { "present" } else { "absent" }
         );
-        let inputs = contract::inputs(ipvs_match);
+        let inputs = rules_contract::inputs(ipvs_match);
 
-        let scenarios: [(&str, Scenario); 4] = [
+        let scenarios: [(&str, Scenario); 3] = [
             ("apply_and_verify", |k, i| {
-                Box::pin(contract::apply_and_verify(k, i))
+                Box::pin(rules_contract::apply_and_verify(k, i))
             }),
             ("repairs_drift", |k, i| {
-                Box::pin(contract::repairs_drift(k, i))
-            }),
-            ("failed_restore_changes_nothing", |k, i| {
-                Box::pin(contract::failed_restore_changes_nothing(k, i))
+                Box::pin(rules_contract::repairs_drift(k, i))
             }),
             ("cleanup_removes_only_ours", |k, i| {
-                Box::pin(contract::cleanup_removes_only_ours(k, i))
+                Box::pin(rules_contract::cleanup_removes_only_ours(k, i))
             }),
         ];
         // Every input through the main scenario; the others need one
@@ -312,12 +314,28 @@ mod netns {
                 let name = format!("change_input / {a} -> {b}");
                 both(variant, &name, |make| async move {
                     let mut k = make();
-                    contract::change_input(&mut k, from, to).await
+                    rules_contract::change_input(&mut k, from, to).await
                 })
                 .await?;
             }
         }
+        // iptables' own behaviour, which the model must share.
         for family in [IpFamily::V4, IpFamily::V6] {
+            both(variant, "noflush_replaces_only_declared_chains", |make| {
+                async move {
+                    let mut k = make();
+                    contract::noflush_replaces_only_declared_chains(
+                        &mut k, family,
+                    )
+                    .await
+                }
+            })
+            .await?;
+            both(variant, "failed_restore_changes_nothing", |make| async move {
+                let mut k = make();
+                contract::failed_restore_changes_nothing(&mut k, family).await
+            })
+            .await?;
             both(variant, "refusals", |make| async move {
                 let mut k = make();
                 contract::refusals(&mut k, family).await

@@ -9,8 +9,9 @@
 //! desired state and the sources turn objects into data; the kernel
 //! facilities and the sync state use them; the backend contract sits
 //! between the sync state and what implements it; the daemon runs it all.
-//! (`kernel` still reads `desired` and `config`: its iptables rules are
-//! policy that belongs beside `proxier`'s, issue 15.)
+//! The kernel layer holds no policy (the iptables rules are the
+//! proxier's, beside its IPVS plan) and takes from `desired` only the
+//! data types it programs: virtual server keys and set entries.
 
 use std::{
     collections::{BTreeMap, BTreeSet},

@@ -4,6 +4,17 @@
 //! up to date from the same deltas the proxier applies, and a restore runs
 //! only when the rules' input changes, or when a repair round's saves
 //! (read beside the syncs) show the kernel's chains drifted from it.
+//!
+//! This is policy, beside the IPVS policy in `plan/`: which chains and
+//! rules, from which facts. The kernel layer only saves and restores.
+//!
+//! - [`rules`]: the rules themselves, a pure function of [`RulesInput`].
+//! - [`facts::RulesFacts`]: that input, kept up to date from service
+//!   deltas.
+//! - [`apply::RulesApplier`]: one sync's work against any [`Iptables`];
+//!   [`apply::cleanup`] is `--cleanup`'s.
+//! - [`saved`]: what a table's dump means for our rules (missing jumps,
+//!   drift, what cleanup removes).
 
 use std::{future::Future, net::IpAddr};
 
@@ -14,16 +25,23 @@ use crate::{
     backend::{Backend, BackendError, Observation, RepairStep, SyncBatch},
     config::{Config, DetectLocal},
     desired::NodeContext,
-    kernel::iptables::{
-        apply::{RulesApplier, SavedTable},
-        facts::RulesFacts,
-        rules::{self, LocalDetector},
-        IpFamily, Iptables, RulesInput,
-    },
+    kernel::iptables::{IpFamily, Iptables},
 };
 
+pub mod apply;
+#[cfg(any(test, feature = "kernel-tests"))]
+pub mod contract;
+pub mod facts;
+pub mod rules;
+pub mod saved;
 #[cfg(test)]
 mod tests;
+
+pub use apply::{cleanup, RulesApplier, RulesReport, TableSave};
+pub use facts::RulesFacts;
+pub use rules::{
+    FamilyInput, LocalDetector, NoNodeAccess, Payload, RulesInput,
+};
 
 /// What the rules take from the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,7 +97,7 @@ pub struct WithIptables<B, T> {
 pub struct IptablesObserved<O> {
     inner: O,
     inner_done: bool,
-    saved: Vec<SavedTable>,
+    saved: Vec<TableSave>,
     restores_before: u64,
 }
 

@@ -278,12 +278,14 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
 
     /// Whether the next sync must be a full reconcile (before the first,
     /// and after one that could not read the kernel).
-    pub fn needs_full_reconcile(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn needs_full_reconcile(&self) -> bool {
         self.needs_full
     }
 
     /// The kernel handles, for tests.
-    pub fn handles(&mut self) -> (&mut I, &mut A, &mut S) {
+    #[cfg(test)]
+    pub(crate) fn handles(&mut self) -> (&mut I, &mut A, &mut S) {
         (&mut self.ipvs, &mut self.addresses, &mut self.ipsets)
     }
 

@@ -1,41 +1,26 @@
-//! iptables: kube-proxy's chains, written with `iptables-restore
-//! --noflush` so that nothing but our chains is touched.
+//! iptables as a kernel facility: save a table, restore a payload with
+//! `iptables-restore --noflush` (so that nothing but the payload's chains
+//! is touched), and read dumps back.
 //!
-//! - [`rules`]: the rules themselves, a pure function of [`RulesInput`].
-//! - [`save`]: reading dumps back (missing jumps, drift, cleanup).
-//! - [`facts::RulesFacts`]: the input kept up to date from service deltas.
-//! - [`apply::RulesApplier`]: one sync's work against any [`Iptables`].
 //! - [`real::RealIptables`] runs the tools; [`model::IptablesModel`] is the
-//!   in-memory iptables the unit tests use.
+//!   in-memory iptables the unit tests use, held to the tools by
+//!   [`contract`].
+//! - [`save`]: a dump's tables, chains and rules in canonical form
+//!   ([`canon`]), so that either tool's output and the model's compare.
 //!
-//! A proxier keeps one [`RulesFacts`] (fed every sync's `ServiceDelta`s)
-//! and one [`RulesApplier`] per process. Each sync builds the input with
-//! [`RulesFacts::input`] and calls [`RulesApplier::sync`] with `verify`
-//! false: when no rule changed this runs no tool. The drift repair saves
-//! each table away from the sync loop and hands the saves to
-//! [`RulesApplier::repair`], which restores only the tables whose chains
-//! were flushed or lack a jump. `--cleanup`
-//! calls [`apply::cleanup`].
+//! Which chains and rules kube-proxy writes, and when, is policy: it lives
+//! with the IPVS policy in `proxier/iptables/`.
 
 use std::future::Future;
 
 use super::KernelError;
 
-pub mod apply;
-mod canon;
+pub mod canon;
 #[cfg(any(test, feature = "kernel-tests"))]
 pub mod contract;
-pub mod facts;
 pub mod model;
 pub mod real;
-pub mod rules;
 pub mod save;
-
-pub use apply::{cleanup, RulesApplier, RulesReport};
-pub use facts::RulesFacts;
-pub use rules::{
-    FamilyInput, LocalDetector, NoNodeAccess, Payload, RulesInput,
-};
 
 /// Which of iptables and ip6tables.
 pub use crate::model::IpFamily;

@@ -1,12 +1,12 @@
-//! Reading `iptables-save` output: which of our jumps are missing, whether
-//! our chains drifted from what we wrote, what `--cleanup` must remove,
-//! and the normalised view the contract tests compare.
+//! Reading `iptables-save` output: its tables, chains and rules in
+//! canonical form, and a normalised view of some of its chains that the
+//! contract tests compare. What the dump means for our rules (missing
+//! jumps, drift, cleanup) is the proxier's (`proxier/iptables/saved.rs`).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use super::{
     canon::{self, canonical_rule},
-    rules::{self, FamilyJump, TableRules, JUMPS},
     IpFamily,
 };
 
@@ -84,7 +84,7 @@ pub fn parse(family: IpFamily, text: &str) -> BTreeMap<String, SavedTable> {
 }
 
 /// The target of a canonical rule (`-j X` / `-g X`), if any.
-fn target(spec: &str) -> Option<&str> {
+pub fn target(spec: &str) -> Option<&str> {
     let mut words = spec.split_whitespace();
     while let Some(w) = words.next() {
         if w == "-j" || w == "-g" {
@@ -94,133 +94,22 @@ fn target(spec: &str) -> Option<&str> {
     None
 }
 
-/// Our jumps of `table` that `saved` (one table's dump, or a whole dump)
-/// lacks, in [`JUMPS`] order.
-pub fn missing_jumps(
+/// The part of a dump in the chains `ours(table, chain)` picks, in a
+/// stable text form: those chains (sorted) with their rules in order, and
+/// the rules of other chains that jump to them. Two dumps with equal
+/// normalised forms hold the same state of those chains, whichever tool
+/// (or the model) printed them.
+pub fn normalise(
     family: IpFamily,
-    table: &str,
     saved: &str,
-) -> Vec<FamilyJump> {
-    let tables = parse(family, saved);
-    let empty = SavedTable::default();
-    let t = tables.get(table).unwrap_or(&empty);
-    JUMPS
-        .iter()
-        .filter(|j| j.table == table)
-        .filter(|j| {
-            let spec = j.spec();
-            !t.chain_rules(j.from).any(|s| s == spec)
-        })
-        .map(|&jump| FamilyJump { family, jump })
-        .collect()
-}
-
-/// Whether our chains in `saved` differ from `expected`: a chain missing,
-/// or its rules not exactly the expected ones in the expected order.
-/// Missing jumps are reported by [`missing_jumps`], not here.
-pub fn drifted(expected: &TableRules, saved: &str) -> bool {
-    let tables = parse(expected.family, saved);
-    let Some(t) = tables.get(expected.table) else {
-        return true;
-    };
-    expected.chains.iter().any(|chain| {
-        if !t.has_chain(chain) {
-            return true;
-        }
-        let want =
-            expected
-                .rules
-                .iter()
-                .filter(|r| r.chain == *chain)
-                .map(|r| {
-                    canon::tokenize(&r.spec)
-                        .and_then(|tok| canonical_rule(expected.family, &tok))
-                        .unwrap_or_else(|_| r.spec.clone())
-                });
-        !want.eq(t.chain_rules(chain).map(str::to_owned))
-    })
-}
-
-/// What `--cleanup` does to one table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cleanup {
-    /// The restore payload, `None` when nothing of ours is there.
-    pub payload: Option<String>,
-    /// Our chains that are flushed but kept, because a rule that is not
-    /// ours still jumps to them; deleting them would fail the whole
-    /// restore (EBUSY / EMLINK).
-    pub kept: Vec<String>,
-}
-
-/// Upstream's `cleanupIptablesLeftovers` for one table, as one restore:
-/// delete our jumps, flush all our chains, then delete them. Nothing else
-/// is touched.
-pub fn cleanup(family: IpFamily, table: &str, saved: &str) -> Cleanup {
-    let tables = parse(family, saved);
-    let ours: BTreeSet<&str> = rules::chains(table).iter().copied().collect();
-    let Some(t) = tables.get(table) else {
-        return Cleanup {
-            payload: None,
-            kept: Vec::new(),
-        };
-    };
-    let jumps: Vec<(&str, String)> = JUMPS
-        .iter()
-        .filter(|j| j.table == table)
-        .map(|j| (j.from, j.spec()))
-        .collect();
-    let is_our_jump = |chain: &str, spec: &str| {
-        jumps.iter().any(|(from, s)| *from == chain && s == spec)
-    };
-    let present: Vec<&str> = rules::chains(table)
-        .iter()
-        .copied()
-        .filter(|c| t.has_chain(c))
-        .collect();
-    let mut kept = Vec::new();
-    for chain in &present {
-        let foreign_ref = t.rules.iter().any(|(c, s)| {
-            !ours.contains(c.as_str())
-                && !is_our_jump(c, s)
-                && target(s) == Some(chain)
-        });
-        if foreign_ref {
-            kept.push((*chain).to_owned());
-        }
-    }
-    let mut lines = Vec::new();
-    for (chain, spec) in &t.rules {
-        if is_our_jump(chain, spec) {
-            lines.push(format!("-D {chain} {spec}"));
-        }
-    }
-    for chain in &present {
-        lines.push(format!("-F {chain}"));
-    }
-    for chain in &present {
-        if !kept.iter().any(|k| k == chain) {
-            lines.push(format!("-X {chain}"));
-        }
-    }
-    let payload = (!lines.is_empty())
-        .then(|| format!("*{table}\n{}\nCOMMIT\n", lines.join("\n")));
-    Cleanup { payload, kept }
-}
-
-/// The part of a dump that is ours, in a stable text form: our chains
-/// (sorted) with their rules in order, and the rules of other chains that
-/// jump to ours. Two dumps with equal normalised forms hold the same
-/// kube-proxy state, whichever tool (or the model) printed them.
-pub fn normalise(family: IpFamily, saved: &str) -> String {
+    ours: impl Fn(&str, &str) -> bool,
+) -> String {
     let mut out = String::new();
     for (name, t) in parse(family, saved) {
-        let ours: BTreeSet<&str> =
-            rules::chains(&name).iter().copied().collect();
+        let ours = |chain: &str| ours(&name, chain);
         let mut lines = Vec::new();
         for (chain, spec) in &t.rules {
-            if !ours.contains(chain.as_str())
-                && target(spec).is_some_and(|x| ours.contains(x))
-            {
+            if !ours(chain) && target(spec).is_some_and(ours) {
                 lines.push(format!("-A {chain} {spec}"));
             }
         }
@@ -228,7 +117,7 @@ pub fn normalise(family: IpFamily, saved: &str) -> String {
             .chains
             .iter()
             .map(|(c, _)| c.as_str())
-            .filter(|c| ours.contains(c))
+            .filter(|c| ours(c))
             .collect();
         present.sort_unstable();
         for chain in &present {

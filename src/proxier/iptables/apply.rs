@@ -3,9 +3,12 @@
 
 use super::{
     rules::{self, RulesInput},
-    save, IpFamily, Iptables,
+    saved,
 };
-use crate::kernel::KernelError;
+use crate::kernel::{
+    iptables::{IpFamily, Iptables},
+    KernelError,
+};
 
 /// What a call to [`RulesApplier::sync`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -33,7 +36,7 @@ pub struct RulesApplier {
 }
 
 /// One table as a repair read it.
-pub type SavedTable = (IpFamily, &'static str, Result<String, KernelError>);
+pub type TableSave = (IpFamily, &'static str, Result<String, KernelError>);
 
 impl RulesApplier {
     pub fn new() -> Self {
@@ -59,7 +62,7 @@ impl RulesApplier {
         &mut self,
         k: &mut K,
         input: &RulesInput,
-        saved: &[SavedTable],
+        saved: &[TableSave],
         restores_before: u64,
     ) -> RulesReport {
         let mut report = RulesReport::default();
@@ -99,8 +102,8 @@ impl RulesApplier {
         report: &mut RulesReport,
     ) {
         let (family, name) = (table.family, table.table);
-        let missing = save::missing_jumps(family, name, saved);
-        if missing.is_empty() && !save::drifted(table, saved) {
+        let missing = saved::missing_jumps(family, name, saved);
+        if missing.is_empty() && !saved::drifted(table, saved) {
             return;
         }
         let payload = rules::payloads(input, &missing)
@@ -203,7 +206,7 @@ pub async fn cleanup<K: Iptables>(
                     continue;
                 }
             };
-            let plan = save::cleanup(family, table, &saved);
+            let plan = saved::cleanup(family, table, &saved);
             kept.extend(plan.kept.into_iter().map(|c| (family, table, c)));
             if let Some(payload) = plan.payload {
                 report.restores += 1;

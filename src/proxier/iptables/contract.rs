@@ -1,8 +1,11 @@
-//! Scenarios every [`Iptables`] must pass, the model in `cargo test` and
-//! the real tools in a network namespace (`tests/kernel_iptables.rs`).
-//! Each returns the normalised dump ([`save::normalise`]) of the state it
-//! ends in, so the kernel test can also check that the model and the
-//! kernel end in the same state.
+//! Our rules on any [`Iptables`]: the model in `cargo test` and the real
+//! tools in a network namespace (`tests/kernel_iptables.rs`). Applying,
+//! changing, repairing and cleaning up kube-proxy's chains must end in the
+//! same state on both, so the model, which the proxier's tests use, cannot
+//! drift from the tools on the rules we actually write. Each scenario
+//! returns the normalised dump ([`saved::normalise`]) of the state it ends
+//! in. iptables' own behaviour has its contract in the kernel layer
+//! (`kernel/iptables/contract.rs`).
 
 use std::{collections::BTreeSet, net::IpAddr};
 
@@ -10,12 +13,12 @@ use ipnet::IpNet;
 
 use super::{
     apply::{cleanup, RulesApplier},
-    failed_line,
     rules::{FamilyInput, LocalDetector, NoNodeAccess, RulesInput, JUMPS},
-    save, IpFamily, Iptables,
+    saved,
 };
 use crate::{
     desired::{SetKind, SetName},
+    kernel::iptables::{IpFamily, Iptables},
     model::Protocol,
 };
 
@@ -125,7 +128,7 @@ async fn dump<K: Iptables>(k: &mut K, families: &[IpFamily]) -> String {
                 panic!("save {family} {table}: {e}");
             });
             out.push_str(&format!("# {family}\n"));
-            out.push_str(&save::normalise(family, &text));
+            out.push_str(&saved::normalise(family, &text));
         }
     }
     out
@@ -135,13 +138,13 @@ async fn assert_in_sync<K: Iptables>(k: &mut K, input: &RulesInput) {
     for t in super::rules::table_rules(input) {
         let saved = k.save(t.family, t.table).await.unwrap_or_default();
         assert!(
-            save::missing_jumps(t.family, t.table, &saved).is_empty(),
+            saved::missing_jumps(t.family, t.table, &saved).is_empty(),
             "{} {}: jumps missing in\n{saved}",
             t.family,
             t.table
         );
         assert!(
-            !save::drifted(&t, &saved),
+            !saved::drifted(&t, &saved),
             "{} {}: chains differ from the rules:\n{saved}\nwanted {:#?}",
             t.family,
             t.table,
@@ -223,111 +226,13 @@ pub async fn repairs_drift<K: Iptables>(
         .await
         .unwrap_or_else(|e| panic!("flushing by hand: {e}"));
     let saved = k.save(family, "nat").await.unwrap_or_default();
-    assert_eq!(save::missing_jumps(family, "nat", &saved).len(), 1);
+    assert_eq!(saved::missing_jumps(family, "nat", &saved).len(), 1);
 
     let repair = applier.sync(k, input, true).await;
     assert!(repair.is_ok(), "{:?}", repair.errors);
     assert_eq!(repair.restores, 1, "only the damaged table is restored");
     assert_in_sync(k, input).await;
     dump(k, &families(input)).await
-}
-
-/// A restore that fails part-way applies nothing of its table, and the
-/// error names the failing line.
-pub async fn failed_restore_changes_nothing<K: Iptables>(
-    k: &mut K,
-    input: &RulesInput,
-) -> String {
-    let mut applier = RulesApplier::new();
-    let report = applier.sync(k, input, false).await;
-    assert!(report.is_ok(), "{:?}", report.errors);
-    let fams = families(input);
-    let family = fams.first().copied().unwrap_or(IpFamily::V4);
-    let before = dump(k, &fams).await;
-    let bad =
-        "*filter\n:KUBE-FORWARD - [0:0]\n-D KUBE-NODE-PORT -j DROP\nCOMMIT\n";
-    let err = k
-        .restore(family, bad)
-        .await
-        .expect_err("deleting a missing rule must fail");
-    assert_eq!(failed_line(&err), Some(3), "{err}");
-    let after = dump(k, &fams).await;
-    assert_eq!(before, after, "a failed restore changed the tables");
-    after
-}
-
-/// Payloads both tools refuse, with the line they name where the nft and
-/// legacy tools agree on it.
-pub async fn refusals<K: Iptables>(k: &mut K, family: IpFamily) -> String {
-    let setup = "*filter\n:KUBE-A - [0:0]\n:KUBE-B - [0:0]\n\
-                 -A KUBE-A -j KUBE-B\nCOMMIT\n";
-    k.restore(family, setup)
-        .await
-        .unwrap_or_else(|e| panic!("setup: {e}"));
-    let cases: [(&str, &str, Option<usize>); 7] = [
-        (
-            "jump to a missing chain",
-            "*filter\n:KUBE-C - [0:0]\n-A KUBE-C -j KUBE-NOPE\nCOMMIT\n",
-            None,
-        ),
-        (
-            "delete a referenced chain",
-            "*filter\n-F KUBE-B\n-X KUBE-B\nCOMMIT\n",
-            Some(3),
-        ),
-        (
-            "delete a chain with rules",
-            "*filter\n-X KUBE-A\nCOMMIT\n",
-            Some(2),
-        ),
-        (
-            "flush a missing chain",
-            "*filter\n-F KUBE-NOPE\nCOMMIT\n",
-            Some(2),
-        ),
-        (
-            "delete a missing chain",
-            "*filter\n-X KUBE-NOPE\nCOMMIT\n",
-            Some(2),
-        ),
-        (
-            "unknown table",
-            "*bogus\n:KUBE-A - [0:0]\nCOMMIT\n",
-            Some(1),
-        ),
-        (
-            "insert past the end",
-            "*filter\n-I KUBE-A 5 -j ACCEPT\nCOMMIT\n",
-            Some(2),
-        ),
-    ];
-    for (name, payload, line) in cases {
-        let result = k.restore(family, payload).await;
-        let Err(err) = result else {
-            panic!("{name}: accepted");
-        };
-        if line.is_some() {
-            assert_eq!(failed_line(&err), line, "{name}: {err}");
-        }
-    }
-    let saved = k.save(family, "filter").await.unwrap_or_default();
-    let tables = save::parse(family, &saved);
-    let t = tables.get("filter").cloned().unwrap_or_default();
-    let rules: Vec<String> = ["KUBE-A", "KUBE-B", "KUBE-C"]
-        .iter()
-        .filter(|c| t.has_chain(c))
-        .flat_map(|c| {
-            let mut v = vec![format!(":{c}")];
-            v.extend(t.chain_rules(c).map(|r| format!("-A {c} {r}")));
-            v
-        })
-        .collect();
-    assert_eq!(
-        rules,
-        vec![":KUBE-A", "-A KUBE-A -j KUBE-B", ":KUBE-B"],
-        "refused payloads left traces"
-    );
-    rules.join("\n")
 }
 
 /// `--cleanup` removes our chains and jumps and nothing else; a chain of
@@ -380,3 +285,6 @@ pub async fn cleanup_removes_only_ours<K: Iptables>(
     );
     end
 }
+
+#[cfg(test)]
+mod tests;

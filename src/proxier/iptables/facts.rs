@@ -4,10 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::{
-    rules::{FamilyInput, LocalDetector, NoNodeAccess, RulesInput},
-    IpFamily,
-};
+use super::rules::{FamilyInput, LocalDetector, NoNodeAccess, RulesInput};
+use crate::kernel::iptables::IpFamily;
 use crate::desired::{ServiceDelta, ServiceState, SetEntry, SetKind, SetName};
 
 /// Whether a set's emptiness decides a rule: upstream's

@@ -18,7 +18,7 @@ use std::{collections::BTreeSet, fmt::Write as _, net::IpAddr};
 
 use ipnet::IpNet;
 
-use super::{canon, IpFamily};
+use crate::kernel::iptables::{canon, IpFamily};
 use crate::{
     config::DetectLocal,
     desired::{SetKind, SetName},
@@ -506,7 +506,7 @@ pub fn table_rules(input: &RulesInput) -> Vec<TableRules> {
 ///
 /// Declaring a chain flushes it under `--noflush`, so each payload
 /// rewrites our chains whole and touches no other. `missing_jumps` (from
-/// [`super::save::missing_jumps`]) are inserted at the top of their
+/// [`super::saved::missing_jumps`]) are inserted at the top of their
 /// built-in chains; a jump that is present must not be listed, since
 /// restore has no "insert unless present".
 pub fn payloads(
@@ -557,52 +557,97 @@ pub fn render_table(t: &TableRules, jumps: &[&Jump]) -> String {
 }
 
 /// Upstream's `writeIptablesRules` (with `acceptIPVSTraffic`) for one
-/// family: (nat rules, filter rules), each in write order.
+/// family: (nat rules, filter rules), each in upstream's write order,
+/// which interleaves chains: each step below writes one concern.
 fn family_rules(input: &RulesInput, f: &FamilyInput) -> (Vec<Rule>, Vec<Rule>) {
-    let mut nat = Vec::new();
-    let mut filter = Vec::new();
-    let mark = input.masquerade_mark();
-    let comment = |kind: SetKind| canon::quote(set_comment(kind));
-    let push = |v: &mut Vec<Rule>, chain: &'static str, spec: String| {
-        v.push(Rule { chain, spec });
+    let mut w = FamilyRules {
+        input,
+        f,
+        mark: input.masquerade_mark(),
+        nat: Vec::new(),
+        filter: Vec::new(),
     };
+    w.loopback_return();
+    w.set_rules();
+    w.cluster_ip_masquerade();
+    w.external_ips();
+    w.node_port_and_load_balancer_tails();
+    w.load_balancers_closed_to_the_node();
+    w.accept_ipvs_traffic();
+    w.forward();
+    w.health_check_node_ports();
+    w.ipvs_filter();
+    w.postrouting();
+    w.mark_masquerade();
+    (w.nat, w.filter)
+}
 
-    // Connections from localhost leave the services chain early.
-    let lo = match f.family {
-        IpFamily::V4 => "127.0.0.0/8",
-        IpFamily::V6 => "::1/128",
-    };
-    push(&mut nat, KUBE_SERVICES, format!("-s {lo} -j RETURN"));
+/// One family's rules as they are written.
+struct FamilyRules<'a> {
+    input: &'a RulesInput,
+    f: &'a FamilyInput,
+    mark: String,
+    nat: Vec<Rule>,
+    filter: Vec<Rule>,
+}
 
-    for r in &SET_RULES {
-        if !f.has(r.set) {
-            continue;
-        }
-        let proto = r.protocol.map(|p| format!("-p {p} ")).unwrap_or_default();
-        let spec = format!(
-            "{proto}-m comment --comment {} -m set --match-set {} {} -j {}",
-            comment(r.set),
-            f.set_name(r.set),
-            r.match_type,
-            r.to
-        );
-        let into = if r.table == FILTER {
-            &mut filter
-        } else {
-            &mut nat
-        };
-        push(into, r.from, spec);
+impl FamilyRules<'_> {
+    fn nat(&mut self, chain: &'static str, spec: String) {
+        self.nat.push(Rule { chain, spec });
     }
 
-    if f.has(SetKind::ClusterIp) {
+    fn filter(&mut self, chain: &'static str, spec: String) {
+        self.filter.push(Rule { chain, spec });
+    }
+
+    fn comment(kind: SetKind) -> String {
+        canon::quote(set_comment(kind))
+    }
+
+    /// Connections from localhost leave the services chain early.
+    fn loopback_return(&mut self) {
+        let lo = match self.f.family {
+            IpFamily::V4 => "127.0.0.0/8",
+            IpFamily::V6 => "::1/128",
+        };
+        self.nat(KUBE_SERVICES, format!("-s {lo} -j RETURN"));
+    }
+
+    /// Upstream's `ipsetWithIptablesChain`: one rule per non-empty set.
+    fn set_rules(&mut self) {
+        for r in &SET_RULES {
+            if !self.f.has(r.set) {
+                continue;
+            }
+            let proto =
+                r.protocol.map(|p| format!("-p {p} ")).unwrap_or_default();
+            let spec = format!(
+                "{proto}-m comment --comment {} -m set --match-set {} {} -j {}",
+                Self::comment(r.set),
+                self.f.set_name(r.set),
+                r.match_type,
+                r.to
+            );
+            if r.table == FILTER {
+                self.filter(r.from, spec);
+            } else {
+                self.nat(r.from, spec);
+            }
+        }
+    }
+
+    fn cluster_ip_masquerade(&mut self) {
+        if !self.f.has(SetKind::ClusterIp) {
+            return;
+        }
         let head = format!(
             "-m comment --comment {} -m set --match-set {}",
-            comment(SetKind::ClusterIp),
-            f.set_name(SetKind::ClusterIp)
+            Self::comment(SetKind::ClusterIp),
+            self.f.set_name(SetKind::ClusterIp)
         );
-        let spec = if input.masquerade_all {
+        let spec = if self.input.masquerade_all {
             format!("{head} dst,dst -j {KUBE_MARK_MASQ}")
-        } else if let Some(not_local) = f.local_detector.if_not_local() {
+        } else if let Some(not_local) = self.f.local_detector.if_not_local() {
             // Off-cluster traffic to a service IP may come back through
             // another node: masquerade it.
             format!("{head} dst,dst {not_local} -j {KUBE_MARK_MASQ}")
@@ -611,176 +656,158 @@ fn family_rules(input: &RulesInput, f: &FamilyInput) -> (Vec<Rule>, Vec<Rule>) {
             // picked a service IP (on kube-ipvs0) as its source.
             format!("{head} src,dst -j {KUBE_MARK_MASQ}")
         };
-        push(&mut nat, KUBE_SERVICES, spec);
+        self.nat(KUBE_SERVICES, spec);
     }
 
-    // Upstream's externalIPRules: accept external-IP traffic that is
-    // neither from a bridge (a container) nor local, and traffic to
-    // external IPs that are local addresses.
-    let external_ip_rules = |nat: &mut Vec<Rule>, head: &str| {
-        push(
-            nat,
-            KUBE_SERVICES,
-            format!(
-                "{head} -m physdev ! --physdev-is-in -m addrtype ! \
-                 --src-type LOCAL -j ACCEPT"
-            ),
-        );
-        push(
-            nat,
-            KUBE_SERVICES,
-            format!("{head} -m addrtype --dst-type LOCAL -j ACCEPT"),
-        );
-    };
-    for (kind, masquerade) in [
-        (SetKind::ExternalIp, true),
-        (SetKind::ExternalIpLocal, false),
-    ] {
-        if !f.has(kind) {
-            continue;
-        }
-        let head = format!(
-            "-m comment --comment {} -m set --match-set {} dst,dst",
-            comment(kind),
-            f.set_name(kind)
-        );
-        if masquerade {
-            push(
-                &mut nat,
+    /// Upstream's `externalIPRules`: accept external-IP traffic that is
+    /// neither from a bridge (a container) nor local, and traffic to
+    /// external IPs that are local addresses.
+    fn external_ips(&mut self) {
+        for (kind, masquerade) in [
+            (SetKind::ExternalIp, true),
+            (SetKind::ExternalIpLocal, false),
+        ] {
+            if !self.f.has(kind) {
+                continue;
+            }
+            let head = format!(
+                "-m comment --comment {} -m set --match-set {} dst,dst",
+                Self::comment(kind),
+                self.f.set_name(kind)
+            );
+            if masquerade {
+                self.nat(KUBE_SERVICES, format!("{head} -j {KUBE_MARK_MASQ}"));
+            }
+            self.nat(
                 KUBE_SERVICES,
-                format!("{head} -j {KUBE_MARK_MASQ}"),
+                format!(
+                    "{head} -m physdev ! --physdev-is-in -m addrtype ! \
+                     --src-type LOCAL -j ACCEPT"
+                ),
+            );
+            self.nat(
+                KUBE_SERVICES,
+                format!("{head} -m addrtype --dst-type LOCAL -j ACCEPT"),
             );
         }
-        external_ip_rules(&mut nat, &head);
     }
 
-    push(
-        &mut nat,
-        KUBE_SERVICES,
-        format!("-m addrtype --dst-type LOCAL -j {KUBE_NODE_PORT}"),
-    );
-    push(&mut nat, KUBE_LOAD_BALANCER, format!("-j {KUBE_MARK_MASQ}"));
-    push(
-        &mut filter,
-        KUBE_SOURCE_RANGES_FIREWALL,
-        "-j DROP".to_owned(),
-    );
+    /// What follows the per-set rules of the node-port, load-balancer and
+    /// source-range chains.
+    fn node_port_and_load_balancer_tails(&mut self) {
+        self.nat(
+            KUBE_SERVICES,
+            format!("-m addrtype --dst-type LOCAL -j {KUBE_NODE_PORT}"),
+        );
+        self.nat(KUBE_LOAD_BALANCER, format!("-j {KUBE_MARK_MASQ}"));
+        self.filter(KUBE_SOURCE_RANGES_FIREWALL, "-j DROP".to_owned());
+    }
 
-    // kubernetes#119656: the node reaches a load balancer IP through IPVS
-    // directly (source and destination both the LB IP), bypassing the
-    // source-range check; drop it unless the node is in a range.
-    for e in &f.lb_no_node_access {
-        push(
-            &mut filter,
-            KUBE_IPVS_OUT_FILTER,
-            format!(
+    /// kubernetes#119656: the node reaches a load balancer IP through IPVS
+    /// directly (source and destination both the LB IP), bypassing the
+    /// source-range check; drop it unless the node is in a range.
+    fn load_balancers_closed_to_the_node(&mut self) {
+        let f = self.f;
+        for e in &f.lb_no_node_access {
+            let spec = format!(
                 "-s {} -m ipvs --vaddr {} --vproto {} --vport {} -j DROP",
                 e.address,
                 e.address,
                 e.protocol.ipset_name(),
                 e.port
-            ),
-        );
-    }
-
-    // acceptIPVSTraffic: last in KUBE-SERVICES, so that no later rule of
-    // someone else's drops traffic to a virtual server.
-    for kind in [SetKind::ClusterIp, SetKind::LoadBalancer] {
-        if f.has(kind) {
-            push(
-                &mut nat,
-                KUBE_SERVICES,
-                format!(
-                    "-m set --match-set {} dst,dst -j ACCEPT",
-                    f.set_name(kind)
-                ),
             );
+            self.filter(KUBE_IPVS_OUT_FILTER, spec);
         }
     }
 
-    push(
-        &mut filter,
-        KUBE_FORWARD,
-        format!(
+    /// Upstream's `acceptIPVSTraffic`: last in KUBE-SERVICES, so that no
+    /// later rule of someone else's drops traffic to a virtual server.
+    fn accept_ipvs_traffic(&mut self) {
+        for kind in [SetKind::ClusterIp, SetKind::LoadBalancer] {
+            if self.f.has(kind) {
+                let spec = format!(
+                    "-m set --match-set {} dst,dst -j ACCEPT",
+                    self.f.set_name(kind)
+                );
+                self.nat(KUBE_SERVICES, spec);
+            }
+        }
+    }
+
+    fn forward(&mut self) {
+        let mark = &self.mark;
+        let marked = format!(
             "-m comment --comment \"kubernetes forwarding rules\" -m mark \
              --mark {mark}/{mark} -j ACCEPT"
-        ),
-    );
-    push(
-        &mut filter,
-        KUBE_FORWARD,
-        "-m comment --comment \"kubernetes forwarding conntrack rule\" -m \
-         conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"
-            .to_owned(),
-    );
-    push(
-        &mut filter,
-        KUBE_NODE_PORT,
-        format!(
-            "-m comment --comment {} -m set --match-set {} dst -j ACCEPT",
-            comment(SetKind::HealthCheckNodePort),
-            f.set_name(SetKind::HealthCheckNodePort)
-        ),
-    );
+        );
+        self.filter(KUBE_FORWARD, marked);
+        self.filter(
+            KUBE_FORWARD,
+            "-m comment --comment \"kubernetes forwarding conntrack rule\" -m \
+             conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT"
+                .to_owned(),
+        );
+    }
 
-    // kubernetes#72236: no access to host ports through service addresses,
-    // except to the services themselves.
-    for (kind, match_type) in [
-        (SetKind::LoadBalancer, "dst,dst"),
-        (SetKind::ClusterIp, "dst,dst"),
-        (SetKind::ExternalIp, "dst,dst"),
-        (SetKind::ExternalIpLocal, "dst,dst"),
-        (SetKind::HealthCheckNodePort, "dst"),
-    ] {
-        push(
-            &mut filter,
-            KUBE_IPVS_FILTER,
-            format!(
+    fn health_check_node_ports(&mut self) {
+        let spec = format!(
+            "-m comment --comment {} -m set --match-set {} dst -j ACCEPT",
+            Self::comment(SetKind::HealthCheckNodePort),
+            self.f.set_name(SetKind::HealthCheckNodePort)
+        );
+        self.filter(KUBE_NODE_PORT, spec);
+    }
+
+    /// kubernetes#72236: no access to host ports through service
+    /// addresses, except to the services themselves.
+    fn ipvs_filter(&mut self) {
+        for (kind, match_type) in [
+            (SetKind::LoadBalancer, "dst,dst"),
+            (SetKind::ClusterIp, "dst,dst"),
+            (SetKind::ExternalIp, "dst,dst"),
+            (SetKind::ExternalIpLocal, "dst,dst"),
+            (SetKind::HealthCheckNodePort, "dst"),
+        ] {
+            let spec = format!(
                 "-m set --match-set {} {match_type} -j RETURN",
-                f.set_name(kind)
+                self.f.set_name(kind)
+            );
+            self.filter(KUBE_IPVS_FILTER, spec);
+        }
+        let spec = format!(
+            "-m conntrack --ctstate NEW -m set --match-set {} dst -j REJECT",
+            self.f.set_name(SetKind::IpvsIps)
+        );
+        self.filter(KUBE_IPVS_FILTER, spec);
+    }
+
+    fn postrouting(&mut self) {
+        let mark = self.mark.clone();
+        self.nat(
+            KUBE_POSTROUTING,
+            format!("-m mark ! --mark {mark}/{mark} -j RETURN"),
+        );
+        // Clear the mark so a packet that goes through the stack again is
+        // not masqueraded twice.
+        self.nat(KUBE_POSTROUTING, format!("-j MARK --xor-mark {mark}"));
+        let random = if self.input.random_fully {
+            " --random-fully"
+        } else {
+            ""
+        };
+        self.nat(
+            KUBE_POSTROUTING,
+            format!(
+                "-m comment --comment \"kubernetes service traffic requiring \
+                 SNAT\" -j MASQUERADE{random}"
             ),
         );
     }
-    push(
-        &mut filter,
-        KUBE_IPVS_FILTER,
-        format!(
-            "-m conntrack --ctstate NEW -m set --match-set {} dst -j REJECT",
-            f.set_name(SetKind::IpvsIps)
-        ),
-    );
 
-    push(
-        &mut nat,
-        KUBE_POSTROUTING,
-        format!("-m mark ! --mark {mark}/{mark} -j RETURN"),
-    );
-    // Clear the mark so a packet that goes through the stack again is not
-    // masqueraded twice.
-    push(
-        &mut nat,
-        KUBE_POSTROUTING,
-        format!("-j MARK --xor-mark {mark}"),
-    );
-    let random = if input.random_fully {
-        " --random-fully"
-    } else {
-        ""
-    };
-    push(
-        &mut nat,
-        KUBE_POSTROUTING,
-        format!(
-            "-m comment --comment \"kubernetes service traffic requiring \
-             SNAT\" -j MASQUERADE{random}"
-        ),
-    );
-    push(
-        &mut nat,
-        KUBE_MARK_MASQ,
-        format!("-j MARK --or-mark {mark}"),
-    );
-    (nat, filter)
+    fn mark_masquerade(&mut self) {
+        let spec = format!("-j MARK --or-mark {}", self.mark);
+        self.nat(KUBE_MARK_MASQ, spec);
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,8 @@ use std::{path::Path, sync::Arc, time::SystemTime};
 use super::*;
 use crate::{
     backend::{testing::batch, NoKernel},
-    kernel::iptables::{contract::set_names, model::IptablesModel},
+    kernel::iptables::model::IptablesModel,
+    proxier::iptables::contract::set_names,
     source::{file, store::ObjectChange},
     sync::{NodeSettings, SyncState},
 };

@@ -3,64 +3,26 @@ use pretty_assertions::assert_eq;
 use super::*;
 use crate::kernel::iptables::{contract, failed_line, save};
 
-fn model_for(families: &[IpFamily]) -> IptablesModel {
-    let names = families
-        .iter()
-        .flat_map(|&f| contract::set_names(f))
-        .map(|(name, _)| name);
-    IptablesModel::new().with_sets(names)
-}
-
-fn both() -> IptablesModel {
-    model_for(&[IpFamily::V4, IpFamily::V6])
-}
-
 #[tokio::test]
-async fn contract_apply_and_verify() {
-    for (name, input) in contract::inputs(true) {
-        let mut m = both();
-        let out = contract::apply_and_verify(&mut m, &input).await;
-        assert!(out.contains(":KUBE-SERVICES"), "{name}: {out}");
-    }
-}
-
-#[tokio::test]
-async fn contract_change_input() {
-    let inputs = contract::inputs(true);
-    for pair in inputs.windows(2) {
-        if let [(a, from), (b, to)] = pair {
-            let mut m = both();
-            let out = contract::change_input(&mut m, from, to).await;
-            assert!(!out.is_empty(), "{a} -> {b}");
-        }
-    }
-}
-
-#[tokio::test]
-async fn contract_repairs_drift() {
-    for (_, input) in contract::inputs(true) {
-        contract::repairs_drift(&mut both(), &input).await;
+async fn contract_noflush_replaces_only_declared_chains() {
+    for family in [IpFamily::V4, IpFamily::V6] {
+        let mut m = IptablesModel::new();
+        contract::noflush_replaces_only_declared_chains(&mut m, family).await;
     }
 }
 
 #[tokio::test]
 async fn contract_failed_restore_changes_nothing() {
-    for (_, input) in contract::inputs(true) {
-        contract::failed_restore_changes_nothing(&mut both(), &input).await;
+    for family in [IpFamily::V4, IpFamily::V6] {
+        let mut m = IptablesModel::new();
+        contract::failed_restore_changes_nothing(&mut m, family).await;
     }
 }
 
 #[tokio::test]
 async fn contract_refusals() {
     for family in [IpFamily::V4, IpFamily::V6] {
-        contract::refusals(&mut both(), family).await;
-    }
-}
-
-#[tokio::test]
-async fn contract_cleanup_removes_only_ours() {
-    for (_, input) in contract::inputs(true) {
-        contract::cleanup_removes_only_ours(&mut both(), &input).await;
+        contract::refusals(&mut IptablesModel::new(), family).await;
     }
 }
 
@@ -153,7 +115,7 @@ fn delete_finds_a_rule_by_any_spelling() {
     .expect("delete");
     let nat = m.dump(IpFamily::V4, "nat").expect("nat");
     assert_eq!(
-        save::normalise(IpFamily::V4, &nat),
+        save::normalise(IpFamily::V4, &nat, |_, c| c.starts_with("KUBE-")),
         "*nat\n:KUBE-MARK-MASQ\n"
     );
 }

@@ -40,55 +40,13 @@ fn parse_drops_counters_and_comments() {
 }
 
 #[test]
-fn missing_jumps_lists_the_absent_ones_in_upstream_order() {
-    let missing: Vec<(&str, &str)> =
-        missing_jumps(IpFamily::V4, "filter", FILTER_DUMP)
-            .iter()
-            .map(|j| (j.jump.from, j.jump.to))
-            .collect();
+fn normalise_keeps_the_picked_chains_and_the_jumps_to_them() {
+    let picked = normalise(IpFamily::V4, FILTER_DUMP, |table, chain| {
+        table == "filter" && chain == "KUBE-NODE-PORT"
+    });
     assert_eq!(
-        missing,
-        vec![
-            ("INPUT", "KUBE-NODE-PORT"),
-            ("INPUT", "KUBE-PROXY-FIREWALL"),
-            ("FORWARD", "KUBE-PROXY-FIREWALL"),
-            ("OUTPUT", "KUBE-IPVS-OUT-FILTER"),
-        ]
+        picked,
+        "*filter\n-A CALICO-INPUT -j KUBE-NODE-PORT\n:KUBE-NODE-PORT\n"
     );
-    assert_eq!(missing_jumps(IpFamily::V4, "nat", "").len(), 3);
-}
-
-#[test]
-fn cleanup_keeps_chains_foreign_rules_jump_to() {
-    let plan = cleanup(IpFamily::V4, "filter", FILTER_DUMP);
-    assert_eq!(plan.kept, vec!["KUBE-NODE-PORT".to_owned()]);
-    assert_eq!(
-        plan.payload.as_deref(),
-        Some(
-            "*filter
--D INPUT -m comment --comment \"kubernetes ipvs access filter\" -j KUBE-IPVS-FILTER
--D FORWARD -m comment --comment \"kubernetes forwarding rules\" -j KUBE-FORWARD
--F KUBE-FORWARD
--F KUBE-NODE-PORT
--X KUBE-FORWARD
-COMMIT
-"
-        )
-    );
-    assert_eq!(cleanup(IpFamily::V4, "nat", FILTER_DUMP).payload, None);
-}
-
-#[test]
-fn normalise_keeps_only_our_part() {
-    assert_eq!(
-        normalise(IpFamily::V4, FILTER_DUMP),
-        "*filter
--A INPUT -m comment --comment \"kubernetes ipvs access filter\" -j KUBE-IPVS-FILTER
--A FORWARD -m comment --comment \"kubernetes forwarding rules\" -j KUBE-FORWARD
--A CALICO-INPUT -j KUBE-NODE-PORT
-:KUBE-FORWARD
-:KUBE-NODE-PORT
--A KUBE-FORWARD -m comment --comment \"kubernetes forwarding rules\" -m mark --mark 0x4000/0x4000 -j ACCEPT
-"
-    );
+    assert_eq!(normalise(IpFamily::V4, FILTER_DUMP, |_, _| false), "");
 }

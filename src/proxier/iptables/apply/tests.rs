@@ -5,7 +5,8 @@ use pretty_assertions::assert_eq;
 use super::*;
 use crate::{
     desired::SetKind,
-    kernel::iptables::{contract, model::IptablesModel, rules::FamilyInput},
+    kernel::iptables::model::IptablesModel,
+    proxier::iptables::{contract, rules::FamilyInput},
 };
 
 fn model() -> IptablesModel {
