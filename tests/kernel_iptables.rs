@@ -321,20 +321,27 @@ mod netns {
         }
         // iptables' own behaviour, which the model must share.
         for family in [IpFamily::V4, IpFamily::V6] {
-            both(variant, "noflush_replaces_only_declared_chains", |make| {
-                async move {
+            both(
+                variant,
+                "noflush_replaces_only_declared_chains",
+                |make| async move {
                     let mut k = make();
                     contract::noflush_replaces_only_declared_chains(
                         &mut k, family,
                     )
                     .await
-                }
-            })
+                },
+            )
             .await?;
-            both(variant, "failed_restore_changes_nothing", |make| async move {
-                let mut k = make();
-                contract::failed_restore_changes_nothing(&mut k, family).await
-            })
+            both(
+                variant,
+                "failed_restore_changes_nothing",
+                |make| async move {
+                    let mut k = make();
+                    contract::failed_restore_changes_nothing(&mut k, family)
+                        .await
+                },
+            )
             .await?;
             both(variant, "refusals", |make| async move {
                 let mut k = make();

@@ -9,7 +9,12 @@ const REPAIR: &str = "kube_ipvs_proxy_repair_duration_seconds";
 
 /// The buckets of histogram `name`'s series `label` observed between the
 /// scrapes `before` and `after`.
-fn delta(before: &str, after: &str, name: &str, label: &str) -> Vec<(f64, f64)> {
+fn delta(
+    before: &str,
+    after: &str,
+    name: &str,
+    label: &str,
+) -> Vec<(f64, f64)> {
     let old = histogram(before, name, label);
     histogram(after, name, label)
         .into_iter()

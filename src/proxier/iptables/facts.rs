@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::rules::{FamilyInput, LocalDetector, NoNodeAccess, RulesInput};
-use crate::kernel::iptables::IpFamily;
 use crate::desired::{ServiceDelta, ServiceState, SetEntry, SetKind, SetName};
+use crate::kernel::iptables::IpFamily;
 
 /// Whether a set's emptiness decides a rule: upstream's
 /// `ipsetWithIptablesChain` plus the sets `writeIptablesRules` and

@@ -50,4 +50,3 @@ async fn contract_cleanup_removes_only_ours() {
         cleanup_removes_only_ours(&mut both(), &input).await;
     }
 }
-
