@@ -14,7 +14,8 @@ pub fn apply_score_adj(value: i32) -> io::Result<()> {
 }
 
 /// Reads this process' `oom_score_adj`.
-pub fn score_adj() -> io::Result<i32> {
+#[cfg(test)]
+fn score_adj() -> io::Result<i32> {
     let text = fs::read_to_string(SELF_OOM_SCORE_ADJ)?;
     text.trim()
         .parse()

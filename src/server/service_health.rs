@@ -215,7 +215,8 @@ impl ServiceHealthServer {
     }
 
     /// The services with an open health check and their ports.
-    pub fn open_services(&self) -> HashMap<NamespacedName, u16> {
+    #[cfg(test)]
+    pub(crate) fn open_services(&self) -> HashMap<NamespacedName, u16> {
         self.services()
             .open
             .iter()

@@ -300,7 +300,6 @@ pub enum Facility {
     Addresses,
     Ipsets,
     Iptables,
-    Sysctl,
     Conntrack,
 }
 
@@ -311,7 +310,6 @@ impl Facility {
             Facility::Addresses => "addresses",
             Facility::Ipsets => "ipsets",
             Facility::Iptables => "iptables",
-            Facility::Sysctl => "sysctl",
             Facility::Conntrack => "conntrack",
         }
     }

@@ -38,7 +38,6 @@ pub struct NetlinkIpvs {
     dumpers: Vec<Handle>,
     /// The detached reads' connection.
     reader: Handle,
-    window: usize,
 }
 
 impl NetlinkIpvs {
@@ -66,26 +65,7 @@ impl NetlinkIpvs {
             handle,
             dumpers,
             reader: open_reader()?,
-            window: ipvs_sys::DEFAULT_WINDOW,
         })
-    }
-
-    /// On an existing ipvs-sys handle (its connection already running),
-    /// which detached reads share.
-    pub fn from_handle(handle: Handle) -> Self {
-        Self {
-            dumpers: vec![handle.clone()],
-            reader: handle.clone(),
-            handle,
-            window: ipvs_sys::DEFAULT_WINDOW,
-        }
-    }
-
-    /// At most `window` writes awaiting their acknowledgement at once.
-    #[must_use]
-    pub fn with_window(mut self, window: usize) -> Self {
-        self.window = window.max(1);
-        self
     }
 
     pub fn handle(&self) -> &Handle {
@@ -242,7 +222,7 @@ impl Ipvs for NetlinkIpvs {
     }
 
     async fn apply(&mut self, ops: &[IpvsOp]) -> Vec<Result<(), KernelError>> {
-        let mut batch = self.handle.batch().window(self.window);
+        let mut batch = self.handle.batch().window(ipvs_sys::DEFAULT_WINDOW);
         for op in ops {
             match op {
                 IpvsOp::AddService(spec) => {
