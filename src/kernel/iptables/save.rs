@@ -136,4 +136,4 @@ pub fn normalise(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
