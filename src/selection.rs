@@ -51,7 +51,8 @@ pub fn same_family(
 }
 
 /// Sorts `endpoints` (of one address family, see [`same_family`]) into
-/// the cluster and local sets.
+/// the cluster and local sets. Their family is the one whose external
+/// addresses count, as in upstream's per-family proxiers.
 ///
 /// Usable means ready; when no endpoint is ready (counted separately for
 /// the cluster and the local set) serving-terminating endpoints are used
@@ -65,12 +66,13 @@ pub fn categorize_endpoints(
     node_zone: &str,
 ) -> Categorized {
     let mut out = Categorized::default();
-    if endpoints.is_empty() {
+    let Some(first) = endpoints.first() else {
         return out;
-    }
+    };
+    let ipv6 = first.ip.is_ipv6();
 
     let mut topology = Topology::All;
-    if svc.uses_cluster_endpoints() {
+    if svc.uses_cluster_endpoints(ipv6) {
         topology = topology_from_hints(endpoints, node_name, node_zone);
         out.cluster = filter(endpoints, |ep| {
             ep.ready && available_for(ep, topology, node_name, node_zone)
@@ -83,7 +85,7 @@ pub fn categorize_endpoints(
         out.has_any_endpoints = !out.cluster.is_empty();
     }
 
-    if !svc.uses_local_endpoints() {
+    if !svc.uses_local_endpoints(ipv6) {
         out.all_reachable = out.cluster.clone();
         return out;
     }
@@ -100,7 +102,7 @@ pub fn categorize_endpoints(
         local_terminating = !out.local.is_empty();
     }
 
-    if !svc.uses_cluster_endpoints() {
+    if !svc.uses_cluster_endpoints(ipv6) {
         out.all_reachable = out.local.clone();
         return out;
     }

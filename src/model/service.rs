@@ -102,28 +102,33 @@ pub struct ServicePortInfo {
 }
 
 impl ServicePortInfo {
-    /// Whether the service is reachable from outside the cluster
-    /// (upstream's `ExternallyAccessible`).
-    pub fn externally_accessible(&self) -> bool {
+    /// Whether the service is reachable from outside the cluster through
+    /// `ipv6`'s family (upstream's `ExternallyAccessible`). Upstream runs
+    /// one proxier per family and each one's service port keeps only its
+    /// own family's external and load-balancer IPs, so an IPv6 external IP
+    /// does not make a single-stack IPv4 service external.
+    pub fn externally_accessible(&self, ipv6: bool) -> bool {
+        let same = |ip: &IpAddr| ip.is_ipv6() == ipv6;
         self.node_port != 0
-            || !self.load_balancer_vips.is_empty()
-            || !self.external_ips.is_empty()
+            || self.load_balancer_vips.iter().any(same)
+            || self.external_ips.iter().any(same)
     }
 
-    /// Whether the cluster-traffic policy applies to some traffic: the
-    /// internal policy is Cluster, or the service takes external traffic
-    /// at all (even under ETP=Local, in-cluster clients of the external
-    /// addresses are short-circuited to all endpoints). Upstream's
-    /// `UsesClusterEndpoints`.
-    pub fn uses_cluster_endpoints(&self) -> bool {
-        !self.internal_policy_local || self.externally_accessible()
+    /// Whether the cluster-traffic policy applies to some traffic of
+    /// `ipv6`'s family: the internal policy is Cluster, or the service
+    /// takes external traffic at all (even under ETP=Local, in-cluster
+    /// clients of the external addresses are short-circuited to all
+    /// endpoints). Upstream's `UsesClusterEndpoints`.
+    pub fn uses_cluster_endpoints(&self, ipv6: bool) -> bool {
+        !self.internal_policy_local || self.externally_accessible(ipv6)
     }
 
-    /// Whether the local-traffic policy of any kind applies, i.e. whether
-    /// local endpoints must be computed (upstream's `UsesLocalEndpoints`).
-    pub fn uses_local_endpoints(&self) -> bool {
+    /// Whether the local-traffic policy of any kind applies to `ipv6`'s
+    /// family, i.e. whether local endpoints must be computed (upstream's
+    /// `UsesLocalEndpoints`).
+    pub fn uses_local_endpoints(&self, ipv6: bool) -> bool {
         self.internal_policy_local
-            || (self.external_policy_local && self.externally_accessible())
+            || (self.external_policy_local && self.externally_accessible(ipv6))
     }
 }
 

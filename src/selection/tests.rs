@@ -268,6 +268,34 @@ fn categorize_endpoints_table() {
             has_any: true,
         },
         Case {
+            name:
+                "ITP=Local with an external IP of this family: cluster set too",
+            svc: svc(|s| {
+                s.internal_policy_local = true;
+                s.external_ips = vec!["198.18.250.1".parse().unwrap()];
+            }),
+            endpoints: vec![ready("198.19.0.1"), not_ready("198.19.0.2")],
+            cluster: vec!["198.19.0.1"],
+            local: vec![],
+            all: vec!["198.19.0.1"],
+            has_any: true,
+        },
+        Case {
+            // Upstream's IPv4 proxier never sees the IPv6 external IP, so
+            // the service is internal only there (random walk 1317073247).
+            name: "ITP=Local with only an external IP of the other family",
+            svc: svc(|s| {
+                s.internal_policy_local = true;
+                s.external_ips = vec!["2001:db8:240::".parse().unwrap()];
+                s.load_balancer_vips = vec!["2001:db8:250::".parse().unwrap()];
+            }),
+            endpoints: vec![ready("198.19.0.1"), not_ready("198.19.0.2")],
+            cluster: vec![],
+            local: vec![],
+            all: vec![],
+            has_any: true,
+        },
+        Case {
             name: "ETP=Local on a service without external addresses is moot",
             svc: svc(|s| s.external_policy_local = true),
             endpoints: vec![ready("198.19.0.1"), local("198.19.0.2")],
