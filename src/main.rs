@@ -60,7 +60,7 @@ const EXIT_KERNEL_UNSUPPORTED: u8 = 69;
 /// line a DaemonSet's Pod shows as the reason it crashed.
 const TERMINATION_LOG: &str = "/dev/termination-log";
 
-fn main() -> ExitCode {
+pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -275,6 +275,13 @@ async fn run_proxy(config: Config, mode: Mode) -> anyhow::Result<()> {
 /// see tests/conformance/differences.md).
 fn set_sysctls(config: &Config) {
     let mut sysctls = ProcSysctls::new();
+    // Upstream's IPVS proxier says this once at start and sets nothing.
+    if sysctl::bridge_nf_call_iptables_off(&mut sysctls) {
+        tracing::info!(
+            "missing br-netfilter module or unset sysctl \
+             br-nf-call-iptables, proxy may not work as intended"
+        );
+    }
     set_conntrack(&mut sysctls, config);
     let kernel = match KernelVersion::running(&mut sysctls) {
         Ok(kernel) => kernel,
