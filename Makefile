@@ -1,7 +1,7 @@
 # Entry points. The guest targets are self-contained: each installs what it
 # needs (tests/vm/deps.sh) and caches the kernel under target/vm/.
 
-.PHONY: e2e demo test fmt-check lint unit bench bench-ipsets bench-ipvs bench-vs-upstream vm-test vm-shell vm-kernel \
+.PHONY: e2e demo test fmt-check lint dead-code unit bench bench-ipsets bench-ipvs bench-vs-upstream vm-test vm-shell vm-kernel \
 	e2e-k8s e2e-control-plane e2e-guest-smoke kind-e2e node-e2e conformance \
 	conformance-random
 
@@ -27,9 +27,16 @@ fmt-check:
 	cargo fmt --all -- --check
 
 # Kernel-test code is only compiled with the feature, so lint it too.
-lint:
+lint: dead-code
 	cargo clippy --workspace --all-targets -- -D warnings
 	cargo clippy --workspace --all-targets --all-features -- -D warnings
+
+# The library with every module crate-private and the binary's main
+# compiled inside it (src/lib.rs, `private_modules`): whatever neither
+# uses is reported, and fails the build. What only tests and benches use
+# is behind `cfg(test)` or the `test-support` feature.
+dead-code:
+	cargo rustc --lib --profile check -- --cfg private_modules -D warnings
 
 unit:
 	cargo test --workspace

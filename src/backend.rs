@@ -126,9 +126,11 @@ impl Observation for () {
 
 /// Programs nothing and repairs nothing: the inner backend
 /// under the layers (iptables, conntrack) when only a layer is tested.
+#[cfg(any(test, feature = "test-support"))]
 #[derive(Debug, Default)]
 pub struct NoKernel;
 
+#[cfg(any(test, feature = "test-support"))]
 impl Backend for NoKernel {
     type Observed = ();
 

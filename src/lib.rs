@@ -4,21 +4,48 @@
 //! trackers (`tracker`); a sync checks the changes out and turns them into
 //! the desired kernel state (`desired`), which backends apply.
 
-pub mod backend;
-pub mod config;
-pub mod daemon;
-pub mod desired;
-pub mod endpointslice;
-pub mod kernel;
-pub mod logging;
-pub mod model;
-pub mod oom;
-pub mod proxier;
-pub mod runner;
-pub mod selection;
-pub mod server;
-pub mod source;
-pub mod sync;
-pub mod telemetry;
-pub mod tracker;
-pub mod version;
+mod selection;
+mod tracker;
+
+// `make dead-code` compiles this crate with `--cfg private_modules`: every
+// module is then crate-private and the binary's `main` is compiled inside
+// the library, so rustc reports whatever neither the binary nor the
+// library itself uses. Tests, benches and the binary see public modules.
+macro_rules! modules {
+    ($($name:ident),* $(,)?) => {
+        $(
+            #[cfg(not(private_modules))]
+            pub mod $name;
+            #[cfg(private_modules)]
+            mod $name;
+        )*
+    };
+}
+
+// Public for the binary, the tests and the benches.
+modules!(
+    backend,
+    config,
+    daemon,
+    desired,
+    endpointslice,
+    kernel,
+    logging,
+    model,
+    oom,
+    proxier,
+    runner,
+    server,
+    source,
+    sync,
+    telemetry,
+    version,
+);
+
+#[cfg(private_modules)]
+extern crate self as kube_ipvs_proxy;
+#[cfg(private_modules)]
+#[path = "main.rs"]
+mod binary;
+#[cfg(private_modules)]
+pub use binary::main;

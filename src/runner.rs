@@ -143,6 +143,7 @@ impl BoundedFrequencyRunner {
         (runner, RunnerHandle { shared })
     }
 
+    #[cfg(test)]
     pub fn handle(&self) -> RunnerHandle {
         RunnerHandle {
             shared: Arc::clone(&self.shared),

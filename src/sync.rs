@@ -2,7 +2,6 @@
 //! a sync checks them out and brings the desired state up to date for
 //! exactly the service ports that changed.
 
-use crate::telemetry::events::ReportProblems as _;
 use std::{
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
     sync::Arc,
@@ -18,7 +17,7 @@ use crate::{
     model::{EndpointsMap, NodeInfo, ServicePortMap},
     source::{
         file::Snapshot,
-        store::{Keep, Kept, ObjectChange, RecordChange, Stores},
+        store::{Kept, RecordChange, Stores},
         SourceEvent,
     },
     tracker::{
@@ -299,7 +298,15 @@ impl SyncState {
     /// Takes one API object's change: converted as the stores convert
     /// what arrives (the current object's problems reported), then
     /// applied.
-    pub fn apply_objects(&mut self, change: &ObjectChange) -> ChangeOutcome {
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn apply_objects(
+        &mut self,
+        change: &crate::source::store::ObjectChange,
+    ) -> ChangeOutcome {
+        use crate::{
+            source::store::{Keep, ObjectChange},
+            telemetry::events::ReportProblems as _,
+        };
         fn kept<K: Keep>(
             obj: &Option<Arc<K>>,
             node: &str,
@@ -432,6 +439,7 @@ impl SyncState {
         &self.node_name
     }
 
+    #[cfg(test)]
     pub fn pending(&self) -> usize {
         self.services.pending() + self.endpoints.pending()
     }

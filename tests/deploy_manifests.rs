@@ -112,21 +112,23 @@ fn the_daemonset_command_and_configmap_resolve_without_warnings() {
     assert_eq!(probe["port"], healthz.port());
 }
 
-#[test]
-fn the_kubeconfig_is_mounted_and_uses_the_service_account() {
-    let docs = documents();
-    let args = Cli::try_parse_from(command_line(&docs, "node-a"))
+/// The configuration the DaemonSet's proxy runs with on `node-a`.
+fn node_config(docs: &[Value]) -> config::Config {
+    let args = Cli::try_parse_from(command_line(docs, "node-a"))
         .expect("flags")
         .run
         .config;
-    let config_text = {
-        let path = args.config.clone().expect("--config");
-        let (cm, key) = config_map_key(&docs, &path).expect("mounted");
-        config_map_data(&docs, &cm, &key).to_owned()
-    };
-    let config = config::resolve(&args, Some(&config_text))
+    let path = args.config.clone().expect("--config");
+    let (cm, key) = config_map_key(docs, &path).expect("mounted");
+    config::resolve(&args, Some(config_map_data(docs, &cm, &key)))
         .expect("valid")
-        .config;
+        .config
+}
+
+#[test]
+fn the_kubeconfig_is_mounted_and_uses_the_service_account() {
+    let docs = documents();
+    let config = node_config(&docs);
     let kubeconfig_path: PathBuf = config
         .kubeconfig
         .expect("clientConnection.kubeconfig is set");
@@ -232,7 +234,13 @@ fn kube_prometheus_finds_the_pods_as_kube_proxys() {
         .expect("the address relabeling");
     assert_eq!(
         address["replacement"],
-        format!("$1:{}", config::METRICS_PORT),
-        "the metrics port"
+        format!(
+            "$1:{}",
+            node_config(&docs)
+                .metrics_bind_address
+                .expect("metrics server on")
+                .port()
+        ),
+        "the port the configured proxy serves metrics on"
     );
 }

@@ -18,8 +18,8 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
-    /// The field errors, for tests and for callers that report them
-    /// separately.
+    /// The field errors, one by one, as the tests compare them.
+    #[cfg(test)]
     pub fn fields(&self) -> Vec<FieldError> {
         match self {
             ConfigError::Syntax(reason) => vec![FieldError {

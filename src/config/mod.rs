@@ -13,21 +13,12 @@ mod settings;
 mod validate;
 mod write;
 
-pub use duration::{DurationError, GoDuration};
 pub use error::{ConfigError, ConfigWarning, FieldError};
-pub use flags::{
-    Cli, Command, ConfigArgs, IgnoredFlags, OutputFormat, PlanArgs, RunArgs,
-};
-pub use kubeproxy::{
-    parse as parse_kube_proxy_configuration, KubeProxyConfiguration,
-};
+pub use flags::{Cli, Command, ConfigArgs, OutputFormat, PlanArgs, RunArgs};
 pub use settings::{
-    Config, ConntrackConfig, DetectLocal, IpvsConfig, LogFormat, LoggingConfig,
-    NodePortAddress, Scheduler, UnknownScheduler, DEFAULT_OOM_SCORE_ADJ,
-    HEALTHZ_PORT, METRICS_PORT,
+    Config, DetectLocal, LogFormat, LoggingConfig, NodePortAddress,
 };
-
-pub use write::{to_kube_proxy_configuration, to_yaml};
+pub use write::to_yaml;
 
 use validate::{to_config, Origin};
 

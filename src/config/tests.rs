@@ -8,7 +8,11 @@ use clap::Parser;
 use ipnet::IpNet;
 use pretty_assertions::assert_eq;
 
-use super::*;
+use super::{
+    duration::GoDuration,
+    settings::{ConntrackConfig, IpvsConfig, Scheduler, UnknownScheduler},
+    *,
+};
 
 const KUBEADM: &str = include_str!("../../examples/kube-proxy-config.yaml");
 

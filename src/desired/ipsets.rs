@@ -132,6 +132,7 @@ pub struct SetName {
 }
 
 impl SetName {
+    #[cfg(test)]
     pub fn v4(kind: SetKind) -> Self {
         Self { kind, ipv6: false }
     }

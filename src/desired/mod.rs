@@ -19,6 +19,7 @@ use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
 
 use serde::Serialize;
 
+#[cfg(test)]
 pub use compute::service_state;
 pub use ipsets::{SetEntry, SetKind, SetName, SetType};
 pub use sorted_set::SortedSet;

@@ -88,6 +88,7 @@ impl super::Plan {
     /// One line per virtual server, `TCP 198.18.0.10:80 -> a:p,b:p` (with
     /// `persistent N` when sticky): compact enough to compare whole plans
     /// in tests and logs.
+    #[cfg(test)]
     pub fn virtual_server_lines(&self) -> Vec<String> {
         self.virtual_servers
             .iter()

@@ -41,14 +41,17 @@ impl DesiredState {
         &self.ctx
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.services.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.services.is_empty()
     }
 
+    #[cfg(test)]
     pub fn service(&self, name: &ServicePortName) -> Option<&ServiceState> {
         self.services.get(name).map(|s| &**s)
     }

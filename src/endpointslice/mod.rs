@@ -40,7 +40,8 @@ use k8s_openapi::api::{
 
 pub use address::AddressType;
 pub use error::ReconcileError;
-pub use ports::PortMapKey;
+#[cfg(test)]
+use ports::PortMapKey;
 
 use slice::ServiceRef;
 
@@ -84,6 +85,7 @@ pub struct Reconciled {
 
 impl Reconciled {
     /// True when the existing slices already are the desired ones.
+    #[cfg(test)]
     pub fn is_noop(&self) -> bool {
         self.to_create.is_empty()
             && self.to_update.is_empty()

@@ -74,11 +74,13 @@ impl KernelError {
     }
 
     /// The errors a model returns where the kernel would.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn exists(object: impl fmt::Display) -> Self {
         Self::new(ErrorKind::Exists, object, "already exists")
             .with_errno(libc::EEXIST)
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn not_found(object: impl fmt::Display) -> Self {
         Self::new(ErrorKind::NotFound, object, "not found")
             .with_errno(libc::ENOENT)

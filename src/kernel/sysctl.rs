@@ -11,7 +11,6 @@
 //! [`bridge_nf_call_iptables_off`] lets the caller do.
 
 use std::{
-    collections::BTreeMap,
     fmt, fs, io,
     path::{Component, Path, PathBuf},
 };
@@ -251,12 +250,14 @@ impl Sysctls for ProcSysctls {
 
 /// An in-memory kernel: sysctls that exist and their values, and every
 /// write in order.
+#[cfg(any(test, feature = "test-support"))]
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SysctlsModel {
-    pub values: BTreeMap<String, String>,
+    pub values: std::collections::BTreeMap<String, String>,
     pub writes: Vec<(String, String)>,
 }
 
+#[cfg(any(test, feature = "test-support"))]
 impl SysctlsModel {
     pub fn new<'a>(
         values: impl IntoIterator<Item = (&'a str, &'a str)>,
@@ -275,6 +276,7 @@ impl SysctlsModel {
     }
 }
 
+#[cfg(any(test, feature = "test-support"))]
 impl Sysctls for SysctlsModel {
     fn read(&mut self, path: &str) -> Result<String, KernelError> {
         self.values

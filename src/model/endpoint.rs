@@ -34,6 +34,7 @@ pub struct EndpointInfo {
 
 impl EndpointInfo {
     /// `ip:port` with brackets for IPv6, as upstream's `String()`.
+    #[cfg(test)]
     pub fn endpoint_string(&self) -> String {
         std::net::SocketAddr::new(self.ip, self.port).to_string()
     }

@@ -12,10 +12,9 @@ mod protocol;
 mod records;
 mod service;
 
-pub use convert::{
-    endpoint_slice_info, node_info, service_ports, Converted,
-    EndpointSliceInfo, InvalidObject, InvalidReason, ObjectKind,
-};
+pub use convert::{node_info, Converted, EndpointSliceInfo, InvalidObject};
+#[cfg(test)]
+pub(crate) use convert::{endpoint_slice_info, service_ports};
 pub use endpoint::{EndpointInfo, EndpointsMap};
 pub use ip_family::IpFamily;
 pub use node::NodeInfo;

@@ -38,6 +38,7 @@ pub struct ServicePortName {
 }
 
 impl ServicePortName {
+    #[cfg(any(test, feature = "test-support"))]
     pub fn new(
         namespace: impl Into<String>,
         name: impl Into<String>,

@@ -48,14 +48,17 @@ impl<B, C> WithConntrack<B, C> {
         }
     }
 
+    #[cfg(test)]
     pub fn inner(&self) -> &B {
         &self.inner
     }
 
+    #[cfg(test)]
     pub fn conntrack(&self) -> &C {
         &self.conntrack
     }
 
+    #[cfg(test)]
     pub fn serving(&self) -> &UdpServing {
         &self.serving
     }

@@ -129,6 +129,7 @@ impl GracefulQueue {
         self.draining.keys()
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.draining.values().map(BTreeMap::len).sum()
     }

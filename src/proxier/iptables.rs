@@ -29,7 +29,7 @@ use crate::{
 };
 
 pub mod apply;
-#[cfg(any(test, feature = "kernel-tests"))]
+#[cfg(any(test, feature = "test-support"))]
 pub mod contract;
 pub mod facts;
 pub mod rules;
@@ -37,11 +37,9 @@ pub mod saved;
 #[cfg(test)]
 mod tests;
 
-pub use apply::{cleanup, RulesApplier, RulesReport, TableSave};
+pub use apply::{cleanup, RulesApplier, TableSave};
 pub use facts::RulesFacts;
-pub use rules::{
-    FamilyInput, LocalDetector, NoNodeAccess, Payload, RulesInput,
-};
+pub use rules::{LocalDetector, RulesInput};
 
 /// What the rules take from the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,10 +117,12 @@ impl<B, T> WithIptables<B, T> {
         }
     }
 
+    #[cfg(test)]
     pub fn inner(&self) -> &B {
         &self.inner
     }
 
+    #[cfg(test)]
     pub fn iptables(&self) -> &T {
         &self.iptables
     }

@@ -129,6 +129,7 @@ impl ApplyReport {
         self.failed().count()
     }
 
+    #[cfg(test)]
     pub fn is_ok(&self) -> bool {
         self.failures() == 0
     }
@@ -264,14 +265,17 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
         }
     }
 
+    #[cfg(test)]
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
     }
 
+    #[cfg(test)]
     pub fn graceful(&self) -> &GracefulQueue {
         &self.graceful
     }
 
+    #[cfg(test)]
     pub fn config(&self) -> &ProxierConfig {
         &self.config
     }
@@ -810,7 +814,6 @@ fn settled_ipset(op: &IpsetOp, e: &KernelError) -> bool {
             e.kind == ErrorKind::NotFound && e.errno != Some(libc::ENOENT)
         }
         IpsetOp::Destroy(_) => e.kind == ErrorKind::NotFound,
-        IpsetOp::Flush(_) => false,
     }
 }
 
@@ -875,7 +878,6 @@ fn ipset_label(op: &IpsetOp) -> &'static str {
     match op {
         IpsetOp::Create(_) => "create",
         IpsetOp::Destroy(_) => "destroy",
-        IpsetOp::Flush(_) => "flush",
         IpsetOp::Add(..) => "add",
         IpsetOp::Delete(..) => "delete",
     }

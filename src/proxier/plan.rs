@@ -77,12 +77,14 @@ pub struct KernelOps {
 }
 
 impl KernelOps {
+    #[cfg(any(test, feature = "test-support"))]
     pub fn is_empty(&self) -> bool {
         self.ipvs.is_empty()
             && self.addresses.is_empty()
             && self.ipsets.is_empty()
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn len(&self) -> usize {
         self.ipvs.len() + self.addresses.len() + self.ipsets.len()
     }
@@ -185,14 +187,17 @@ impl Ledger {
         ledger
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.services.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.services.is_empty()
     }
 
+    #[cfg(test)]
     pub fn service(&self, name: &ServicePortName) -> Option<&ServiceState> {
         self.services.get(name).map(|s| &**s)
     }
@@ -211,6 +216,7 @@ impl Ledger {
             .find(|vs| vs.key() == *key)
     }
 
+    #[cfg(test)]
     /// Every programmed virtual server, by key.
     pub fn virtual_servers(
         &self,
@@ -235,11 +241,13 @@ impl Ledger {
         }
     }
 
+    #[cfg(test)]
     /// Every address bound on the dummy link.
     pub fn bound_addresses(&self) -> impl Iterator<Item = IpAddr> + '_ {
         self.addresses.keys().copied()
     }
 
+    #[cfg(test)]
     /// Every set entry, `KUBE-IPVS-IPS` (which mirrors the bound
     /// addresses) included.
     pub fn set_entries(&self) -> BTreeMap<SetName, BTreeSet<SetEntry>> {
@@ -610,7 +618,7 @@ impl Touched {
                 IpsetOp::Create(spec) => {
                     self.sets.insert(spec.name.clone());
                 }
-                IpsetOp::Destroy(name) | IpsetOp::Flush(name) => {
+                IpsetOp::Destroy(name) => {
                     self.sets.insert(name.clone());
                 }
                 IpsetOp::Add(name, entry) | IpsetOp::Delete(name, entry) => {
@@ -620,6 +628,7 @@ impl Touched {
         }
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.services.is_empty()
             && self.addresses.is_empty()

@@ -94,6 +94,7 @@ impl ProxyHealth {
         self.clock.now()
     }
 
+    #[cfg(test)]
     pub fn timeout(&self) -> Duration {
         self.timeout
     }

@@ -29,7 +29,7 @@ use std::{
 use axum::Router;
 use tokio::task::JoinHandle;
 
-pub use health::{Clock, ProxyHealth, SystemClock};
+pub use health::ProxyHealth;
 pub use reporter::SyncReporter;
 pub use service_health::ServiceHealthServer;
 
@@ -54,12 +54,14 @@ pub enum ServerError {
 /// A running server. Dropping it stops accepting connections at once.
 #[derive(Debug)]
 pub struct Server {
+    #[cfg(test)]
     local_addr: SocketAddr,
     task: JoinHandle<()>,
 }
 
 impl Server {
     /// Binds `address` (port 0 picks one) and serves `router` on it.
+    #[cfg(test)]
     pub async fn bind(
         name: &'static str,
         address: SocketAddr,
@@ -103,9 +105,14 @@ impl Server {
                 );
             }
         });
-        Ok(Self { local_addr, task })
+        Ok(Self {
+            #[cfg(test)]
+            local_addr,
+            task,
+        })
     }
 
+    #[cfg(test)]
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
     }

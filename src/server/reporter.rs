@@ -5,7 +5,7 @@
 use std::{
     collections::BTreeSet,
     sync::{Arc, Mutex, PoisonError},
-    time::{Duration, SystemTime},
+    time::Duration,
 };
 
 use super::{
@@ -51,6 +51,7 @@ impl SyncReporter {
         }
     }
 
+    #[cfg(test)]
     pub fn health(&self) -> &Arc<ProxyHealth> {
         &self.health
     }
@@ -167,7 +168,8 @@ impl SyncReporter {
     }
 
     /// The time the health state reads: the injected clock in tests.
-    pub fn now(&self) -> SystemTime {
+    #[cfg(test)]
+    pub fn now(&self) -> std::time::SystemTime {
         self.health.now()
     }
 }

@@ -39,7 +39,8 @@ const ENDPOINT_WEIGHT: HeaderName =
 struct Instance {
     port: u16,
     local_endpoints: Arc<AtomicUsize>,
-    servers: Vec<Server>,
+    /// Held for their `Drop`, which stops them with the instance.
+    _servers: Vec<Server>,
 }
 
 #[derive(Debug, Default)]
@@ -204,6 +205,7 @@ impl ServiceHealthServer {
     }
 
     /// Where a service's health check listens; `None` when not open.
+    #[cfg(test)]
     pub fn local_addrs(
         &self,
         service: &NamespacedName,
@@ -211,7 +213,7 @@ impl ServiceHealthServer {
         self.services()
             .open
             .get(service)
-            .map(|i| i.servers.iter().map(Server::local_addr).collect())
+            .map(|i| i._servers.iter().map(Server::local_addr).collect())
     }
 
     /// The services with an open health check and their ports.
@@ -262,7 +264,7 @@ impl ServiceHealthServer {
         Ok(Instance {
             port,
             local_endpoints,
-            servers,
+            _servers: servers,
         })
     }
 

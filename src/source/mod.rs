@@ -20,7 +20,6 @@ use k8s_openapi::api::{
     discovery::v1::EndpointSlice,
 };
 
-pub use store::{ObjectChange, Store, Stores};
 
 /// One watcher event for one of the kinds the proxy reads.
 // Unboxed on purpose: each event is moved once from source to store, and

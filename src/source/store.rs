@@ -113,14 +113,17 @@ impl<K: Keep> Store<K> {
         self.synced
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.objects.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.objects.is_empty()
     }
 
+    #[cfg(test)]
     pub fn get(&self, key: &NamespacedName) -> Option<&Arc<Kept<K::Record>>> {
         self.objects.get(key)
     }
@@ -255,6 +258,7 @@ pub enum RecordChange {
 /// One API object's change, as tests and benchmarks state one:
 /// [`SyncState::apply_objects`](crate::sync::SyncState::apply_objects)
 /// converts it as the stores would and applies the [`RecordChange`].
+#[cfg(any(test, feature = "test-support"))]
 #[derive(Debug, Clone, PartialEq)]
 pub enum ObjectChange {
     Service {

@@ -3,7 +3,6 @@
 
 use metrics_exporter_prometheus::{
     BuildError, Matcher, PrometheusBuilder, PrometheusHandle,
-    PrometheusRecorder,
 };
 
 use super::{
@@ -65,7 +64,9 @@ pub fn builder() -> Result<PrometheusBuilder, ExporterError> {
 
 /// A recorder not installed anywhere: for tests, which install it
 /// thread-locally.
-pub fn recorder() -> Result<PrometheusRecorder, ExporterError> {
+#[cfg(test)]
+pub fn recorder(
+) -> Result<metrics_exporter_prometheus::PrometheusRecorder, ExporterError> {
     Ok(builder()?.build_recorder())
 }
 

@@ -87,6 +87,7 @@ impl EndpointSliceCache {
     }
 
     /// Number of services with pending slices.
+    #[cfg(test)]
     pub fn pending(&self) -> usize {
         self.dirty.len()
     }
@@ -268,6 +269,7 @@ impl EndpointsChangeTracker {
     }
 
     /// Number of services with pending slice changes.
+    #[cfg(test)]
     pub fn pending(&self) -> usize {
         self.cache.pending()
     }

@@ -53,6 +53,7 @@ impl NodeTracker {
     }
 
     /// The pod CIDRs adopted for `detectLocalMode: NodeCIDR`.
+    #[cfg(test)]
     pub fn pod_cidrs(&self) -> Option<&[IpNet]> {
         self.adopted_pod_cidrs.as_deref()
     }

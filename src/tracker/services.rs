@@ -87,6 +87,7 @@ impl ServiceChangeTracker {
     }
 
     /// Number of services with pending changes.
+    #[cfg(test)]
     pub fn pending(&self) -> usize {
         self.items.len()
     }

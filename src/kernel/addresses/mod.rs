@@ -9,15 +9,16 @@ use std::{collections::BTreeSet, fmt, future::Future, net::IpAddr};
 use super::KernelError;
 
 /// Scenarios run against the model by the unit tests and against the
-/// kernel by the guest tests; public for the latter, and built always so
-/// that those tests compile (and show as ignored) outside the guest.
-#[doc(hidden)]
+/// kernel by the guest tests (public for the latter).
+#[cfg(any(test, feature = "test-support"))]
 pub mod contract;
+#[cfg(any(test, feature = "test-support"))]
 mod model;
 mod real;
 #[cfg(test)]
 mod tests;
 
+#[cfg(any(test, feature = "test-support"))]
 pub use model::AddressesModel;
 pub use real::NetlinkAddresses;
 

@@ -36,21 +36,19 @@ use std::{
 };
 
 use super::KernelError;
-use crate::model::{
-    EndpointInfo, EndpointsMap, Protocol, ServicePortInfo, ServicePortMap,
-    ServicePortName,
-};
+use crate::model::{EndpointInfo, Protocol, ServicePortInfo, ServicePortName};
 
 /// Scenarios run against the model by the unit tests and against the
-/// kernel by the guest tests; public for the latter, and built always so
-/// that those tests compile (and show as ignored) outside the guest.
-#[doc(hidden)]
+/// kernel by the guest tests (public for the latter).
+#[cfg(any(test, feature = "test-support"))]
 pub mod contract;
+#[cfg(any(test, feature = "test-support"))]
 mod model;
 mod real;
 #[cfg(test)]
 mod tests;
 
+#[cfg(any(test, feature = "test-support"))]
 pub use model::ConntrackModel;
 pub use real::NetlinkConntrack;
 
@@ -118,9 +116,10 @@ impl UdpServing {
 
     /// Every UDP service port of the maps, as upstream computes it on
     /// each cleanup.
+    #[cfg(test)]
     pub fn from_maps(
-        services: &ServicePortMap,
-        endpoints: &EndpointsMap,
+        services: &crate::model::ServicePortMap,
+        endpoints: &crate::model::EndpointsMap,
     ) -> Self {
         let mut serving = Self::new();
         for (name, info) in services {

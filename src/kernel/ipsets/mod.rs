@@ -4,8 +4,9 @@
 //! [`IpsetsModel`] holds sets in memory and fails where the kernel does.
 //! The scenarios in `contract` hold the two to the same results.
 
-#[cfg(any(test, feature = "kernel-tests"))]
+#[cfg(any(test, feature = "test-support"))]
 pub mod contract;
+#[cfg(any(test, feature = "test-support"))]
 mod model;
 mod netlink;
 mod real;
@@ -17,7 +18,9 @@ use std::{
     future::Future,
 };
 
-pub use self::{model::IpsetsModel, real::NetlinkIpsets};
+#[cfg(any(test, feature = "test-support"))]
+pub use model::IpsetsModel;
+pub use real::NetlinkIpsets;
 use super::KernelError;
 pub use crate::desired::{SetEntry, SetType};
 
@@ -40,7 +43,6 @@ pub struct SetState {
 pub enum IpsetOp {
     Create(SetSpec),
     Destroy(String),
-    Flush(String),
     Add(String, SetEntry),
     Delete(String, SetEntry),
 }
@@ -57,7 +59,7 @@ impl IpsetOp {
     pub fn object(&self) -> String {
         match self {
             IpsetOp::Create(spec) => spec.name.clone(),
-            IpsetOp::Destroy(name) | IpsetOp::Flush(name) => name.clone(),
+            IpsetOp::Destroy(name) => name.clone(),
             IpsetOp::Add(name, entry) | IpsetOp::Delete(name, entry) => {
                 format!("{name} {entry}")
             }

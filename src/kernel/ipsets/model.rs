@@ -76,13 +76,6 @@ impl IpsetsModel {
                 self.sets.remove(name);
                 Ok(())
             }
-            IpsetOp::Flush(name) => match self.sets.get_mut(name) {
-                Some(set) => {
-                    set.entries.clear();
-                    Ok(())
-                }
-                None => fail(Command::Flush, libc::ENOENT),
-            },
             IpsetOp::Add(name, entry) | IpsetOp::Delete(name, entry) => {
                 let adding = matches!(op, IpsetOp::Add(..));
                 let command = if adding { Command::Add } else { Command::Del };

@@ -166,11 +166,6 @@ impl NetlinkIpsets {
                     message::named(w, name)
                 })
             }
-            IpsetOp::Flush(name) => {
-                encode_request(buf, Command::Flush, flags, seq, |w| {
-                    message::named(w, name)
-                })
-            }
             IpsetOp::Add(name, entry) => {
                 encode_request(buf, Command::Add, flags, seq, |w| {
                     message::element(w, name, entry)
@@ -381,7 +376,6 @@ fn command(op: &IpsetOp) -> Command {
     match op {
         IpsetOp::Create(_) => Command::Create,
         IpsetOp::Destroy(_) => Command::Destroy,
-        IpsetOp::Flush(_) => Command::Flush,
         IpsetOp::Add(..) => Command::Add,
         IpsetOp::Delete(..) => Command::Del,
     }

@@ -18,7 +18,7 @@ mod model_contract {
         create_list_destroy,
         add_delete_entries,
         rejected_entries,
-        flush_and_destroy,
+        non_empty_sets_are_destroyed,
         failures_stay_in_place,
         dump_only_prefix,
         large_batch,

@@ -16,8 +16,9 @@ use std::future::Future;
 use super::KernelError;
 
 pub mod canon;
-#[cfg(any(test, feature = "kernel-tests"))]
+#[cfg(any(test, feature = "test-support"))]
 pub mod contract;
+#[cfg(any(test, feature = "test-support"))]
 pub mod model;
 pub mod real;
 pub mod save;
@@ -54,6 +55,7 @@ pub trait Iptables {
 
 /// The payload line (1-based) a failed restore names, when the tool named
 /// one.
+#[cfg(any(test, feature = "test-support"))]
 pub fn failed_line(err: &KernelError) -> Option<usize> {
     err.message
         .strip_prefix("line ")?

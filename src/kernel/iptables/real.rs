@@ -121,10 +121,6 @@ impl RealIptables {
         Self { variant }
     }
 
-    pub fn variant(&self) -> Variant {
-        self.variant
-    }
-
     /// Whether this iptables supports `--random-fully` (for
     /// [`super::RulesInput::random_fully`]); runs `iptables --version`
     /// once.

@@ -99,6 +99,7 @@ pub fn target(spec: &str) -> Option<&str> {
 /// the rules of other chains that jump to them. Two dumps with equal
 /// normalised forms hold the same state of those chains, whichever tool
 /// (or the model) printed them.
+#[cfg(any(test, feature = "test-support"))]
 pub fn normalise(
     family: IpFamily,
     saved: &str,

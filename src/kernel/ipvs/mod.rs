@@ -4,8 +4,9 @@
 //! is the in-memory stand-in for tests, held to the kernel's answers by
 //! the scenarios in `contract`.
 
-#[cfg(any(test, feature = "kernel-tests"))]
+#[cfg(any(test, feature = "test-support"))]
 pub mod contract;
+#[cfg(any(test, feature = "test-support"))]
 mod model;
 mod real;
 #[cfg(test)]
@@ -19,6 +20,7 @@ use std::{
     net::{IpAddr, SocketAddr},
 };
 
+#[cfg(any(test, feature = "test-support"))]
 pub use model::IpvsModel;
 pub use real::NetlinkIpvs;
 pub use timeouts::ConnTimeouts;

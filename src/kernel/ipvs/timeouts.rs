@@ -73,6 +73,7 @@ impl NetlinkIpvs {
     }
 
     /// The kernel's current timeouts.
+    #[cfg(any(test, feature = "test-support"))]
     pub async fn timeouts(&self) -> Result<ConnTimeouts, KernelError> {
         let t = self
             .handle()

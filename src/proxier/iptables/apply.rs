@@ -44,6 +44,7 @@ impl RulesApplier {
     }
 
     /// The input last applied without error, if any.
+    #[cfg(test)]
     pub fn applied(&self) -> Option<&RulesInput> {
         self.applied.as_ref()
     }

@@ -12,7 +12,9 @@
 //! Because the per-service work lives in ipsets, the rules change only when
 //! the configuration changes, when a set turns empty or non-empty, or when
 //! the list of load balancers closed to the node changes: compare two
-//! [`RulesInput`]s ([`needs_restore`]) and most syncs run no iptables tool.
+//! [`RulesInput`]s (equal inputs, equal rules: see
+//! [`RulesApplier::sync`](super::RulesApplier::sync)) and most syncs run no
+//! iptables tool.
 
 use std::{collections::BTreeSet, fmt::Write as _, net::IpAddr};
 
@@ -405,6 +407,7 @@ pub struct FamilyInput {
 }
 
 impl FamilyInput {
+    #[cfg(test)]
     pub fn new(family: IpFamily) -> Self {
         Self {
             family,
@@ -447,12 +450,6 @@ impl RulesInput {
         let value = 1u32.checked_shl(self.masquerade_bit.into()).unwrap_or(0);
         format!("{value:#08x}")
     }
-}
-
-/// Whether going from `previous` to `next` changes any rule. When it does
-/// not, the sync can skip iptables entirely.
-pub fn needs_restore(previous: &RulesInput, next: &RulesInput) -> bool {
-    previous != next
 }
 
 /// One rule: `-A chain spec`.

@@ -127,7 +127,7 @@ pub fn cleanup(family: IpFamily, table: &str, saved: &str) -> Cleanup {
 /// Our part of a dump ([`crate::kernel::iptables::save::normalise`] over
 /// our chains): two dumps with equal normalised forms hold the same
 /// kube-proxy state. The contract tests compare them.
-#[cfg(any(test, feature = "kernel-tests"))]
+#[cfg(any(test, feature = "test-support"))]
 pub fn normalise(family: IpFamily, saved: &str) -> String {
     crate::kernel::iptables::save::normalise(family, saved, |table, chain| {
         rules::chains(table).contains(&chain)

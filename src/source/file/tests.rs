@@ -9,7 +9,7 @@ use futures::{Stream, StreamExt};
 use pretty_assertions::assert_eq;
 
 use super::{watch::WatchState, *};
-use crate::source::{store::RecordChange, Stores};
+use crate::source::store::{RecordChange, Stores};
 
 const SERVICE_A: &str = "\
 apiVersion: v1

@@ -237,7 +237,6 @@ fn errno_mapping_depends_on_the_command() {
         (Command::Del, 4103, NotFound),
         (Command::Add, 2, NotFound),
         (Command::Destroy, 2, NotFound),
-        (Command::Flush, 2, NotFound),
         (Command::Add, 4097, Invalid),
         (Command::Add, 4109, Invalid),
         (Command::Add, 4110, Invalid),

@@ -485,19 +485,3 @@ fn cluster_cidr_is_masked_like_upstream_parses_it() {
     );
     assert_eq!(got, LocalDetector::SourceCidr(cidr("198.19.0.0/16")));
 }
-
-#[test]
-fn only_rule_relevant_changes_need_a_restore() {
-    let base = input(vec![v4(cluster_cidr(), &[SetKind::ClusterIp])]);
-    assert!(!needs_restore(&base, &base.clone()));
-    let mut more = base.clone();
-    if let Some(f) = more.families.first_mut() {
-        f.non_empty_sets.insert(SetKind::LoadBalancer);
-    }
-    assert!(needs_restore(&base, &more));
-    let masq = RulesInput {
-        masquerade_all: true,
-        ..base.clone()
-    };
-    assert!(needs_restore(&base, &masq));
-}
