@@ -23,8 +23,6 @@ use crate::{
     service::{ServiceHandle, ServiceKey},
 };
 
-const ENOENT: i32 = 2;
-
 /// A larger receive buffer lets a batch keep more acknowledgements in
 /// flight before the connection task drains them. Best effort: the kernel
 /// caps it at `net.core.rmem_max` for unprivileged callers.
@@ -156,7 +154,7 @@ impl Handle {
                 .await
                 .map_err(|err| match &err {
                     GenetlinkError::NetlinkError(io)
-                        if io.raw_os_error() == Some(ENOENT) =>
+                        if io.raw_os_error() == Some(libc::ENOENT) =>
                     {
                         Error::IpvsUnavailable
                     }

@@ -17,6 +17,7 @@ use crate::{
         desired_slices, is_controller_slice_of, ReconcileConfig,
         CONTROLLER_NAME, LABEL_MANAGED_BY, LABEL_SERVICE_NAME,
     },
+    model::NamespacedName,
     telemetry::INVALID_OBJECTS_TOTAL,
 };
 
@@ -78,10 +79,8 @@ pub fn derive_endpoint_slices(
     snapshot.endpoint_slices = kept;
 }
 
-type ServiceKey = (String, String);
-
-fn service_key(service: &Service) -> ServiceKey {
-    (
+fn service_key(service: &Service) -> NamespacedName {
+    NamespacedName::new(
         service.metadata.namespace.clone().unwrap_or_default(),
         service.metadata.name.clone().unwrap_or_default(),
     )
@@ -90,8 +89,8 @@ fn service_key(service: &Service) -> ServiceKey {
 /// Splits slices into the controller's, by service, and all others.
 fn group_controller_slices(
     slices: Vec<EndpointSlice>,
-) -> (HashMap<ServiceKey, Vec<EndpointSlice>>, Vec<EndpointSlice>) {
-    let mut grouped: HashMap<ServiceKey, Vec<EndpointSlice>> = HashMap::new();
+) -> (HashMap<NamespacedName, Vec<EndpointSlice>>, Vec<EndpointSlice>) {
+    let mut grouped: HashMap<NamespacedName, Vec<EndpointSlice>> = HashMap::new();
     let mut others = Vec::new();
     for slice in slices {
         let labels = slice.metadata.labels.as_ref();
@@ -100,7 +99,7 @@ fn group_controller_slices(
             .is_some_and(|m| m == CONTROLLER_NAME);
         match labels.and_then(|l| l.get(LABEL_SERVICE_NAME)) {
             Some(name) if managed => {
-                let key = (
+                let key = NamespacedName::new(
                     slice.metadata.namespace.clone().unwrap_or_default(),
                     name.clone(),
                 );
