@@ -4,8 +4,8 @@
 //! kernel with ipset, `cargo test --features kernel-tests --test
 //! kernel_ipsets` runs them on the host too.
 
-/// Thin wrappers: the contract module exists only with the feature, so
-/// without it the tests are listed as ignored and compile to nothing.
+/// Thin wrappers: the real-kernel half is only built with the feature,
+/// so without it the tests are listed as ignored and compile to nothing.
 macro_rules! kernel_tests {
     ($($name:ident),* $(,)?) => {
         $(

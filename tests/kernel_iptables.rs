@@ -22,8 +22,7 @@ async fn contract_against_real_iptables() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Only built with the feature: the contract module is not compiled
-/// without it.
+/// Only built with the feature: it needs root and the iptables tools.
 #[cfg(feature = "kernel-tests")]
 mod netns {
     use std::{
