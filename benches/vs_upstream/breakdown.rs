@@ -1,7 +1,7 @@
 //! Where a churn's time went, from ours' stage histograms (upstream has
 //! none), read off `/metrics` before and after the churn.
 
-use crate::{measure::Results, proxy::metrics_text};
+use crate::{churn::Scrape, measure::Results, proxy::metrics_text};
 
 /// Ours: the stages of a change on its way to the kernel, and the repair.
 const STAGES: &str = "kube_ipvs_proxy_change_stage_duration_seconds";
@@ -63,6 +63,37 @@ pub fn breakdown(results: &Results, before: &str) {
             results.print(&format!("repair_{part}_{tag}_ms"), v * 1e3);
         }
     }
+}
+
+/// Each minute of a churn between its scrapes: the `total` and `queue`
+/// stages' p99 and the `sync` stage's, the repair reads that ended in
+/// it and their longest, and the proxy's CPU: which part of the proxy a
+/// bad minute's tail came from.
+pub fn each_minute(scrapes: &[Scrape]) -> Vec<String> {
+    scrapes
+        .windows(2)
+        .map(|pair| {
+            let (before, after) = (&pair[0], &pair[1]);
+            let delta = |name: &str, label: &str| {
+                delta(&before.metrics, &after.metrics, name, label)
+            };
+            let p99 = |stage: &str| {
+                quantile(&delta(STAGES, &format!("stage=\"{stage}\"")), 0.99)
+                    .map_or("-".to_owned(), |v| format!("{:.0}", v * 1e3))
+            };
+            let reads = delta(REPAIR, "part=\"read\"");
+            let count = reads.last().map_or(0.0, |b| b.1);
+            let longest = quantile(&reads, 1.0)
+                .map_or("-".to_owned(), |v| format!("{:.0}", v * 1e3));
+            format!(
+                "{}/{}/{} reads {count:.0} ({longest}) cpu {:.1}",
+                p99("total"),
+                p99("queue"),
+                p99("sync"),
+                after.cpu.saturating_sub(before.cpu).as_secs_f64(),
+            )
+        })
+        .collect()
 }
 
 /// A histogram's cumulative buckets (upper bound, count) for the series

@@ -31,7 +31,13 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use tokio::sync::Semaphore;
 
-use crate::{api, ipvs, measure::Addresses, objects, proxy::Proxy, Settings};
+use crate::{
+    api, ipvs,
+    measure::Addresses,
+    objects,
+    proxy::{metrics_text, Proxy},
+    Settings,
+};
 
 /// Writes in flight at most; a slower API server lowers the achieved
 /// rate, which is reported, rather than piling up requests.
@@ -52,6 +58,24 @@ pub struct Churn {
     /// Timed changes never seen.
     pub unobserved: usize,
     pub write_errors: usize,
+    /// The proxy's `/metrics` and its CPU time at the start of the churn
+    /// and at each whole minute of it: what each minute cost, beside
+    /// its latencies.
+    pub scrapes: Vec<Scrape>,
+}
+
+pub struct Scrape {
+    pub metrics: String,
+    pub cpu: Duration,
+}
+
+impl Scrape {
+    fn take(proxy: &Proxy) -> anyhow::Result<Self> {
+        Ok(Self {
+            metrics: metrics_text().unwrap_or_default(),
+            cpu: proxy.cpu()?,
+        })
+    }
 }
 
 /// One change followed because it, or an earlier change to its service,
@@ -99,6 +123,7 @@ pub async fn run(
     proxy: &mut Proxy,
 ) -> anyhow::Result<Churn> {
     let started = Instant::now();
+    let mut scrapes = vec![Scrape::take(proxy)?];
     let shared: SharedState = Arc::default();
     let errors = Arc::new(AtomicUsize::new(0));
     // The writer is a task of its own so that a slow polling round never
@@ -183,6 +208,11 @@ pub async fn run(
             f.next_check = seen_at + (age / 10).clamp(POLL, MAX_POLL);
         }
         proxy.check_alive()?;
+        let minute = Duration::from_secs(60);
+        let next = minute * scrapes.len() as u32;
+        if next <= settings.churn && started.elapsed() >= next {
+            scrapes.push(Scrape::take(proxy)?);
+        }
         if let Some((_, at)) = written {
             if at.elapsed() > settings.change_timeout {
                 break;
@@ -203,6 +233,7 @@ pub async fn run(
         catch_up: last_seen.saturating_duration_since(written_at),
         unobserved,
         write_errors: errors.load(Ordering::Relaxed),
+        scrapes,
     })
 }
 

@@ -14,7 +14,7 @@ use kube::Client;
 
 use crate::{
     api,
-    breakdown::{breakdown, single},
+    breakdown::{breakdown, each_minute, single},
     churn, ipvs, objects,
     proxy::{metrics_text, scrape, Proxy},
     Settings,
@@ -185,6 +185,14 @@ pub async fn run(
             eprintln!(
                 "{proxy_name} {n}: churn p50/p99 (ms) by minute: {}",
                 series.join(" ")
+            );
+        }
+        let costs = each_minute(&churn.scrapes);
+        if costs.len() >= 2 {
+            eprintln!(
+                "{proxy_name} {n}: by minute, p99 of total/queue/sync (ms), \
+                 repair reads ended (longest, ms), CPU (s): {}",
+                costs.join(" | ")
             );
         }
         for (label, minute) in churn.minutes() {
