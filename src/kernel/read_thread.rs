@@ -10,6 +10,12 @@
 //! on this runtime too: a connection's task is where the socket is read
 //! and the replies are parsed, so it must not run on the loop's thread
 //! either.
+//!
+//! The thread runs at a lower scheduling priority (nice 10): a repair is
+//! background work, due once a `syncPeriod`, while a sync carries changes
+//! someone is waiting for. On a node whose CPUs are busy the read then
+//! yields to the syncs instead of taking an equal share from them, and
+//! still progresses when they are idle.
 
 use std::future::Future;
 use std::sync::OnceLock;
@@ -38,9 +44,49 @@ fn start() -> Result<Handle, String> {
     let handle = runtime.handle().clone();
     std::thread::Builder::new()
         .name("kernel-reads".into())
-        .spawn(move || runtime.block_on(std::future::pending::<()>()))
+        .spawn(move || {
+            lower_priority();
+            runtime.block_on(std::future::pending::<()>())
+        })
         .map_err(|e| format!("cannot start the reads' thread: {e}"))?;
     Ok(handle)
+}
+
+/// The nice value of the reads' thread, at least.
+const NICE: libc::c_int = 10;
+
+/// The calling thread's nice value; `None` when the kernel will not say.
+fn nice() -> Option<libc::c_int> {
+    // SAFETY: getpriority reads the calling thread's nice value; -1 is
+    // also a valid one, so errno, cleared before, tells errors apart.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let nice =
+            libc::getpriority(libc::PRIO_PROCESS as _, libc::gettid() as libc::id_t);
+        (*libc::__errno_location() == 0).then_some(nice)
+    }
+}
+
+/// Lowers the calling thread's priority to `NICE` unless it is lower
+/// already (a proxy started with `nice`): on Linux the nice value is per
+/// thread, set by its id. Lowering one's priority needs no privilege, so
+/// this fails only on a kernel without it; the reads then run at the
+/// process's priority, and say so.
+fn lower_priority() {
+    if nice().is_some_and(|n| n >= NICE) {
+        return;
+    }
+    // SAFETY: setpriority takes plain integers and touches no memory of
+    // ours; gettid cannot fail.
+    let set = unsafe {
+        libc::setpriority(libc::PRIO_PROCESS as _, libc::gettid() as libc::id_t, NICE)
+    };
+    if set != 0 {
+        tracing::warn!(
+            error = %std::io::Error::last_os_error(),
+            "cannot lower the kernel reads' thread priority; repairs compete with syncs"
+        );
+    }
 }
 
 /// Runs `read` on the reads' thread and waits for its result.
@@ -75,6 +121,15 @@ mod tests {
         })
         .await;
         assert!(failed.is_err());
+    }
+
+    #[tokio::test]
+    async fn the_reads_thread_yields_to_the_syncs() {
+        let reads = run(async { Ok(nice()) }).await.unwrap().unwrap();
+        // Threads start with their creator's nice value: the test's.
+        let ours = nice().unwrap();
+        assert_eq!(reads, ours.max(NICE), "the caller's nice value is {ours}");
+        assert_eq!(nice(), Some(ours), "the caller's thread keeps its own");
     }
 
     #[tokio::test]
