@@ -111,6 +111,20 @@ pub struct PlanArgs {
     pub output: OutputFormat,
 }
 
+/// The flags among `fields` of `args` that were given, by their names on
+/// the command line: clap names a field's flag after the field, in kebab
+/// case (`with_a_config_file_every_configuration_flag_given_is_named`
+/// holds the list to clap's).
+macro_rules! given_flags {
+    ($args:expr; $($field:ident),* $(,)?) => {
+        [$((stringify!($field), $args.$field.is_some())),*]
+            .into_iter()
+            .filter(|(_, given)| *given)
+            .map(|(field, _)| format!("--{}", field.replace('_', "-")))
+            .collect()
+    };
+}
+
 /// Flags that make up the configuration.
 ///
 /// Precedence, as in kube-proxy (`cmd/kube-proxy/app/options.go`): without
@@ -446,77 +460,21 @@ impl ConfigArgs {
     }
 
     /// The configuration flags that were given; with `--config` these are
-    /// ignored, as upstream does.
-    pub fn given_config_flags(&self) -> Vec<&'static str> {
-        [
-            ("--proxy-mode", self.proxy_mode.is_some()),
-            ("--ipvs-scheduler", self.ipvs_scheduler.is_some()),
-            ("--ipvs-sync-period", self.ipvs_sync_period.is_some()),
-            (
-                "--ipvs-min-sync-period",
-                self.ipvs_min_sync_period.is_some(),
-            ),
-            ("--ipvs-exclude-cidrs", self.ipvs_exclude_cidrs.is_some()),
-            ("--ipvs-strict-arp", self.ipvs_strict_arp.is_some()),
-            ("--ipvs-tcp-timeout", self.ipvs_tcp_timeout.is_some()),
-            ("--ipvs-tcpfin-timeout", self.ipvs_tcpfin_timeout.is_some()),
-            ("--ipvs-udp-timeout", self.ipvs_udp_timeout.is_some()),
-            ("--cluster-cidr", self.cluster_cidr.is_some()),
-            ("--detect-local-mode", self.detect_local_mode.is_some()),
-            (
-                "--pod-bridge-interface",
-                self.pod_bridge_interface.is_some(),
-            ),
-            (
-                "--pod-interface-name-prefix",
-                self.pod_interface_name_prefix.is_some(),
-            ),
-            ("--nodeport-addresses", self.nodeport_addresses.is_some()),
-            ("--masquerade-all", self.masquerade_all.is_some()),
-            (
-                "--iptables-masquerade-bit",
-                self.iptables_masquerade_bit.is_some(),
-            ),
-            ("--bind-address", self.bind_address.is_some()),
-            (
-                "--healthz-bind-address",
-                self.healthz_bind_address.is_some(),
-            ),
-            (
-                "--metrics-bind-address",
-                self.metrics_bind_address.is_some(),
-            ),
-            ("--kubeconfig", self.kubeconfig.is_some()),
-            ("--config-sync-period", self.config_sync_period.is_some()),
-            ("--oom-score-adj", self.oom_score_adj.is_some()),
-            (
-                "--conntrack-max-per-core",
-                self.conntrack_max_per_core.is_some(),
-            ),
-            ("--conntrack-min", self.conntrack_min.is_some()),
-            (
-                "--conntrack-tcp-timeout-established",
-                self.conntrack_tcp_timeout_established.is_some(),
-            ),
-            (
-                "--conntrack-tcp-timeout-close-wait",
-                self.conntrack_tcp_timeout_close_wait.is_some(),
-            ),
-            (
-                "--conntrack-tcp-be-liberal",
-                self.conntrack_tcp_be_liberal.is_some(),
-            ),
-            (
-                "--conntrack-udp-timeout",
-                self.conntrack_udp_timeout.is_some(),
-            ),
-            (
-                "--conntrack-udp-timeout-stream",
-                self.conntrack_udp_timeout_stream.is_some(),
-            ),
-        ]
-        .into_iter()
-        .filter_map(|(flag, given)| given.then_some(flag))
-        .collect()
+    /// ignored, as upstream does. `--hostname-override` is not one of
+    /// them: it still overrides the file.
+    pub fn given_config_flags(&self) -> Vec<String> {
+        given_flags!(
+            self;
+            proxy_mode, ipvs_scheduler, ipvs_sync_period, ipvs_min_sync_period,
+            ipvs_exclude_cidrs, ipvs_strict_arp, ipvs_tcp_timeout,
+            ipvs_tcpfin_timeout, ipvs_udp_timeout, cluster_cidr,
+            detect_local_mode, pod_bridge_interface, pod_interface_name_prefix,
+            nodeport_addresses, masquerade_all, iptables_masquerade_bit,
+            bind_address, healthz_bind_address, metrics_bind_address, kubeconfig,
+            config_sync_period, oom_score_adj, conntrack_max_per_core,
+            conntrack_min, conntrack_tcp_timeout_established,
+            conntrack_tcp_timeout_close_wait, conntrack_tcp_be_liberal,
+            conntrack_udp_timeout, conntrack_udp_timeout_stream,
+        )
     }
 }

@@ -45,7 +45,7 @@ pub fn resolve(
             warnings.extend(args.given_config_flags().into_iter().map(
                 |flag| {
                     ConfigWarning {
-                        field: flag.to_owned(),
+                        field: flag,
                         message: "ignored because --config is given (as \
                               kube-proxy does); set it in the file"
                             .to_owned(),

@@ -672,6 +672,82 @@ fn with_a_config_file_most_flags_are_ignored() {
     );
 }
 
+/// With `--config`, every flag of the configuration that is given is
+/// named in a warning, by the name the command line takes; the flags the
+/// file does not replace are not.
+#[test]
+fn with_a_config_file_every_configuration_flag_given_is_named() {
+    let configuration = [
+        "--proxy-mode=ipvs",
+        "--ipvs-scheduler=wrr",
+        "--ipvs-sync-period=10s",
+        "--ipvs-min-sync-period=1s",
+        "--ipvs-exclude-cidrs=198.18.10.0/24",
+        "--ipvs-strict-arp",
+        "--ipvs-tcp-timeout=2m",
+        "--ipvs-tcpfin-timeout=30s",
+        "--ipvs-udp-timeout=5s",
+        "--cluster-cidr=198.19.0.0/16",
+        "--detect-local-mode=BridgeInterface",
+        "--pod-bridge-interface=cbr0",
+        "--pod-interface-name-prefix=veth",
+        "--nodeport-addresses=primary",
+        "--masquerade-all",
+        "--iptables-masquerade-bit=15",
+        "--bind-address=198.18.0.2",
+        "--healthz-bind-address=127.0.0.1:20256",
+        "--metrics-bind-address=127.0.0.1:20249",
+        "--kubeconfig=/etc/kube/proxy.conf",
+        "--config-sync-period=5m",
+        "--oom-score-adj=-500",
+        "--conntrack-max-per-core=0",
+        "--conntrack-min=1",
+        "--conntrack-tcp-timeout-established=1h",
+        "--conntrack-tcp-timeout-close-wait=1h",
+        "--conntrack-tcp-be-liberal",
+        "--conntrack-udp-timeout=30s",
+        "--conntrack-udp-timeout-stream=2m",
+    ];
+    let not_replaced = [
+        "--config=x",
+        "--hostname-override=node-c",
+        "--state=/tmp/state.yaml",
+        "--service-proxy-name=ours",
+        "-v=3",
+        "--logging-format=json",
+    ];
+    let given: Vec<&str> =
+        not_replaced.iter().chain(&configuration).copied().collect();
+    let resolved = resolve(&args(&given), Some(KUBEADM)).unwrap();
+    let warned: Vec<&str> = resolved
+        .warnings
+        .iter()
+        .map(|w| w.field.as_str())
+        .collect();
+    let names: Vec<&str> = configuration
+        .iter()
+        .map(|f| f.split('=').next().unwrap())
+        .collect();
+    assert_eq!(warned, names);
+    // What the command line takes, from clap itself: the list above is
+    // every flag of the configuration, so a new one must join it.
+    let command = <ConfigArgs as clap::Args>::augment_args(clap::Command::new("t"));
+    let mut visible: Vec<String> = command
+        .get_arguments()
+        .filter(|a| !a.is_hide_set())
+        .filter_map(|a| a.get_long())
+        .map(|l| format!("--{l}"))
+        .filter(|l| {
+            !not_replaced.iter().any(|f| f.starts_with(&format!("{l}=")))
+                && l != "--v"
+        })
+        .collect();
+    visible.sort();
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(sorted, visible);
+}
+
 #[test]
 fn hostname_override_flag_beats_the_file() {
     let text = kubeadm_with("hostnameOverride:", "hostnameOverride: from-file");
