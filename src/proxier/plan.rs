@@ -187,21 +187,6 @@ impl Ledger {
         ledger
     }
 
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.services.len()
-    }
-
-    #[cfg(test)]
-    pub fn is_empty(&self) -> bool {
-        self.services.is_empty()
-    }
-
-    #[cfg(test)]
-    pub fn service(&self, name: &ServicePortName) -> Option<&ServiceState> {
-        self.services.get(name).map(|s| &**s)
-    }
-
     /// The virtual server programmed for `key`, if any service port claims
     /// it.
     pub fn virtual_server(
