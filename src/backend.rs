@@ -117,6 +117,29 @@ pub trait Backend: Send + 'static {
     }
 }
 
+/// In a layer's `impl Backend` (iptables, conntrack over the proxier):
+/// what the layer leaves to the backend it wraps, its field `inner`: the
+/// node's addresses and the periodic work between syncs.
+macro_rules! leave_to_inner {
+    () => {
+        fn local_addresses(
+            &mut self,
+        ) -> impl ::std::future::Future<Output = Option<Vec<::std::net::IpAddr>>>
+               + Send {
+            self.inner.local_addresses()
+        }
+
+        fn poll_interval(&self) -> Option<::std::time::Duration> {
+            self.inner.poll_interval()
+        }
+
+        fn poll(&mut self) -> impl ::std::future::Future<Output = ()> + Send {
+            self.inner.poll()
+        }
+    };
+}
+pub(crate) use leave_to_inner;
+
 /// Nothing read: a backend without a kernel to repair.
 impl Observation for () {
     fn local_addresses(&self) -> Option<&[IpAddr]> {

@@ -5,7 +5,7 @@
 //! endpoint that no longer serves are deleted, so that their clients reach
 //! a live one. Syncs that touch no UDP service dump nothing.
 
-use std::{future::Future, net::IpAddr, time::Instant};
+use std::{future::Future, time::Instant};
 
 use tracing::{debug, warn};
 
@@ -187,17 +187,7 @@ where
         self.inner.repair_step(observed)
     }
 
-    async fn local_addresses(&mut self) -> Option<Vec<IpAddr>> {
-        self.inner.local_addresses().await
-    }
-
-    fn poll_interval(&self) -> Option<std::time::Duration> {
-        self.inner.poll_interval()
-    }
-
-    async fn poll(&mut self) {
-        self.inner.poll().await
-    }
+    crate::backend::leave_to_inner!();
 }
 
 /// Counts the successful deletes per family on their way through, for

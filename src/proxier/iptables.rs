@@ -224,15 +224,5 @@ where
         RepairStep::Done
     }
 
-    async fn local_addresses(&mut self) -> Option<Vec<IpAddr>> {
-        self.inner.local_addresses().await
-    }
-
-    fn poll_interval(&self) -> Option<std::time::Duration> {
-        self.inner.poll_interval()
-    }
-
-    async fn poll(&mut self) {
-        self.inner.poll().await
-    }
+    crate::backend::leave_to_inner!();
 }
