@@ -21,3 +21,16 @@ mod read_thread;
 pub mod sysctl;
 
 pub use error::{ErrorKind, KernelError};
+
+/// A read of the kernel that borrows nothing, so that it can run (on the
+/// reads' thread) while syncs go on: what each facility's `*_detached`
+/// method returns.
+pub trait DetachedRead<T>:
+    std::future::Future<Output = Result<T, KernelError>> + Send + 'static
+{
+}
+
+impl<T, F> DetachedRead<T> for F where
+    F: std::future::Future<Output = Result<T, KernelError>> + Send + 'static
+{
+}

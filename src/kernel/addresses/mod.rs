@@ -6,7 +6,7 @@
 
 use std::{collections::BTreeSet, fmt, future::Future, net::IpAddr};
 
-use super::KernelError;
+use super::{DetachedRead, KernelError};
 
 /// Scenarios run against the model by the unit tests and against the
 /// kernel by the guest tests (public for the latter).
@@ -30,6 +30,14 @@ pub enum AddressOp {
 }
 
 impl AddressOp {
+    /// How errors name the address this operation binds or unbinds.
+    pub fn object<'a>(&self, link: &'a str) -> BoundAddress<'a> {
+        BoundAddress {
+            address: self.address(),
+            link,
+        }
+    }
+
     pub fn address(&self) -> IpAddr {
         match *self {
             AddressOp::Add(ip) | AddressOp::Delete(ip) => ip,
@@ -100,19 +108,13 @@ pub trait Addresses {
     fn list_detached(
         &self,
         link: &str,
-    ) -> impl Future<Output = Result<BTreeSet<IpAddr>, KernelError>>
-           + Send
-           + 'static
-           + use<Self>;
+    ) -> impl DetachedRead<BTreeSet<IpAddr>> + use<Self>;
 
     /// [`Addresses::local_addresses`], detached the same way.
     fn local_addresses_detached(
         &self,
         except_link: &str,
-    ) -> impl Future<Output = Result<Vec<IpAddr>, KernelError>>
-           + Send
-           + 'static
-           + use<Self>;
+    ) -> impl DetachedRead<Vec<IpAddr>> + use<Self>;
 
     /// Adds and deletes addresses on `link`, all requests in flight at
     /// once, one result per operation in order: Exists (EEXIST) for an

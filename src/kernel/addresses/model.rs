@@ -8,9 +8,9 @@ use std::{
 };
 
 use super::{
-    errno_error, AddressOp, Addresses, BoundAddress, EADDRNOTAVAIL, ENODEV,
+    errno_error, AddressOp, Addresses, EADDRNOTAVAIL, ENODEV,
 };
-use crate::kernel::KernelError;
+use crate::kernel::{DetachedRead, KernelError};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ModelLink {
@@ -65,10 +65,7 @@ impl AddressesModel {
         link: &str,
         op: AddressOp,
     ) -> Result<(), KernelError> {
-        let object = BoundAddress {
-            address: op.address(),
-            link,
-        };
+        let object = op.object(link);
         let Some(l) = self.links.get_mut(link) else {
             return Err(errno_error(object, ENODEV, "no such link"));
         };
@@ -141,10 +138,7 @@ impl Addresses for AddressesModel {
     fn list_detached(
         &self,
         link: &str,
-    ) -> impl Future<Output = Result<BTreeSet<IpAddr>, KernelError>>
-           + Send
-           + 'static
-           + use<> {
+    ) -> impl DetachedRead<BTreeSet<IpAddr>> + use<> {
         ready(Ok(self
             .links
             .get(link)
@@ -155,10 +149,7 @@ impl Addresses for AddressesModel {
     fn local_addresses_detached(
         &self,
         except_link: &str,
-    ) -> impl Future<Output = Result<Vec<IpAddr>, KernelError>>
-           + Send
-           + 'static
-           + use<> {
+    ) -> impl DetachedRead<Vec<IpAddr>> + use<> {
         ready(Ok(self.local_now(except_link)))
     }
 

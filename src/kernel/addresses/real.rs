@@ -12,9 +12,9 @@ use rtnetlink::{
 };
 
 use super::{
-    errno_error, host_prefix_len, AddressOp, Addresses, BoundAddress, ENODEV,
+    errno_error, host_prefix_len, AddressOp, Addresses, ENODEV,
 };
-use crate::kernel::{read_thread, ErrorKind, KernelError};
+use crate::kernel::{read_thread, DetachedRead, ErrorKind, KernelError};
 
 /// Requests in flight at once. The kernel answers each into our socket's
 /// receive buffer and drops answers that do not fit, so an unbounded
@@ -204,10 +204,7 @@ async fn apply_one(
     link: &str,
     op: AddressOp,
 ) -> Result<(), KernelError> {
-    let object = BoundAddress {
-        address: op.address(),
-        link,
-    };
+    let object = op.object(link);
     let result = match op {
         AddressOp::Add(ip) => {
             handle
@@ -281,10 +278,7 @@ impl Addresses for NetlinkAddresses {
     fn list_detached(
         &self,
         link: &str,
-    ) -> impl std::future::Future<Output = Result<BTreeSet<IpAddr>, KernelError>>
-           + Send
-           + 'static
-           + use<> {
+    ) -> impl DetachedRead<BTreeSet<IpAddr>> + use<> {
         let (reader, link) = (self.reader.clone(), link.to_owned());
         read_thread::run(async move { list(&reader, &link).await })
     }
@@ -292,10 +286,7 @@ impl Addresses for NetlinkAddresses {
     fn local_addresses_detached(
         &self,
         except_link: &str,
-    ) -> impl std::future::Future<Output = Result<Vec<IpAddr>, KernelError>>
-           + Send
-           + 'static
-           + use<> {
+    ) -> impl DetachedRead<Vec<IpAddr>> + use<> {
         let (reader, except) = (self.reader.clone(), except_link.to_owned());
         read_thread::run(async move { local_addresses(&reader, &except).await })
     }
@@ -316,10 +307,7 @@ impl Addresses for NetlinkAddresses {
                     .iter()
                     .map(|op| {
                         Err(errno_error(
-                            BoundAddress {
-                                address: op.address(),
-                                link,
-                            },
+                            op.object(link),
                             ENODEV,
                             "no such link",
                         ))

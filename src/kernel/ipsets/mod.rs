@@ -21,7 +21,7 @@ use std::{
 #[cfg(any(test, feature = "test-support"))]
 pub use model::IpsetsModel;
 pub use real::NetlinkIpsets;
-use super::KernelError;
+use super::{DetachedRead, KernelError};
 pub use crate::desired::{SetEntry, SetType};
 
 /// A set as the proxy creates it (kube-proxy's options: family, hash
@@ -89,10 +89,7 @@ pub trait Ipsets {
     fn dump_detached(
         &self,
         prefix: &str,
-    ) -> impl Future<Output = Result<BTreeMap<String, SetState>, KernelError>>
-           + Send
-           + 'static
-           + use<Self>;
+    ) -> impl DetachedRead<BTreeMap<String, SetState>> + use<Self>;
 
     fn apply(
         &mut self,

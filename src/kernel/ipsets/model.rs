@@ -14,7 +14,7 @@ use super::{
     netlink::{errno, message::Command},
     IpsetOp, Ipsets, SetEntry, SetState, SetType,
 };
-use crate::kernel::KernelError;
+use crate::kernel::{DetachedRead, KernelError};
 
 /// `IPSET_MAXNAMELEN` less the terminating NUL.
 const MAX_NAME_LEN: usize = 31;
@@ -188,12 +188,7 @@ impl Ipsets for IpsetsModel {
     fn dump_detached(
         &self,
         prefix: &str,
-    ) -> impl std::future::Future<
-        Output = Result<BTreeMap<String, SetState>, KernelError>,
-    >
-           + Send
-           + 'static
-           + use<> {
+    ) -> impl DetachedRead<BTreeMap<String, SetState>> + use<> {
         std::future::ready(Ok(self.listing(prefix)))
     }
 

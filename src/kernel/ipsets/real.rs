@@ -20,7 +20,7 @@ use super::{
     },
     IpsetOp, Ipsets, SetSpec, SetState, SetType, SetTypes,
 };
-use crate::kernel::{ErrorKind, KernelError};
+use crate::kernel::{DetachedRead, ErrorKind, KernelError};
 
 /// The newest revision of each type that the `ipset` tool of this era
 /// (v7.17) understands: creating a newer one would leave sets that
@@ -400,12 +400,7 @@ impl Ipsets for NetlinkIpsets {
     fn dump_detached(
         &self,
         prefix: &str,
-    ) -> impl std::future::Future<
-        Output = Result<BTreeMap<String, SetState>, KernelError>,
-    >
-           + Send
-           + 'static
-           + use<> {
+    ) -> impl DetachedRead<BTreeMap<String, SetState>> + use<> {
         let (reader, prefix) = (Arc::clone(&self.reader), prefix.to_owned());
         async move {
             tokio::task::spawn_blocking(move || {

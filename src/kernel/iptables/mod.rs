@@ -13,7 +13,7 @@
 
 use std::future::Future;
 
-use super::KernelError;
+use super::{DetachedRead, KernelError};
 
 pub mod canon;
 #[cfg(any(test, feature = "test-support"))]
@@ -40,7 +40,7 @@ pub trait Iptables {
         &self,
         family: IpFamily,
         table: &str,
-    ) -> impl Future<Output = Result<String, KernelError>> + Send + 'static + use<Self>;
+    ) -> impl DetachedRead<String> + use<Self>;
 
     /// Feeds `payload` (one table's `*table … COMMIT` block) to
     /// `iptables-restore --noflush`. On failure nothing of the payload is

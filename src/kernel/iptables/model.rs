@@ -12,7 +12,7 @@ use super::{
     canon::{canonical_rule, tokenize},
     IpFamily, Iptables,
 };
-use crate::kernel::{ErrorKind, KernelError};
+use crate::kernel::{DetachedRead, ErrorKind, KernelError};
 
 /// Targets built into iptables (not chains), and the tables they are
 /// valid in (`None`: any).
@@ -441,10 +441,7 @@ impl Iptables for IptablesModel {
         &self,
         family: IpFamily,
         table: &str,
-    ) -> impl std::future::Future<Output = Result<String, KernelError>>
-           + Send
-           + 'static
-           + use<> {
+    ) -> impl DetachedRead<String> + use<> {
         std::future::ready(self.dump(family, table))
     }
 

@@ -9,7 +9,7 @@ use std::{
 
 use super::{IpFamily, Iptables};
 use crate::{
-    kernel::{ErrorKind, KernelError},
+    kernel::{DetachedRead, ErrorKind, KernelError},
     telemetry::events::{InternalEvent, IptablesRestoreFailed},
 };
 
@@ -257,10 +257,7 @@ impl Iptables for RealIptables {
         &self,
         family: IpFamily,
         table: &str,
-    ) -> impl std::future::Future<Output = Result<String, KernelError>>
-           + Send
-           + 'static
-           + use<> {
+    ) -> impl DetachedRead<String> + use<> {
         save(self.variant, family, table.to_owned())
     }
 

@@ -25,7 +25,7 @@ pub use model::IpvsModel;
 pub use real::NetlinkIpvs;
 pub use timeouts::ConnTimeouts;
 
-use super::KernelError;
+use super::{DetachedRead, KernelError};
 pub use crate::desired::VirtualServerKey;
 
 /// The scheduler whose flag kube-proxy sets (see
@@ -167,10 +167,7 @@ pub trait Ipvs {
     /// on writing.
     fn dump_detached(
         &self,
-    ) -> impl Future<Output = Result<IpvsTable, KernelError>>
-           + Send
-           + 'static
-           + use<Self>;
+    ) -> impl DetachedRead<IpvsTable> + use<Self>;
 
     /// Reads one service with its real servers; `None` when it does not
     /// exist. A retry compares just the services whose writes failed.

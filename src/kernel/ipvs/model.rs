@@ -6,7 +6,7 @@ use super::{
     dest_object, DestKey, DestSpec, DestState, Ipvs, IpvsOp, IpvsTable,
     ServiceEntry, ServiceSpec, VirtualServerKey,
 };
-use crate::kernel::{ErrorKind, KernelError};
+use crate::kernel::{DetachedRead, ErrorKind, KernelError};
 
 /// The schedulers a stock kernel ships (`ip_vs_*.ko`); others are refused
 /// with ENOENT, as the kernel does when the module does not exist.
@@ -215,10 +215,7 @@ impl Ipvs for IpvsModel {
     /// The table as it is now: a read that finished at once.
     fn dump_detached(
         &self,
-    ) -> impl std::future::Future<Output = Result<IpvsTable, KernelError>>
-           + Send
-           + 'static
-           + use<> {
+    ) -> impl DetachedRead<IpvsTable> + use<> {
         std::future::ready(Ok(self.table.clone()))
     }
 

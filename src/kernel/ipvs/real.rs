@@ -15,7 +15,7 @@ use super::{
     ServiceSpec, VirtualServerKey,
 };
 use crate::{
-    kernel::{read_thread, ErrorKind, KernelError},
+    kernel::{read_thread, DetachedRead, ErrorKind, KernelError},
     model::Protocol,
 };
 
@@ -187,10 +187,7 @@ impl Ipvs for NetlinkIpvs {
 
     fn dump_detached(
         &self,
-    ) -> impl std::future::Future<Output = Result<IpvsTable, KernelError>>
-           + Send
-           + 'static
-           + use<> {
+    ) -> impl DetachedRead<IpvsTable> + use<> {
         let reader = self.reader.clone();
         read_thread::run(async move {
             dump_table(std::slice::from_ref(&reader)).await
