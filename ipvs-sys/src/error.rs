@@ -220,6 +220,18 @@ impl Error {
             message,
         }
     }
+
+    /// For `map_err`: a reply about `object` that could not be decoded.
+    pub(crate) fn decode(
+        operation: Operation,
+        object: &str,
+    ) -> impl FnOnce(DecodeError) -> Self + '_ {
+        move |source| Self::Decode {
+            operation,
+            object: object.to_owned(),
+            source,
+        }
+    }
 }
 
 /// The symbolic name of the errno values IPVS uses.

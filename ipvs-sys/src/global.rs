@@ -31,11 +31,9 @@ impl InfoRequest {
             object,
         )
         .await?;
-        reply.to_info().map_err(|source| Error::Decode {
-            operation: Operation::GetInfo,
-            object: object.to_owned(),
-            source,
-        })
+        reply
+            .to_info()
+            .map_err(Error::decode(Operation::GetInfo, object))
     }
 }
 

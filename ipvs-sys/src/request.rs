@@ -182,11 +182,7 @@ pub(crate) async fn check_ack(
     object: &str,
 ) -> Result<(), Error> {
     while let Some(reply) = replies.next().await {
-        let reply = reply.map_err(|source| Error::Decode {
-            operation,
-            object: object.to_owned(),
-            source,
-        })?;
+        let reply = reply.map_err(Error::decode(operation, object))?;
         match reply.payload {
             NetlinkPayload::Error(err) if err.code.is_some() => {
                 return Err(Error::kernel(operation, object, err));
@@ -223,11 +219,7 @@ pub(crate) async fn fetch_one(
     )?;
     let mut answer = None;
     while let Some(reply) = replies.next().await {
-        let reply = reply.map_err(|source| Error::Decode {
-            operation,
-            object: object.to_owned(),
-            source,
-        })?;
+        let reply = reply.map_err(Error::decode(operation, object))?;
         match reply.payload {
             NetlinkPayload::InnerMessage(genl) if answer.is_none() => {
                 answer = Some(genl.payload)

@@ -98,11 +98,7 @@ impl DestListRequest {
             reply.and_then(|message| {
                 message
                     .to_destination(family)
-                    .map_err(|source| Error::Decode {
-                        operation: Operation::ListDests,
-                        object: object.clone(),
-                        source,
-                    })
+                    .map_err(Error::decode(Operation::ListDests, &object))
             })
         })
     }

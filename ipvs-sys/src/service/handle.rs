@@ -115,11 +115,9 @@ impl ServiceGetRequest {
             &object,
         )
         .await?;
-        reply.to_service().map_err(|source| Error::Decode {
-            operation: Operation::GetService,
-            object,
-            source,
-        })
+        reply
+            .to_service()
+            .map_err(Error::decode(Operation::GetService, &object))
     }
 }
 
@@ -144,11 +142,9 @@ impl ServiceListRequest {
         )
         .map(move |reply| {
             reply.and_then(|message| {
-                message.to_service().map_err(|source| Error::Decode {
-                    operation: Operation::ListServices,
-                    object: object.clone(),
-                    source,
-                })
+                message
+                    .to_service()
+                    .map_err(Error::decode(Operation::ListServices, &object))
             })
         })
     }
