@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::nla::fits;
+
 use netlink_packet_core::{
     emit_u32, parse_u32, DecodeError, DefaultNla, ErrorContext, Nla, NlaBuffer,
     Parseable,
@@ -44,21 +46,15 @@ impl Nla for InfoAttribute {
     }
 
     fn is_nested(&self) -> bool {
-        match self {
-            Self::Other(nla) => nla.is_nested(),
-            _ => false,
-        }
+        matches!(self, Self::Other(nla) if nla.is_nested())
     }
 
     fn emit_value(&self, buffer: &mut [u8]) {
-        let _ = match self {
-            Self::Version(v) => emit_u32(buffer, v.0),
-            Self::ConnTableSize(size) => emit_u32(buffer, *size),
-            Self::Other(nla) => {
-                nla.emit_value(buffer);
-                Ok(())
-            }
-        };
+        match self {
+            Self::Version(v) => fits(emit_u32(buffer, v.0)),
+            Self::ConnTableSize(size) => fits(emit_u32(buffer, *size)),
+            Self::Other(nla) => nla.emit_value(buffer),
+        }
     }
 }
 

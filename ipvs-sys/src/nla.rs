@@ -38,6 +38,10 @@ pub(crate) fn emit_nlas<T: Nla>(nlas: &[T], buffer: &mut [u8]) {
     }
 }
 
+/// Takes the result of a fixed-width write into an attribute's value,
+/// which cannot fail: `emit_value` gets a buffer sized by `value_len`.
+pub(crate) fn fits<E>(_written: Result<(), E>) {}
+
 /// Value length of a NUL-terminated string attribute.
 pub(crate) fn string_len(value: &str) -> usize {
     value.len() + 1

@@ -7,7 +7,7 @@ use netlink_packet_core::{
     DefaultNla, ErrorContext, Nla, NlaBuffer, Parseable,
 };
 
-use crate::nla::{emit_bytes, emit_string, parse_string, string_len};
+use crate::nla::{emit_bytes, emit_string, fits, parse_string, string_len};
 
 const IPVS_DAEMON_ATTR_STATE: u16 = 1;
 const IPVS_DAEMON_ATTR_MCAST_IFN: u16 = 2;
@@ -104,39 +104,22 @@ impl Nla for DaemonAttribute {
     }
 
     fn is_nested(&self) -> bool {
-        match self {
-            Self::Other(nla) => nla.is_nested(),
-            _ => false,
-        }
+        matches!(self, Self::Other(nla) if nla.is_nested())
     }
 
     fn emit_value(&self, buffer: &mut [u8]) {
-        // Buffers are sized from value_len(); these writes cannot fail.
-        let _ = match self {
-            Self::State(state) => emit_u32(buffer, (*state).into()),
-            Self::SyncId(id) => emit_u32(buffer, *id),
-            Self::McastInterface(name) => {
-                emit_string(name, buffer);
-                Ok(())
+        match self {
+            Self::State(state) => fits(emit_u32(buffer, (*state).into())),
+            Self::SyncId(id) => fits(emit_u32(buffer, *id)),
+            Self::McastInterface(name) => emit_string(name, buffer),
+            Self::SyncMaxLen(v) | Self::McastPort(v) => {
+                fits(emit_u16(buffer, *v))
             }
-            Self::SyncMaxLen(v) | Self::McastPort(v) => emit_u16(buffer, *v),
-            Self::McastGroup(group) => {
-                emit_bytes(&group.octets(), buffer);
-                Ok(())
-            }
-            Self::McastGroup6(group) => {
-                emit_bytes(&group.octets(), buffer);
-                Ok(())
-            }
-            Self::McastTtl(ttl) => {
-                emit_bytes(&[*ttl], buffer);
-                Ok(())
-            }
-            Self::Other(nla) => {
-                nla.emit_value(buffer);
-                Ok(())
-            }
-        };
+            Self::McastGroup(group) => emit_bytes(&group.octets(), buffer),
+            Self::McastGroup6(group) => emit_bytes(&group.octets(), buffer),
+            Self::McastTtl(ttl) => emit_bytes(&[*ttl], buffer),
+            Self::Other(nla) => nla.emit_value(buffer),
+        }
     }
 }
 

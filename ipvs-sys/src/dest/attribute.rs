@@ -11,7 +11,7 @@ use super::{
 };
 use crate::{
     address::{AddressFamily, InetAddr, INET_ADDR_LEN},
-    nla::emit_bytes,
+    nla::{emit_bytes, fits},
     stats::{Stats, StatsWidth},
 };
 
@@ -114,50 +114,35 @@ impl Nla for DestAttribute {
     }
 
     fn is_nested(&self) -> bool {
-        match self {
-            Self::Other(nla) => nla.is_nested(),
-            _ => false,
-        }
+        matches!(self, Self::Other(nla) if nla.is_nested())
     }
 
     fn emit_value(&self, buffer: &mut [u8]) {
-        // Buffers are sized from value_len(); these writes cannot fail.
-        let _ = match self {
-            Self::Address(addr) => {
-                emit_bytes(&addr.0, buffer);
-                Ok(())
-            }
+        match self {
+            Self::Address(addr) => emit_bytes(&addr.0, buffer),
             Self::Port(port) | Self::TunnelPort(port) => {
-                emit_u16_be(buffer, *port)
+                fits(emit_u16_be(buffer, *port))
             }
-            Self::ForwardMethod(method) => emit_u32(buffer, (*method).into()),
+            Self::ForwardMethod(method) => {
+                fits(emit_u32(buffer, (*method).into()))
+            }
             Self::Weight(v)
             | Self::UpperThreshold(v)
             | Self::LowerThreshold(v)
             | Self::ActiveConns(v)
             | Self::InactiveConns(v)
-            | Self::PersistentConns(v) => emit_u32(buffer, *v),
-            Self::AddressFamily(af) => emit_u16(buffer, (*af).into()),
-            Self::TunnelFlags(flags) => emit_u16(buffer, (*flags).into()),
+            | Self::PersistentConns(v) => fits(emit_u32(buffer, *v)),
+            Self::AddressFamily(af) => fits(emit_u16(buffer, (*af).into())),
+            Self::TunnelFlags(flags) => fits(emit_u16(buffer, (*flags).into())),
             Self::TunnelType(kind) => {
                 if let Some(byte) = buffer.first_mut() {
                     *byte = (*kind).into();
                 }
-                Ok(())
             }
-            Self::Stats(stats) => {
-                stats.emit(StatsWidth::Legacy, buffer);
-                Ok(())
-            }
-            Self::Stats64(stats) => {
-                stats.emit(StatsWidth::Wide, buffer);
-                Ok(())
-            }
-            Self::Other(nla) => {
-                nla.emit_value(buffer);
-                Ok(())
-            }
-        };
+            Self::Stats(stats) => stats.emit(StatsWidth::Legacy, buffer),
+            Self::Stats64(stats) => stats.emit(StatsWidth::Wide, buffer),
+            Self::Other(nla) => nla.emit_value(buffer),
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use netlink_packet_core::{
 use super::flags::{FlagsMask, FLAGS_MASK_LEN};
 use crate::{
     address::{AddressFamily, InetAddr, Protocol, INET_ADDR_LEN},
-    nla::{emit_bytes, emit_string, parse_string, string_len},
+    nla::{emit_bytes, emit_string, fits, parse_string, string_len},
     stats::{Stats, StatsWidth},
 };
 
@@ -96,48 +96,30 @@ impl Nla for ServiceAttribute {
     }
 
     fn is_nested(&self) -> bool {
-        match self {
-            // The kernel sets NLA_F_NESTED on neither; match it byte for byte.
-            Self::Other(nla) => nla.is_nested(),
-            _ => false,
-        }
+        // The kernel sets NLA_F_NESTED on neither; match it byte for byte.
+        matches!(self, Self::Other(nla) if nla.is_nested())
     }
 
     fn emit_value(&self, buffer: &mut [u8]) {
-        // Buffers are sized from value_len(); these writes cannot fail.
-        let _ = match self {
-            Self::AddressFamily(af) => emit_u16(buffer, (*af).into()),
-            Self::Protocol(protocol) => emit_u16(buffer, (*protocol).into()),
-            Self::Address(addr) => {
-                emit_bytes(&addr.0, buffer);
-                Ok(())
+        match self {
+            Self::AddressFamily(af) => fits(emit_u16(buffer, (*af).into())),
+            Self::Protocol(protocol) => {
+                fits(emit_u16(buffer, (*protocol).into()))
             }
-            Self::Port(port) => emit_u16_be(buffer, *port),
+            Self::Address(addr) => emit_bytes(&addr.0, buffer),
+            Self::Port(port) => fits(emit_u16_be(buffer, *port)),
             Self::Fwmark(value) | Self::Timeout(value) => {
-                emit_u32(buffer, *value)
+                fits(emit_u32(buffer, *value))
             }
-            Self::Netmask(mask) => emit_u32_be(buffer, *mask),
+            Self::Netmask(mask) => fits(emit_u32_be(buffer, *mask)),
             Self::Scheduler(name) | Self::PersistenceEngine(name) => {
-                emit_string(name, buffer);
-                Ok(())
+                emit_string(name, buffer)
             }
-            Self::Flags(flags) => {
-                flags.emit(buffer);
-                Ok(())
-            }
-            Self::Stats(stats) => {
-                stats.emit(StatsWidth::Legacy, buffer);
-                Ok(())
-            }
-            Self::Stats64(stats) => {
-                stats.emit(StatsWidth::Wide, buffer);
-                Ok(())
-            }
-            Self::Other(nla) => {
-                nla.emit_value(buffer);
-                Ok(())
-            }
-        };
+            Self::Flags(flags) => flags.emit(buffer),
+            Self::Stats(stats) => stats.emit(StatsWidth::Legacy, buffer),
+            Self::Stats64(stats) => stats.emit(StatsWidth::Wide, buffer),
+            Self::Other(nla) => nla.emit_value(buffer),
+        }
     }
 }
 
