@@ -40,19 +40,38 @@ pub enum Command {
     Plan(PlanArgs),
 }
 
+/// Makes the boolean flags (`GO_BOOLS`) parse as kube-proxy's (pflag's)
+/// do: `--flag` alone is true, a value must follow `=` (`--flag=false`),
+/// and `1`/`yes`/`on` and their opposites are taken too; in `--flag
+/// false`, `false` is a stray argument, as it is upstream.
+fn go_bools(arg: clap::Arg) -> clap::Arg {
+    if !GO_BOOLS.contains(&arg.get_id().as_str()) {
+        return arg;
+    }
+    arg.num_args(0..=1)
+        .require_equals(true)
+        .default_missing_value("true")
+        .value_parser(BoolishValueParser::new())
+}
+
+/// The boolean flags, by field. `go_bools` is applied where they are
+/// declared: a flattened struct's arguments join its parent's command.
+const GO_BOOLS: [&str; 5] = [
+    "cleanup",
+    "init_only",
+    "ipvs_strict_arp",
+    "masquerade_all",
+    "conntrack_tcp_be_liberal",
+];
+
 /// Running the proxy (no subcommand).
 #[derive(Debug, Clone, PartialEq, Args)]
+#[command(mut_args(go_bools))]
 pub struct RunArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
     /// Remove everything kube-proxy's IPVS mode created, then exit.
-    #[arg(
-        long,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = BoolishValueParser::new(),
-    )]
+    #[arg(long)]
     pub cleanup: Option<bool>,
     /// Print version information and exit; `--version=raw` prints every
     /// build detail.
@@ -70,13 +89,7 @@ pub struct RunArgs {
     pub write_config_to: Option<PathBuf>,
     /// Do the start-up steps that need full root privileges (the kernel
     /// checks and IPVS mode's sysctls), then exit.
-    #[arg(
-        long,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = BoolishValueParser::new(),
-    )]
+    #[arg(long)]
     pub init_only: Option<bool>,
 }
 
@@ -137,6 +150,7 @@ macro_rules! given_flags {
 ///   itself, `--cleanup`, and our own `--state` and
 ///   `--service-proxy-name`.
 #[derive(Debug, Clone, Default, PartialEq, Args)]
+#[command(mut_args(go_bools))]
 pub struct ConfigArgs {
     /// Path to a KubeProxyConfiguration file
     /// (kubeproxy.config.k8s.io/v1alpha1), e.g. kubeadm's ConfigMap.
@@ -174,13 +188,7 @@ pub struct ConfigArgs {
     pub ipvs_exclude_cidrs: Option<Vec<String>>,
 
     /// Set arp_ignore=1 and arp_announce=2.
-    #[arg(
-        long,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = BoolishValueParser::new(),
-    )]
+    #[arg(long)]
     pub ipvs_strict_arp: Option<bool>,
 
     /// Idle timeout for IPVS TCP connections; 0 leaves it as is.
@@ -218,13 +226,7 @@ pub struct ConfigArgs {
     pub nodeport_addresses: Option<Vec<String>>,
 
     /// SNAT all traffic sent to Service cluster IPs.
-    #[arg(
-        long,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = BoolishValueParser::new(),
-    )]
+    #[arg(long)]
     pub masquerade_all: Option<bool>,
 
     /// The fwmark bit for packets that need SNAT, in [0, 31].
@@ -288,13 +290,7 @@ pub struct ConfigArgs {
     pub conntrack_tcp_timeout_close_wait: Option<GoDuration>,
 
     /// Mark only out-of-window RST segments INVALID.
-    #[arg(
-        long,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true",
-        value_parser = BoolishValueParser::new(),
-    )]
+    #[arg(long)]
     pub conntrack_tcp_be_liberal: Option<bool>,
 
     /// Idle timeout of unreplied UDP conntrack entries; 0 leaves it.

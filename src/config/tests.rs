@@ -913,6 +913,39 @@ fn cli_bools_and_lists() {
     );
 }
 
+/// Every boolean flag parses as pflag's: alone it is true, a value goes
+/// after `=`, and a value after a space is not the flag's.
+#[test]
+fn every_boolean_flag_is_a_go_boolean() {
+    type Field = fn(&Cli) -> Option<bool>;
+    let flags: [(&str, Field); 5] = [
+        ("--cleanup", |c| c.run.cleanup),
+        ("--init-only", |c| c.run.init_only),
+        ("--ipvs-strict-arp", |c| c.run.config.ipvs_strict_arp),
+        ("--masquerade-all", |c| c.run.config.masquerade_all),
+        ("--conntrack-tcp-be-liberal", |c| {
+            c.run.config.conntrack_tcp_be_liberal
+        }),
+    ];
+    for (flag, field) in flags {
+        assert_eq!(field(&cli(&[]).unwrap()), None, "{flag}");
+        assert_eq!(field(&cli(&[flag]).unwrap()), Some(true), "{flag}");
+        for (value, expected) in [("false", false), ("no", false), ("1", true)] {
+            let given = format!("{flag}={value}");
+            assert_eq!(field(&cli(&[&given]).unwrap()), Some(expected), "{given}");
+        }
+        assert!(cli(&[flag, "false"]).is_err(), "{flag} false");
+        assert!(cli(&[&format!("{flag}=maybe")]).is_err(), "{flag}=maybe");
+    }
+    // `plan` takes the configuration's flags the same way.
+    let plan = ["plan", "--state=x", "--masquerade-all"];
+    let Some(Command::Plan(parsed)) = cli(&plan).unwrap().command else {
+        panic!("not a plan");
+    };
+    assert_eq!(parsed.config.masquerade_all, Some(true));
+    assert!(cli(&["plan", "--state=x", "--masquerade-all", "false"]).is_err());
+}
+
 #[test]
 fn go_durations() {
     const NS: i64 = 1;
