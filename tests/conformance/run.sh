@@ -408,7 +408,13 @@ request() {
 }
 
 # The kernel state a proxy owns, normalised (tool/src/snapshot.rs).
-snapshot() { "$bin/conformance" snapshot; }
+snapshot() {
+    "$bin/conformance" snapshot && return 0
+    # A read that did not finish (the tool's limit) says what hung it.
+    echo "snapshot failed" >&2
+    guest_state "${proxy_pid:-}" >&2
+    return 1
+}
 
 # Kernel-global state either proxy may write; read with builtins (a
 # process costs ~0.1 s in the guest).
@@ -519,8 +525,36 @@ stop_proxy() {
         sleep 0.2
     done
     kill -9 "$proxy_pid" 2>/dev/null || true
+    # A process stuck in the kernel outlives SIGKILL until its call
+    # returns: `wait` would hold the run until the guest's timeout.
+    for _ in $(seq 150); do
+        kill -0 "$proxy_pid" 2>/dev/null || break
+        sleep 0.2
+    done
+    if kill -0 "$proxy_pid" 2>/dev/null; then
+        echo "$proxy_label (pid $proxy_pid) still there 30s after SIGKILL"
+        guest_state "$proxy_pid"
+        proxy_pid=
+        return 1
+    fi
     wait "$proxy_pid" 2>/dev/null || true
     proxy_pid=
+}
+
+# guest_state [PID]: what the guest's processes are doing, for a run that
+# hangs: each thread's state and wait channel, and the kernel stack of
+# every thread that is blocked (D) or of PID.
+guest_state() {
+    local task state
+    echo "--- the guest's threads (pid tid state elapsed wchan command):"
+    ps -eLo pid,tid,stat,etime,wchan:32,comm 2>&1 | awk '$6 != "ps"'
+    for task in /proc/[0-9]*/task/[0-9]*; do
+        state=$(awk '/^State:/ { print $2 }' "$task/status" 2>/dev/null) || continue
+        if [[ $state == D || ( -n ${1:-} && $task == /proc/$1/* ) ]]; then
+            echo "--- $task ($(<"$task/comm"), $state):"
+            cat "$task/stack" 2>/dev/null || true
+        fi
+    done
 }
 
 proxy_died() {
@@ -541,6 +575,7 @@ wait_synced() {
         --still "$still" --timeout "$sync_timeout" --families "$families" "${args[@]}"); then
         echo "$proxy_label, step $i: $wait_out; the end of its log:"
         tail -n 20 "$dir/$proxy_label.log"
+        [[ $wait_out == *"did not finish"* ]] && guest_state "$proxy_pid"
         return 1
     fi
     fresh=0

@@ -10,19 +10,59 @@
 //! the runner takes a snapshot every second while it waits for one to
 //! hold still.
 
-use std::process::Command;
+use std::{
+    io::Read,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
 
 use anyhow::{bail, Context, Result};
 
+/// How long one of the five reads may take: seconds in the emulated
+/// guest at the most. A read that hangs (a tool stuck in the kernel, a
+/// dump that never ends) fails the snapshot, and so the scenario, with
+/// its name, instead of holding the whole run until the guest's timeout.
+const READ_LIMIT: Duration = Duration::from_secs(30);
+
 fn output(program: &str, args: &[&str]) -> Result<(bool, String)> {
-    let out = Command::new(program)
+    let mut child = Command::new(program)
         .args(args)
         .env("LC_ALL", "C")
-        .output()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
         .with_context(|| format!("running {program}"))?;
+    // The output is read on a thread of its own: a pipe the program fills
+    // before it exits would otherwise block it forever.
+    let mut stdout = child.stdout.take().context("no stdout")?;
+    let reader = std::thread::spawn(move || {
+        let mut text = Vec::new();
+        stdout.read_to_end(&mut text).map(|_| text)
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if started.elapsed() > READ_LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "{program} {} did not finish in {}s",
+                args.join(" "),
+                READ_LIMIT.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let text = reader
+        .join()
+        .map_err(|_| anyhow::anyhow!("reading {program}'s output panicked"))?
+        .with_context(|| format!("reading {program}'s output"))?;
     Ok((
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
+        status.success(),
+        String::from_utf8_lossy(&text).into_owned(),
     ))
 }
 
