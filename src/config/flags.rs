@@ -40,12 +40,14 @@ pub enum Command {
     Plan(PlanArgs),
 }
 
-/// Makes the boolean flags (`GO_BOOLS`) parse as kube-proxy's (pflag's)
-/// do: `--flag` alone is true, a value must follow `=` (`--flag=false`),
-/// and `1`/`yes`/`on` and their opposites are taken too; in `--flag
-/// false`, `false` is a stray argument, as it is upstream.
+/// Makes every boolean flag parse as kube-proxy's (pflag's) do: `--flag`
+/// alone is true, a value must follow `=` (`--flag=false`), and
+/// `1`/`yes`/`on` and their opposites are taken too; in `--flag false`,
+/// `false` is a stray argument, as it is upstream. Applied where the
+/// flags are declared: a flattened struct's arguments join its parent's
+/// command.
 fn go_bools(arg: clap::Arg) -> clap::Arg {
-    if !GO_BOOLS.contains(&arg.get_id().as_str()) {
+    if arg.get_value_parser().type_id() != std::any::TypeId::of::<bool>() {
         return arg;
     }
     arg.num_args(0..=1)
@@ -53,16 +55,6 @@ fn go_bools(arg: clap::Arg) -> clap::Arg {
         .default_missing_value("true")
         .value_parser(BoolishValueParser::new())
 }
-
-/// The boolean flags, by field. `go_bools` is applied where they are
-/// declared: a flattened struct's arguments join its parent's command.
-const GO_BOOLS: [&str; 5] = [
-    "cleanup",
-    "init_only",
-    "ipvs_strict_arp",
-    "masquerade_all",
-    "conntrack_tcp_be_liberal",
-];
 
 /// Running the proxy (no subcommand).
 #[derive(Debug, Clone, PartialEq, Args)]
