@@ -2,12 +2,12 @@
 
 use std::fmt;
 
-use crate::nla::fits;
-
 use netlink_packet_core::{
     emit_u32, parse_u32, DecodeError, DefaultNla, ErrorContext, Nla, NlaBuffer,
     Parseable,
 };
+
+use crate::nla::fits;
 
 const IPVS_INFO_ATTR_VERSION: u16 = 1;
 const IPVS_INFO_ATTR_CONN_TAB_SIZE: u16 = 2;

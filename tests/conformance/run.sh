@@ -545,11 +545,15 @@ stop_proxy() {
 # hangs: each thread's state and wait channel, and the kernel stack of
 # every thread that is blocked (D) or of PID.
 guest_state() {
-    local task state
+    local task key state
     echo "--- the guest's threads (pid tid state elapsed wchan command):"
     ps -eLo pid,tid,stat,etime,wchan:32,comm 2>&1 | awk '$6 != "ps"'
+    # Builtins only: a process per task would take minutes in the guest.
     for task in /proc/[0-9]*/task/[0-9]*; do
-        state=$(awk '/^State:/ { print $2 }' "$task/status" 2>/dev/null) || continue
+        state=
+        while read -r key state _; do
+            [[ $key == State: ]] && break
+        done <"$task/status" 2>/dev/null || continue
         if [[ $state == D || ( -n ${1:-} && $task == /proc/$1/* ) ]]; then
             echo "--- $task ($(<"$task/comm"), $state):"
             cat "$task/stack" 2>/dev/null || true
