@@ -3,9 +3,16 @@
 //! upstream's `pkg/proxy/topology.go` (`CategorizeEndpoints`), and which
 //! of them IPVS mode programs as real servers.
 
-use std::{collections::HashSet, net::IpAddr, sync::Arc};
+use std::{
+    borrow::Cow,
+    collections::{HashMap, HashSet},
+    net::IpAddr,
+    sync::Arc,
+};
 
-use crate::model::{EndpointInfo, ServicePortInfo};
+use crate::model::{
+    EndpointInfo, EndpointsMap, Protocol, ServicePortInfo, ServicePortName,
+};
 
 #[cfg(test)]
 mod tests;
@@ -26,6 +33,152 @@ pub struct Categorized {
     pub has_any_endpoints: bool,
 }
 
+/// What one node uses of one service port's endpoints: everything the
+/// desired state, the health checks, the conntrack cleanup and the
+/// `no_local_endpoints` metric read, and nothing else. A proxy computes it
+/// from the whole [`EndpointsMap`]; a node fed by the API side receives it
+/// ready-made, so it never holds endpoints it would discard.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeEndpoints {
+    pub ipv4: Categorized,
+    pub ipv6: Categorized,
+    /// The node's own endpoints whatever their conditions: a pod reaching
+    /// its own service is masqueraded (hairpin) even while not ready, and
+    /// the health check counts the ready ones.
+    pub local: Vec<Arc<EndpointInfo>>,
+    /// UDP ports only: the address of every serving endpoint, on any node.
+    /// The conntrack cleanup keeps a flow answered by any of them, as
+    /// upstream's does, not only by those this node selects.
+    pub serving: Vec<IpAddr>,
+}
+
+impl NodeEndpoints {
+    /// The selection for the family of `ip` (a cluster IP).
+    pub fn family(&self, ip: IpAddr) -> &Categorized {
+        if ip.is_ipv6() {
+            &self.ipv6
+        } else {
+            &self.ipv4
+        }
+    }
+}
+
+/// Selects what the node `node_name` in `zone` uses of a service port's
+/// `endpoints` (both families, as [`EndpointsMap`] lists hold them).
+///
+/// Upstream runs one proxier per IP family, so each family's endpoints are
+/// categorized apart: "every ready endpoint has a hint" and "has any
+/// endpoints" are per family.
+pub fn select(
+    svc: &ServicePortInfo,
+    endpoints: &[Arc<EndpointInfo>],
+    node_name: &str,
+    zone: &str,
+) -> NodeEndpoints {
+    let (v4, v6): (Vec<_>, Vec<_>) =
+        endpoints.iter().cloned().partition(|ep| ep.ip.is_ipv4());
+    let serving = if svc.protocol == Protocol::Udp {
+        serving_addresses(endpoints)
+    } else {
+        Vec::new()
+    };
+    NodeEndpoints {
+        ipv4: categorize_endpoints(&v4, svc, node_name, zone),
+        ipv6: categorize_endpoints(&v6, svc, node_name, zone),
+        local: filter(endpoints, |ep| ep.is_local),
+        serving,
+    }
+}
+
+/// Distinct addresses of the serving endpoints, sorted.
+fn serving_addresses(endpoints: &[Arc<EndpointInfo>]) -> Vec<IpAddr> {
+    let mut serving: Vec<IpAddr> = endpoints
+        .iter()
+        .filter(|ep| ep.serving)
+        .map(|ep| ep.ip)
+        .collect();
+    serving.sort();
+    serving.dedup();
+    serving
+}
+
+/// Where a node's consumers find each service port's [`NodeEndpoints`]:
+/// selected on demand from the whole [`EndpointsMap`] in a proxy that
+/// watches the API server, or kept as received from the API side.
+pub trait EndpointsView {
+    fn node_endpoints(
+        &self,
+        name: &ServicePortName,
+        svc: &ServicePortInfo,
+        node_name: &str,
+        zone: &str,
+    ) -> Cow<'_, NodeEndpoints>;
+
+    /// [`NodeEndpoints::local`] alone, without selecting the rest.
+    fn local_endpoints(
+        &self,
+        name: &ServicePortName,
+    ) -> Cow<'_, [Arc<EndpointInfo>]>;
+
+    /// [`NodeEndpoints::serving`] alone, for a UDP port.
+    fn serving_addresses(&self, name: &ServicePortName) -> Cow<'_, [IpAddr]>;
+}
+
+impl EndpointsView for EndpointsMap {
+    fn node_endpoints(
+        &self,
+        name: &ServicePortName,
+        svc: &ServicePortInfo,
+        node_name: &str,
+        zone: &str,
+    ) -> Cow<'_, NodeEndpoints> {
+        let endpoints = self.get(name).map(Vec::as_slice).unwrap_or(&[]);
+        Cow::Owned(select(svc, endpoints, node_name, zone))
+    }
+
+    fn local_endpoints(
+        &self,
+        name: &ServicePortName,
+    ) -> Cow<'_, [Arc<EndpointInfo>]> {
+        let endpoints = self.get(name).map(Vec::as_slice).unwrap_or(&[]);
+        Cow::Owned(filter(endpoints, |ep| ep.is_local))
+    }
+
+    fn serving_addresses(&self, name: &ServicePortName) -> Cow<'_, [IpAddr]> {
+        let endpoints = self.get(name).map(Vec::as_slice).unwrap_or(&[]);
+        Cow::Owned(serving_addresses(endpoints))
+    }
+}
+
+/// The selections a node received, per service port.
+pub type NodeEndpointsMap = HashMap<ServicePortName, Arc<NodeEndpoints>>;
+
+impl EndpointsView for NodeEndpointsMap {
+    fn node_endpoints(
+        &self,
+        name: &ServicePortName,
+        _svc: &ServicePortInfo,
+        _node_name: &str,
+        _zone: &str,
+    ) -> Cow<'_, NodeEndpoints> {
+        match self.get(name) {
+            Some(selected) => Cow::Borrowed(&**selected),
+            None => Cow::Owned(NodeEndpoints::default()),
+        }
+    }
+
+    fn local_endpoints(
+        &self,
+        name: &ServicePortName,
+    ) -> Cow<'_, [Arc<EndpointInfo>]> {
+        Cow::Borrowed(self.get(name).map_or(&[][..], |s| &s.local))
+    }
+
+    fn serving_addresses(&self, name: &ServicePortName) -> Cow<'_, [IpAddr]> {
+        Cow::Borrowed(self.get(name).map_or(&[][..], |s| &s.serving))
+    }
+}
+
 /// How topology hints narrow the cluster endpoints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Topology {
@@ -35,24 +188,9 @@ enum Topology {
     PreferSameNode,
 }
 
-/// The endpoints in the address family of `ip` (a cluster IP or other
-/// virtual server address).
-///
-/// Upstream runs one proxier per IP family, so each family's endpoints are
-/// categorized apart: "every ready endpoint has a hint" and "has any
-/// endpoints" are per family. [`EndpointsMap`](crate::model::EndpointsMap)
-/// lists hold both families, so callers filter with this before
-/// [`categorize_endpoints`].
-pub fn same_family(
-    endpoints: &[Arc<EndpointInfo>],
-    ip: IpAddr,
-) -> Vec<Arc<EndpointInfo>> {
-    filter(endpoints, |ep| ep.ip.is_ipv4() == ip.is_ipv4())
-}
-
-/// Sorts `endpoints` (of one address family, see [`same_family`]) into
-/// the cluster and local sets. Their family is the one whose external
-/// addresses count, as in upstream's per-family proxiers.
+/// Sorts `endpoints` (of one address family) into the cluster and local
+/// sets. Their family is the one whose external addresses count, as in
+/// upstream's per-family proxiers.
 ///
 /// Usable means ready; when no endpoint is ready (counted separately for
 /// the cluster and the local set) serving-terminating endpoints are used

@@ -18,7 +18,7 @@ use kube_ipvs_proxy::{
         },
         sysctl::{self, ProcSysctls, Sysctls},
     },
-    model::{EndpointInfo, Protocol, ServicePortInfo, ServicePortName},
+    model::{Protocol, ServicePortInfo, ServicePortName},
 };
 use testkit::{guest, run, run_with_input, start_pods, PodSpec};
 
@@ -119,19 +119,6 @@ fn ask(socket: &UdpSocket) -> Result<String> {
     Ok(answer.lines().next().unwrap_or_default().to_owned())
 }
 
-fn endpoint(ip: Ipv4Addr) -> EndpointInfo {
-    EndpointInfo {
-        ip: IpAddr::V4(ip),
-        port: POD_PORT,
-        is_local: true,
-        ready: true,
-        serving: true,
-        terminating: false,
-        zone_hints: Default::default(),
-        node_hints: Default::default(),
-    }
-}
-
 #[test]
 #[cfg_attr(
     not(feature = "kernel-tests"),
@@ -228,7 +215,7 @@ async fn removed_endpoint() -> Result<()> {
     };
     let mut serving = UdpServing::new();
     let name = ServicePortName::new("ns", "dns", "dns", Protocol::Udp);
-    serving.update(&name, Some(&service), &[endpoint(b.ip())]);
+    serving.update(&name, Some(&service), &[IpAddr::V4(b.ip())]);
     let report = clean_stale_udp_flows(&mut ct, &serving).await?;
     assert!(report.errors.is_empty(), "{:?}", report.errors);
     assert_eq!(report.deleted, 1, "{report:?}, stale in {flow}");

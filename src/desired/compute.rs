@@ -13,15 +13,16 @@ use super::{
 };
 use crate::{
     model::{EndpointInfo, Protocol, ServicePortInfo, ServicePortName},
-    selection::{categorize_endpoints, ipvs_real_servers, same_family},
+    selection::{ipvs_real_servers, NodeEndpoints},
 };
 
 /// Computes what one service port needs in the kernel, for every address
-/// family the service has a cluster IP of and the node runs.
+/// family the service has a cluster IP of and the node runs, from what the
+/// node selected of its endpoints.
 pub fn service_state(
     name: &ServicePortName,
     svc: &ServicePortInfo,
-    endpoints: &[Arc<EndpointInfo>],
+    endpoints: &NodeEndpoints,
     ctx: &NodeContext,
 ) -> ServiceState {
     let mut state = ServiceState::default();
@@ -31,14 +32,13 @@ pub fn service_state(
             continue;
         }
         // Each family is proxied on its own, as upstream runs one proxier
-        // per family: selection fallbacks must see only that family.
-        let family = same_family(endpoints, cluster_ip);
+        // per family.
         Family {
             name,
             svc,
             ctx,
             ipv6,
-            endpoints: &family,
+            endpoints,
             state: &mut state,
         }
         .compute(cluster_ip);
@@ -54,25 +54,20 @@ struct Family<'a> {
     svc: &'a ServicePortInfo,
     ctx: &'a NodeContext,
     ipv6: bool,
-    endpoints: &'a [Arc<EndpointInfo>],
+    endpoints: &'a NodeEndpoints,
     state: &'a mut ServiceState,
 }
 
 impl Family<'_> {
     fn compute(&mut self, cluster_ip: IpAddr) {
         let svc = self.svc;
-        let categorized = categorize_endpoints(
-            self.endpoints,
-            svc,
-            &self.ctx.node_name,
-            &self.ctx.zone,
-        );
+        let categorized = self.endpoints.family(cluster_ip);
         let internal = real_servers(ipvs_real_servers(
-            &categorized,
+            categorized,
             svc.internal_policy_local,
         ));
         let external = real_servers(ipvs_real_servers(
-            &categorized,
+            categorized,
             svc.external_policy_local,
         ));
         let proto = svc.protocol;
@@ -92,14 +87,15 @@ impl Family<'_> {
 
         // Hairpin: a local endpoint reaching its own service must be
         // masqueraded, whatever its readiness.
-        for ep in self.endpoints.iter().filter(|e| e.is_local) {
+        let ipv6 = self.ipv6;
+        let local = self.endpoints.local.iter();
+        for ep in local.filter(|e| e.ip.is_ipv6() == ipv6) {
             self.entry(
                 SetKind::LoopBack,
                 SetEntry::IpPortIp(ep.ip, proto, ep.port, ep.ip),
             );
         }
 
-        let ipv6 = self.ipv6;
         for &ip in svc.external_ips.iter().filter(|ip| ip.is_ipv6() == ipv6) {
             self.virtual_server(
                 VirtualServerKind::ExternalIp,

@@ -10,7 +10,10 @@ use super::{
     compute::service_state, NodeContext, ServiceState, SetEntry, SetKind,
     SetName, VirtualServer, VirtualServerKey,
 };
-use crate::model::{EndpointsMap, ServicePortMap, ServicePortName};
+use crate::{
+    model::{ServicePortMap, ServicePortName},
+    selection::EndpointsView,
+};
 
 /// The desired state of every service port, updated incrementally.
 /// Cloning shares each port's state (`Arc`): it copies the index only.
@@ -70,14 +73,20 @@ impl DesiredState {
     pub fn update<'a>(
         &mut self,
         services: &ServicePortMap,
-        endpoints: &EndpointsMap,
+        endpoints: &impl EndpointsView,
         changed: impl IntoIterator<Item = &'a ServicePortName>,
     ) -> Vec<ServiceDelta> {
         let mut deltas = Vec::new();
+        let ctx = &self.ctx;
         for name in changed {
             let current = services.get(name).map(|svc| {
-                let eps = endpoints.get(name).map(Vec::as_slice).unwrap_or(&[]);
-                service_state(name, svc, eps, &self.ctx)
+                let eps = endpoints.node_endpoints(
+                    name,
+                    svc,
+                    &ctx.node_name,
+                    &ctx.zone,
+                );
+                service_state(name, svc, &eps, ctx)
             });
             let previous = self.services.get(name);
             if previous.map(|p| &**p) == current.as_ref() {
@@ -103,7 +112,7 @@ impl DesiredState {
         &mut self,
         ctx: NodeContext,
         services: &ServicePortMap,
-        endpoints: &EndpointsMap,
+        endpoints: &impl EndpointsView,
     ) -> Vec<ServiceDelta> {
         if ctx == self.ctx {
             return Vec::new();

@@ -684,6 +684,7 @@ fn endpoint_info(
         port: 0,
         is_local: !node_name.is_empty()
             && endpoint.node_name.as_deref() == Some(node_name),
+        node_name: endpoint.node_name.as_deref().map(Arc::from),
         ready: conditions.and_then(|c| c.ready).unwrap_or(true),
         serving: conditions.and_then(|c| c.serving).unwrap_or(true),
         terminating: conditions.and_then(|c| c.terminating).unwrap_or(false),

@@ -19,6 +19,9 @@ pub struct EndpointInfo {
     pub port: u16,
     /// `nodeName` equals this proxy's node.
     pub is_local: bool,
+    /// `nodeName`, which the API side reads to give each node its own
+    /// endpoints (it converts slices for no node, so `is_local` is false).
+    pub node_name: Option<Arc<str>>,
     /// `conditions.ready`, nil counted as true.
     pub ready: bool,
     /// `conditions.serving`, nil counted as true (upstream's

@@ -167,6 +167,7 @@ pub fn ep(
         ip: ip.parse().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED.into()),
         port,
         is_local: false,
+        node_name: None,
         ready: true,
         serving: true,
         terminating: false,

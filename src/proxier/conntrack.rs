@@ -16,6 +16,7 @@ use crate::{
         KernelError,
     },
     model::{IpFamily, Protocol},
+    selection::EndpointsView,
     sync::SyncOutcome,
     telemetry::events::{ConntrackReconciled, InternalEvent},
 };
@@ -76,11 +77,10 @@ impl<B, C> WithConntrack<B, C> {
         let (services, endpoints) =
             (batch.state.service_map(), batch.state.endpoints_map());
         for name in changed {
-            let eps = endpoints.get(name).map(Vec::as_slice).unwrap_or(&[]);
             self.serving.update(
                 name,
                 services.get(name).map(|s| &**s),
-                eps.iter().map(|e| &**e),
+                &endpoints.serving_addresses(name),
             );
         }
     }

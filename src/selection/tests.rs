@@ -397,12 +397,9 @@ fn families_are_categorized_apart() {
         zoned("198.19.0.2", &["zone-b"]),
         ready("2001:db8::1"),
     ];
-    let v4 = same_family(&endpoints, "198.18.0.1".parse().unwrap());
-    let v6 = same_family(&endpoints, "2001:db8::ff".parse().unwrap());
-    assert_eq!(ips(&v4), strings(&["198.19.0.1", "198.19.0.2"]));
-    assert_eq!(ips(&v6), strings(&["2001:db8::1"]));
-    let c = categorize_endpoints(&v4, &svc(|_| {}), NODE, ZONE);
-    assert_eq!(ips(&c.cluster), strings(&["198.19.0.1"]));
+    let selected = select(&svc(|_| {}), &endpoints, NODE, ZONE);
+    assert_eq!(ips(&selected.ipv4.cluster), strings(&["198.19.0.1"]));
+    assert_eq!(ips(&selected.ipv6.cluster), strings(&["2001:db8::1"]));
     let mixed = categorize_endpoints(&endpoints, &svc(|_| {}), NODE, ZONE);
     assert_eq!(mixed.cluster.len(), 3, "hints ignored when mixed");
 }

@@ -8,10 +8,8 @@ use crate::telemetry::events::{InternalEvent, NoLocalEndpoints};
 use crate::{
     desired::NodeContext,
     model::IpFamily,
-    model::{EndpointsMap, NamespacedName, ServicePortMap, ServicePortName},
-    selection::{
-        categorize_endpoints, ipvs_lacks_local_endpoints, same_family,
-    },
+    model::{NamespacedName, ServicePortMap, ServicePortName},
+    selection::{ipvs_lacks_local_endpoints, EndpointsView},
 };
 
 /// The metric's `traffic_policy` label.
@@ -41,7 +39,7 @@ impl NoLocalEndpointsTracker {
         &mut self,
         changed: impl IntoIterator<Item = &'a ServicePortName>,
         services: &ServicePortMap,
-        endpoints: &EndpointsMap,
+        endpoints: &impl EndpointsView,
         ctx: &NodeContext,
     ) {
         let families = ctx.families();
@@ -85,7 +83,7 @@ impl NoLocalEndpointsTracker {
         &self,
         name: &ServicePortName,
         services: &ServicePortMap,
-        endpoints: &EndpointsMap,
+        endpoints: &impl EndpointsView,
         ctx: &NodeContext,
     ) -> Vec<(IpFamily, TrafficPolicy)> {
         let mut counted = Vec::new();
@@ -95,19 +93,19 @@ impl NoLocalEndpointsTracker {
         if !svc.internal_policy_local && !svc.external_policy_local {
             return counted;
         }
-        let all = endpoints.get(name).map(Vec::as_slice).unwrap_or(&[]);
+        let selected =
+            endpoints.node_endpoints(name, svc, &ctx.node_name, &ctx.zone);
         for &cluster_ip in &svc.cluster_ips {
             let family = IpFamily::of(cluster_ip);
             if !self.families.contains(&family) {
                 continue;
             }
-            let eps = same_family(all, cluster_ip);
-            let c = categorize_endpoints(&eps, svc, &ctx.node_name, &ctx.zone);
-            if svc.internal_policy_local && ipvs_lacks_local_endpoints(&c, true)
+            let c = selected.family(cluster_ip);
+            if svc.internal_policy_local && ipvs_lacks_local_endpoints(c, true)
             {
                 counted.push((family, TrafficPolicy::Internal));
             }
-            if svc.external_policy_local && ipvs_lacks_local_endpoints(&c, true)
+            if svc.external_policy_local && ipvs_lacks_local_endpoints(c, true)
             {
                 counted.push((family, TrafficPolicy::External));
             }

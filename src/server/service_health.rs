@@ -23,7 +23,8 @@ use axum::{
 use super::{health::ProxyHealth, listen, Server, ServerError};
 use crate::{
     config::NodePortAddress,
-    model::{EndpointsMap, NamespacedName, ServicePortMap, ServicePortName},
+    model::{NamespacedName, ServicePortMap, ServicePortName},
+    selection::EndpointsView,
     source::recorder::EventSink,
     telemetry::events::{HealthCheckListenFailed, InternalEvent},
 };
@@ -357,7 +358,7 @@ impl HealthCheckIndex {
         &mut self,
         changed: impl IntoIterator<Item = &'a ServicePortName>,
         services: &ServicePortMap,
-        endpoints: &EndpointsMap,
+        endpoints: &impl EndpointsView,
     ) -> bool {
         let mut moved = false;
         for name in changed {
@@ -377,10 +378,9 @@ impl HealthCheckIndex {
             }
 
             let mut local: Vec<SocketAddr> = endpoints
-                .get(name)
-                .into_iter()
-                .flatten()
-                .filter(|ep| ep.is_local && ep.ready)
+                .local_endpoints(name)
+                .iter()
+                .filter(|ep| ep.ready)
                 .map(|ep| SocketAddr::new(ep.ip, ep.port))
                 .collect();
             local.sort();
@@ -472,7 +472,7 @@ pub fn health_check_node_ports(
 /// `EndpointsMap.LocalReadyEndpoints`): distinct `ip:port` across the
 /// service's ports.
 pub fn local_ready_endpoints(
-    endpoints: &EndpointsMap,
+    endpoints: &crate::model::EndpointsMap,
 ) -> HashMap<NamespacedName, usize> {
     let mut seen: HashMap<
         &NamespacedName,

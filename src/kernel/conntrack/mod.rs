@@ -36,7 +36,7 @@ use std::{
 };
 
 use super::KernelError;
-use crate::model::{EndpointInfo, Protocol, ServicePortInfo, ServicePortName};
+use crate::model::{Protocol, ServicePortInfo, ServicePortName};
 
 /// Scenarios run against the model by the unit tests and against the
 /// kernel by the guest tests (public for the latter).
@@ -121,23 +121,28 @@ impl UdpServing {
         services: &crate::model::ServicePortMap,
         endpoints: &crate::model::EndpointsMap,
     ) -> Self {
+        use crate::selection::EndpointsView;
         let mut serving = Self::new();
         for (name, info) in services {
-            let eps = endpoints.get(name).map(Vec::as_slice).unwrap_or(&[]);
-            serving.update(name, Some(info), eps.iter().map(|e| &**e));
+            serving.update(
+                name,
+                Some(info),
+                &endpoints.serving_addresses(name),
+            );
         }
         serving
     }
 
-    /// Sets one service port to `service` with `endpoints`, or forgets it
-    /// (`None`). Only UDP ports with serving endpoints are kept. Serving,
-    /// not ready: a terminating endpoint still serving keeps its flows, as
-    /// a TCP connection to it would keep going.
-    pub fn update<'a>(
+    /// Sets one service port to `service` with the addresses of its
+    /// serving endpoints, or forgets it (`None`). Only UDP ports with
+    /// serving endpoints are kept. Serving, not ready: a terminating
+    /// endpoint still serving keeps its flows, as a TCP connection to it
+    /// would keep going.
+    pub fn update(
         &mut self,
         name: &ServicePortName,
         service: Option<&ServicePortInfo>,
-        endpoints: impl IntoIterator<Item = &'a EndpointInfo>,
+        serving: &[IpAddr],
     ) {
         if let Some(old) = self.ports.remove(name) {
             for frontend in &old.frontends {
@@ -151,11 +156,7 @@ impl UdpServing {
         else {
             return;
         };
-        let serving: HashSet<IpAddr> = endpoints
-            .into_iter()
-            .filter(|e| e.serving)
-            .map(|e| e.ip)
-            .collect();
+        let serving: HashSet<IpAddr> = serving.iter().copied().collect();
         if serving.is_empty() {
             return;
         }

@@ -44,12 +44,25 @@ fn endpoint(addr: &str, serving: bool) -> EndpointInfo {
         ip: ip(addr),
         port: 5353,
         is_local: false,
+        node_name: None,
         ready: serving,
         serving,
         terminating: false,
         zone_hints: Default::default(),
         node_hints: Default::default(),
     }
+}
+
+/// The addresses a node's endpoints view gives the cleanup for `eps`.
+fn serving(eps: &[EndpointInfo]) -> Vec<IpAddr> {
+    use crate::selection::EndpointsView;
+    let name = port_name("any");
+    let map: crate::model::EndpointsMap = [(
+        name.clone(),
+        eps.iter().cloned().map(Arc::new).collect(),
+    )]
+    .into();
+    map.serving_addresses(&name).into_owned()
 }
 
 #[test]
@@ -70,7 +83,7 @@ fn stale_flows_follow_upstream() {
         endpoint("198.19.0.3", false),
     ];
     let mut serving = UdpServing::new();
-    serving.update(&port_name("dns"), Some(&dns), &eps);
+    serving.update(&port_name("dns"), Some(&dns), &self::serving(&eps));
     // Same addresses over TCP, and a UDP service without serving
     // endpoints: neither makes a flow stale.
     serving.update(
@@ -83,7 +96,7 @@ fn stale_flows_follow_upstream() {
         Some(&service(Protocol::Udp, |s| {
             s.cluster_ips = vec![ip("198.18.0.11")]
         })),
-        &[endpoint("198.19.0.9", false)],
+        &self::serving(&[endpoint("198.19.0.9", false)]),
     );
 
     let c = "198.18.5.5:40000";
@@ -162,12 +175,12 @@ fn updates_replace_a_port_and_forget_it() {
     serving.update(
         &port_name("dns"),
         Some(&dns),
-        &[endpoint("198.19.0.1", true)],
+        &self::serving(&[endpoint("198.19.0.1", true)]),
     );
     serving.update(
         &port_name("dns"),
         Some(&dns),
-        &[endpoint("198.19.0.2", true)],
+        &self::serving(&[endpoint("198.19.0.2", true)]),
     );
     let c = "198.18.5.5:40000";
     assert!(serving.is_stale(&nat_flow(
@@ -216,7 +229,7 @@ async fn cleanup_deletes_only_stale_flows() {
     serving.update(
         &port_name("dns"),
         Some(&service(Protocol::Udp, |_| {})),
-        &[endpoint("198.19.0.1", true)],
+        &self::serving(&[endpoint("198.19.0.1", true)]),
     );
 
     let report = clean_stale_udp_flows(&mut m, &serving).await.unwrap();

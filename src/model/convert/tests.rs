@@ -402,6 +402,7 @@ fn slice_endpoint(
         ip: ip.parse().unwrap(),
         port: 8080,
         is_local: false,
+        node_name: None,
         ready: true,
         serving: true,
         terminating: false,
@@ -460,10 +461,12 @@ fn endpoint_slice_conditions_locality_and_hints() {
             slice_endpoint("198.19.0.2", |e| {
                 e.ready = false;
                 e.is_local = true;
+                e.node_name = Some("node-a".into());
             }),
             slice_endpoint("198.19.0.3", |e| {
                 e.ready = false;
                 e.terminating = true;
+                e.node_name = Some("node-b".into());
                 e.zone_hints = ["zone-a".to_owned()].into();
                 e.node_hints = ["node-b".to_owned()].into();
             }),

@@ -7,6 +7,7 @@ use crate::{
     desired::{service_state, NodeContext},
     kernel::ipvs::{DestState, ServiceEntry},
     model::{fixtures, EndpointInfo, Protocol, ServicePortInfo},
+    selection::select,
 };
 
 fn ip(s: &str) -> IpAddr {
@@ -51,7 +52,9 @@ fn svc_with(
         .iter()
         .map(|a| fixtures::ep(a, 8080, |_| {}))
         .collect();
-    let state = service_state(&spn, &info, &eps, &ctx(c));
+    let ctx = ctx(c);
+    let selected = select(&info, &eps, &ctx.node_name, &ctx.zone);
+    let state = service_state(&spn, &info, &selected, &ctx);
     (spn, Arc::new(state))
 }
 
