@@ -32,6 +32,7 @@ modules!(
     kernel,
     logging,
     model,
+    nodeview,
     oom,
     proxier,
     runner,

@@ -7,4 +7,4 @@ pub mod node;
 pub mod services;
 
 #[cfg(test)]
-mod proptests;
+pub(crate) mod proptests;

@@ -26,21 +26,21 @@ use crate::model::{
     EndpointsMap, NamespacedName, Protocol, ServicePortMap, ServicePortName,
 };
 
-const NODE: &str = "node-a";
+pub(crate) const NODE: &str = "node-a";
 const SERVICES: usize = 3;
 /// Slice 2 of every service is an FQDN slice, which must be ignored.
 /// (`addressType` is immutable, so a slice never changes type.)
 const SLICES: usize = 3;
 
 #[derive(Debug, Clone)]
-struct PortSpec {
+pub(crate) struct PortSpec {
     name: &'static str,
     port: i32,
     udp: bool,
 }
 
 #[derive(Debug, Clone)]
-struct ServiceSpec {
+pub(crate) struct ServiceSpec {
     kind: u8,
     ip: u8,
     dual_stack: bool,
@@ -48,7 +48,7 @@ struct ServiceSpec {
 }
 
 #[derive(Debug, Clone)]
-struct EndpointSpec {
+pub(crate) struct EndpointSpec {
     ip: u8,
     ready: Option<bool>,
     serving: Option<bool>,
@@ -58,13 +58,13 @@ struct EndpointSpec {
 }
 
 #[derive(Debug, Clone)]
-struct SliceSpec {
+pub(crate) struct SliceSpec {
     ports: Vec<PortSpec>,
     endpoints: Vec<EndpointSpec>,
 }
 
 #[derive(Debug, Clone)]
-enum Event {
+pub(crate) enum Event {
     SetService(usize, ServiceSpec),
     DeleteService(usize),
     SetSlice(usize, usize, SliceSpec),
@@ -125,7 +125,7 @@ fn slice_spec() -> impl Strategy<Value = SliceSpec> {
         .prop_map(|(ports, endpoints)| SliceSpec { ports, endpoints })
 }
 
-fn event() -> impl Strategy<Value = Event> {
+pub(crate) fn event() -> impl Strategy<Value = Event> {
     prop_oneof![
         3 => (0..SERVICES, service_spec())
             .prop_map(|(i, spec)| Event::SetService(i, spec)),
@@ -146,7 +146,7 @@ fn protocol(udp: bool) -> &'static str {
     }
 }
 
-fn build_service(i: usize, spec: &ServiceSpec) -> Service {
+pub(crate) fn build_service(i: usize, spec: &ServiceSpec) -> Service {
     service("ns", &format!("svc-{i}"), |s| {
         let v4 = format!("198.18.0.{}", spec.ip);
         let v6 = format!("2001:db8::{}", spec.ip);
@@ -186,7 +186,11 @@ fn spec_mut(s: &mut Service) -> &mut k8s_openapi::api::core::v1::ServiceSpec {
     spec(s)
 }
 
-fn build_slice(i: usize, j: usize, spec: &SliceSpec) -> EndpointSlice {
+pub(crate) fn build_slice(
+    i: usize,
+    j: usize,
+    spec: &SliceSpec,
+) -> EndpointSlice {
     slice("ns", &format!("svc-{i}-{j}"), &format!("svc-{i}"), |s| {
         if j == 2 {
             s.address_type = "FQDN".to_owned();
