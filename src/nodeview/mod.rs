@@ -25,6 +25,8 @@ use crate::{
     selection::{select, NodeEndpoints, NodeEndpointsMap},
 };
 
+pub mod wire;
+
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
@@ -39,37 +41,74 @@ pub enum Key {
     Endpoints(ServicePortName),
 }
 
-/// An entry's value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Item {
-    Node(Arc<NodeInfo>),
-    Service(Arc<ServicePortInfo>),
-    Endpoints(Arc<NodeEndpoints>),
-}
-
 /// What a node is told about one entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
-    Set(Key, Item),
+    Node(Arc<NodeInfo>),
+    Service(ServicePortName, Arc<ServicePortInfo>),
+    Endpoints(ServicePortName, Arc<NodeEndpoints>),
     Delete(Key),
 }
 
 /// What a node is sent to catch up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Update {
-    /// Replace everything held with `changes` (all of them `Set`).
+    /// Replace everything held with `changes` (none of them a deletion).
     pub full: bool,
     pub changes: Vec<Change>,
     /// The revision the node has once it applied `changes`.
     pub revision: u64,
+    /// The last part of what the node lacked: it now holds a consistent
+    /// state at `revision`. An update split for the wire is synced in
+    /// its last part only.
+    pub synced: bool,
 }
 
-#[derive(Debug, Clone)]
-struct Entry {
+impl Update {
+    /// Splits the update into parts of at most `max_changes` changes (at
+    /// least one part), the first one full if the update is, the last one
+    /// synced if the update is.
+    pub fn split(self, max_changes: usize) -> Vec<Update> {
+        let Update {
+            full,
+            mut changes,
+            revision,
+            synced,
+        } = self;
+        let max = max_changes.max(1);
+        let mut parts = Vec::with_capacity(changes.len() / max + 1);
+        loop {
+            let rest = changes.split_off(changes.len().min(max));
+            parts.push(Update {
+                full: full && parts.is_empty(),
+                changes,
+                revision,
+                synced: false,
+            });
+            if rest.is_empty() {
+                break;
+            }
+            changes = rest;
+        }
+        if let Some(last) = parts.last_mut() {
+            last.synced = synced;
+        }
+        parts
+    }
+}
+
+#[derive(Debug)]
+struct Entry<T> {
     revision: u64,
     /// `None`: deleted at `revision`, kept so that a node resuming from
     /// an earlier revision hears of the deletion.
-    item: Option<Item>,
+    value: Option<Arc<T>>,
+}
+
+impl<T> Entry<T> {
+    fn live(&self) -> Option<Arc<T>> {
+        self.value.clone()
+    }
 }
 
 /// How many deletions a view remembers, by default, beyond which a node
@@ -80,13 +119,14 @@ pub const TOMBSTONES: usize = 4096;
 #[derive(Debug)]
 pub struct NodeView {
     node_name: String,
-    node: Option<Arc<NodeInfo>>,
     revision: u64,
-    entries: HashMap<Key, Entry>,
+    node: Option<Entry<NodeInfo>>,
+    services: HashMap<ServicePortName, Entry<ServicePortInfo>>,
+    endpoints: HashMap<ServicePortName, Entry<NodeEndpoints>>,
     /// Every entry's key by its revision (one key per revision: each
     /// change takes a new one).
     by_revision: BTreeMap<u64, Key>,
-    /// The deleted entries' keys by revision, oldest first forgotten.
+    /// The deleted entries' keys by revision, the oldest forgotten first.
     tombstones: BTreeMap<u64, Key>,
     max_tombstones: usize,
     /// A node whose revision is below this may have missed a deletion
@@ -105,9 +145,10 @@ impl NodeView {
     ) -> Self {
         Self {
             node_name: node_name.into(),
-            node: None,
             revision: 0,
-            entries: HashMap::new(),
+            node: None,
+            services: HashMap::new(),
+            endpoints: HashMap::new(),
             by_revision: BTreeMap::new(),
             tombstones: BTreeMap::new(),
             max_tombstones,
@@ -123,9 +164,13 @@ impl NodeView {
         self.revision
     }
 
+    fn node(&self) -> Option<&Arc<NodeInfo>> {
+        self.node.as_ref().and_then(|e| e.value.as_ref())
+    }
+
     /// The node's zone, which topology hints are matched against.
     fn zone(&self) -> &str {
-        self.node.as_ref().map_or("", |n| n.zone.as_str())
+        self.node().map_or("", |n| n.zone.as_str())
     }
 
     /// Brings the `changed` service ports up to date. The cost follows
@@ -142,12 +187,18 @@ impl NodeView {
                 let eps = endpoints.get(name).map(Vec::as_slice).unwrap_or(&[]);
                 Arc::new(node_endpoints(svc, eps, &self.node_name, self.zone()))
             });
-            self.put(
-                Key::Service(name.clone()),
-                svc.map(|svc| Item::Service(svc.clone())),
-            );
-            self.put(Key::Endpoints(name.clone()), selected.map(Item::Endpoints));
+            let old = self.services.remove(name);
+            let key = Key::Service(name.clone());
+            if let Some(entry) = self.next(key, old, svc.cloned()) {
+                self.services.insert(name.clone(), entry);
+            }
+            let old = self.endpoints.remove(name);
+            let key = Key::Endpoints(name.clone());
+            if let Some(entry) = self.next(key, old, selected) {
+                self.endpoints.insert(name.clone(), entry);
+            }
         }
+        self.forget_old_tombstones();
     }
 
     /// Takes the node's Node object (`None` once deleted). A new zone
@@ -159,52 +210,45 @@ impl NodeView {
         endpoints: &EndpointsMap,
     ) {
         let node = node.map(Arc::new);
-        if node == self.node {
-            return;
-        }
-        let zone_moved =
-            node.as_ref().map(|n| &n.zone) != self.node.as_ref().map(|n| &n.zone);
-        self.node = node.clone();
-        self.put(Key::Node, node.map(Item::Node));
+        let zone = |n: Option<&Arc<NodeInfo>>| n.map(|n| n.zone.clone());
+        let zone_moved = zone(node.as_ref()) != zone(self.node());
+        let old = self.node.take();
+        self.node = self.next(Key::Node, old, node);
         if zone_moved {
             let names: Vec<ServicePortName> = services
                 .keys()
-                .chain(self.entries.keys().filter_map(|k| match k {
-                    Key::Service(name) => Some(name),
-                    _ => None,
-                }))
+                .chain(self.services.keys())
                 .cloned()
                 .collect();
             self.update(&names, services, endpoints);
         }
+        self.forget_old_tombstones();
     }
 
-    /// Records `item` under `key` with a new revision, unless it is what
-    /// the entry already holds.
-    fn put(&mut self, key: Key, item: Option<Item>) {
-        let old = self.entries.get(&key);
-        match (old.and_then(|e| e.item.as_ref()), &item) {
-            (None, None) => return,
-            (Some(a), Some(b)) if a == b => return,
-            _ => {}
+    /// The entry `key` becomes with `value`: `old` itself when it holds
+    /// that already, else an entry with a new revision.
+    fn next<T: PartialEq>(
+        &mut self,
+        key: Key,
+        old: Option<Entry<T>>,
+        value: Option<Arc<T>>,
+    ) -> Option<Entry<T>> {
+        if old.as_ref().and_then(|e| e.value.as_ref()) == value.as_ref() {
+            return old;
         }
         self.revision += 1;
         if let Some(old) = old {
             self.by_revision.remove(&old.revision);
             self.tombstones.remove(&old.revision);
         }
-        if item.is_none() {
+        if value.is_none() {
             self.tombstones.insert(self.revision, key.clone());
         }
-        self.by_revision.insert(self.revision, key.clone());
-        self.entries.insert(
-            key,
-            Entry {
-                revision: self.revision,
-                item,
-            },
-        );
-        self.forget_old_tombstones();
+        self.by_revision.insert(self.revision, key);
+        Some(Entry {
+            revision: self.revision,
+            value,
+        })
     }
 
     fn forget_old_tombstones(&mut self) {
@@ -213,7 +257,15 @@ impl NodeView {
                 return;
             };
             self.by_revision.remove(&revision);
-            self.entries.remove(&key);
+            match key {
+                Key::Node => self.node = None,
+                Key::Service(name) => {
+                    self.services.remove(&name);
+                }
+                Key::Endpoints(name) => {
+                    self.endpoints.remove(&name);
+                }
+            }
             self.horizon = revision;
         }
     }
@@ -230,6 +282,7 @@ impl NodeView {
                     .map(|(_, key)| self.change(key))
                     .collect(),
                 revision: self.revision,
+                synced: true,
             },
             _ => self.full(),
         }
@@ -238,24 +291,34 @@ impl NodeView {
     /// Everything the node programs, as a starting node receives it.
     pub fn full(&self) -> Update {
         let mut keys: Vec<&Key> = self
-            .entries
-            .iter()
-            .filter(|(_, e)| e.item.is_some())
-            .map(|(k, _)| k)
+            .by_revision
+            .values()
+            .filter(|key| !matches!(self.change(key), Change::Delete(_)))
             .collect();
         keys.sort();
         Update {
             full: true,
             changes: keys.into_iter().map(|k| self.change(k)).collect(),
             revision: self.revision,
+            synced: true,
         }
     }
 
     fn change(&self, key: &Key) -> Change {
-        match &self.entries[key].item {
-            Some(item) => Change::Set(key.clone(), item.clone()),
-            None => Change::Delete(key.clone()),
-        }
+        let change = match key {
+            Key::Node => self.node.as_ref().and_then(Entry::live).map(Change::Node),
+            Key::Service(name) => self
+                .services
+                .get(name)
+                .and_then(Entry::live)
+                .map(|svc| Change::Service(name.clone(), svc)),
+            Key::Endpoints(name) => self
+                .endpoints
+                .get(name)
+                .and_then(Entry::live)
+                .map(|eps| Change::Endpoints(name.clone(), eps)),
+        };
+        change.unwrap_or_else(|| Change::Delete(key.clone()))
     }
 }
 
@@ -297,7 +360,8 @@ pub struct Received {
     pub node: Option<Arc<NodeInfo>>,
     pub services: ServicePortMap,
     pub endpoints: NodeEndpointsMap,
-    /// The revision held; `None` before the first update.
+    /// The revision of the consistent state held; `None` before the
+    /// first, and while a full state arrives in parts.
     pub revision: Option<u64>,
 }
 
@@ -319,22 +383,22 @@ impl Received {
             );
             applied.node_changed = old.node.is_some();
         }
+        // Changes held past the revision are harmless: resuming from it
+        // sends them again, and setting an entry twice sets it once.
         for change in update.changes {
             match change {
-                Change::Set(_, Item::Node(node)) => {
+                Change::Node(node) => {
                     applied.node_changed |= self.node.as_ref() != Some(&node);
                     self.node = Some(node);
                 }
-                Change::Set(Key::Service(name), Item::Service(svc)) => {
+                Change::Service(name, svc) => {
                     self.services.insert(name.clone(), svc);
                     applied.changed_ports.insert(name);
                 }
-                Change::Set(Key::Endpoints(name), Item::Endpoints(eps)) => {
+                Change::Endpoints(name, eps) => {
                     self.endpoints.insert(name.clone(), eps);
                     applied.changed_ports.insert(name);
                 }
-                // A key with another kind's item: nothing sends it.
-                Change::Set(..) => {}
                 Change::Delete(Key::Node) => {
                     applied.node_changed |= self.node.take().is_some();
                 }
@@ -348,7 +412,9 @@ impl Received {
                 }
             }
         }
-        self.revision = Some(update.revision);
+        if update.synced {
+            self.revision = Some(update.revision);
+        }
         applied
     }
 }

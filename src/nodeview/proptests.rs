@@ -3,12 +3,15 @@
 //! EndpointSlice events, whenever the node catches up, and however many
 //! deletions the view has forgotten.
 
-use std::{collections::BTreeMap, time::SystemTime};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    time::SystemTime,
+};
 
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use proptest::prelude::*;
 
-use super::{NodeView, Received};
+use super::{wire, NodeView, Received, Update};
 use crate::{
     desired::DesiredState,
     model::{EndpointsMap, NodeInfo, ServicePortMap, ServicePortName},
@@ -73,6 +76,22 @@ fn node(zone: &str) -> NodeInfo {
     }
 }
 
+/// Sends `update` over the wire in parts of `part_size` changes; returns
+/// the service ports that changed.
+fn receive(
+    received: &mut Received,
+    update: Update,
+    part_size: usize,
+) -> Result<BTreeSet<ServicePortName>, TestCaseError> {
+    let mut changed = BTreeSet::new();
+    for part in update.split(part_size) {
+        let part = wire::decode(wire::encode(&part, "test"));
+        let part = part.map_err(|e| TestCaseError::fail(e.to_string()))?;
+        changed.extend(received.apply(part).changed_ports);
+    }
+    Ok(changed)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -84,6 +103,8 @@ proptest! {
         // deletions the view keeps.
         catch_up in prop::collection::vec(any::<bool>(), 60),
         tombstones in 0usize..4,
+        // How many changes go in one message.
+        part_size in 1usize..6,
     ) {
         let node = node(zone);
         let ctx = node_context(NODE, Some(&node), &NodeSettings::default(), None);
@@ -140,12 +161,9 @@ proptest! {
                     if !is_last && !catch_up[checkouts % catch_up.len()] {
                         continue;
                     }
-                    let applied = received.apply(view.since(received.revision));
-                    fed.update(
-                        &received.services,
-                        &received.endpoints,
-                        &applied.changed_ports,
-                    );
+                    let update = view.since(received.revision);
+                    let changed = receive(&mut received, update, part_size)?;
+                    fed.update(&received.services, &received.endpoints, &changed);
                     prop_assert_eq!(received.revision, Some(view.revision()));
                     prop_assert_eq!(programmed.snapshot(), fed.snapshot());
                 }
@@ -153,7 +171,7 @@ proptest! {
         }
         // What the node pieced together equals a full state sent now.
         let mut fresh = Received::default();
-        fresh.apply(view.full());
+        receive(&mut fresh, view.full(), usize::MAX)?;
         prop_assert_eq!(&received, &fresh);
     }
 }

@@ -128,14 +128,13 @@ fn topology_hints_are_matched_against_the_node_zone() {
     let update = view.since(Some(before));
     assert!(!update.full);
     // The node object and the port's endpoints; the service is the same.
-    let keys: Vec<&Key> = update
-        .changes
-        .iter()
-        .map(|c| match c {
-            Change::Set(k, _) | Change::Delete(k) => k,
-        })
-        .collect();
-    assert_eq!(keys, [&Key::Node, &Key::Endpoints(web)]);
+    assert!(
+        matches!(
+            update.changes.as_slice(),
+            [Change::Node(_), Change::Endpoints(name, _)] if *name == web
+        ),
+        "{update:?}"
+    );
 }
 
 #[test]
@@ -151,9 +150,7 @@ fn a_key_changed_many_times_is_sent_once_in_its_latest_form() {
     }
     let update = view.since(Some(start));
     assert_eq!(update.changes.len(), 1, "{update:?}");
-    let Change::Set(Key::Endpoints(_), Item::Endpoints(eps)) =
-        &update.changes[0]
-    else {
+    let Change::Endpoints(_, eps) = &update.changes[0] else {
         panic!("{update:?}");
     };
     assert_eq!(ips(&eps.ipv4.cluster), ["198.19.0.5"]);
@@ -270,4 +267,44 @@ fn a_udp_port_carries_every_serving_address_and_a_tcp_port_none() {
         ["198.19.0.1".parse::<std::net::IpAddr>().unwrap(), "198.19.0.2".parse().unwrap()]
     );
     assert!(endpoints_of(&view, &web).serving.is_empty());
+}
+
+#[test]
+fn a_split_update_is_full_in_its_first_part_and_synced_in_its_last() {
+    let mut cluster = Cluster::new();
+    for service in ["a", "b", "c"] {
+        cluster.service(service, |_| {}, vec![on("node-b", "198.19.0.1")]);
+    }
+    let update = cluster.view("node-a", "").full();
+    // The node, and a service and its endpoints for each of three.
+    assert_eq!(update.changes.len(), 7);
+    let parts = update.clone().split(3);
+    let flags: Vec<(usize, bool, bool)> = parts
+        .iter()
+        .map(|p| (p.changes.len(), p.full, p.synced))
+        .collect();
+    assert_eq!(flags, [(3, true, false), (3, false, false), (1, false, true)]);
+    assert!(parts.iter().all(|p| p.revision == update.revision));
+
+    // A node that has the first part only holds no consistent revision,
+    // and one part at a time reaches what the whole update gives.
+    let mut received = Received::default();
+    let mut parts = parts.into_iter();
+    received.apply(parts.next().unwrap());
+    assert_eq!(received.revision, None);
+    for part in parts {
+        received.apply(part);
+    }
+    let mut whole = Received::default();
+    whole.apply(update);
+    assert_eq!(received, whole);
+    assert!(whole.revision.is_some());
+
+    let empty = Update {
+        full: false,
+        changes: vec![],
+        revision: 4,
+        synced: true,
+    };
+    assert_eq!(empty.clone().split(3), [empty]);
 }

@@ -1,0 +1,187 @@
+use pretty_assertions::assert_eq;
+
+use super::*;
+use crate::model::fixtures::{ep, port_info};
+
+fn name() -> ServicePortName {
+    ServicePortName::new("ns", "web", "http", Protocol::Tcp)
+}
+
+#[test]
+fn an_update_survives_the_wire_but_for_what_the_node_does_not_read() {
+    let svc = port_info(|s| {
+        s.cluster_ips =
+            vec!["198.18.0.1".parse().unwrap(), "2001:db8::1".parse().unwrap()];
+        s.session_affinity_timeout = Some(10800);
+        s.load_balancer_source_ranges = vec!["198.18.0.0/15".parse().unwrap()];
+        s.node_port = 30080;
+        s.external_policy_local = true;
+    });
+    let local = ep("198.19.0.1", 8080, |e| {
+        e.is_local = true;
+        e.node_name = Some("node-a".into());
+        e.zone_hints = ["zone-a".to_owned()].into();
+    });
+    let remote = ep("198.19.0.2", 8080, |e| e.terminating = true);
+    let v6 = ep("2001:db8::2", 8080, |_| {});
+    let selected = NodeEndpoints {
+        ipv4: Categorized {
+            cluster: vec![local.clone(), remote.clone()],
+            local: vec![local.clone()],
+            all_reachable: vec![local.clone(), remote.clone()],
+            has_any_endpoints: true,
+        },
+        ipv6: Categorized {
+            cluster: vec![v6.clone()],
+            local: vec![],
+            all_reachable: vec![v6.clone()],
+            has_any_endpoints: true,
+        },
+        local: vec![local.clone()],
+        serving: vec!["198.19.0.1".parse().unwrap()],
+    };
+    let node = NodeInfo {
+        name: "node-a".to_owned(),
+        pod_cidrs: vec!["198.18.64.0/24".parse().unwrap()],
+        zone: "zone-a".to_owned(),
+        addresses: vec!["198.18.100.1".parse().unwrap()],
+        eligible: true,
+    };
+    let update = Update {
+        full: true,
+        changes: vec![
+            Change::Node(Arc::new(node)),
+            Change::Service(name(), Arc::new(svc)),
+            Change::Endpoints(name(), Arc::new(selected.clone())),
+            Change::Delete(Key::Endpoints(ServicePortName::new(
+                "ns",
+                "gone",
+                "",
+                Protocol::Sctp,
+            ))),
+        ],
+        revision: 7,
+        synced: true,
+    };
+    let message = encode(&update, "instance-1");
+    assert_eq!(message.instance, "instance-1");
+    let back = decode(message).unwrap();
+
+    // Hints and node names select endpoints on the API side; the node
+    // never reads them, so they are not sent.
+    let strip = |e: &Arc<EndpointInfo>| {
+        Arc::new(EndpointInfo {
+            node_name: None,
+            zone_hints: Default::default(),
+            node_hints: Default::default(),
+            ..EndpointInfo::clone(e)
+        })
+    };
+    let strip_all = |list: &[Arc<EndpointInfo>]| -> Vec<_> {
+        list.iter().map(strip).collect()
+    };
+    let strip_family = |c: &Categorized| Categorized {
+        cluster: strip_all(&c.cluster),
+        local: strip_all(&c.local),
+        all_reachable: strip_all(&c.all_reachable),
+        has_any_endpoints: c.has_any_endpoints,
+    };
+    let mut expected = update.clone();
+    expected.changes[2] = Change::Endpoints(
+        name(),
+        Arc::new(NodeEndpoints {
+            ipv4: strip_family(&selected.ipv4),
+            ipv6: strip_family(&selected.ipv6),
+            local: strip_all(&selected.local),
+            serving: selected.serving.clone(),
+        }),
+    );
+    assert_eq!(back, expected);
+}
+
+#[test]
+fn each_endpoint_is_sent_once_however_many_lists_hold_it() {
+    let local = ep("198.19.0.1", 8080, |e| e.is_local = true);
+    let selected = NodeEndpoints {
+        ipv4: Categorized {
+            cluster: vec![local.clone()],
+            local: vec![local.clone()],
+            all_reachable: vec![local.clone()],
+            has_any_endpoints: true,
+        },
+        local: vec![local],
+        ..NodeEndpoints::default()
+    };
+    let message = encode_endpoints(&name(), &selected);
+    assert_eq!(message.endpoints.len(), 1);
+    assert_eq!(message.local, [0]);
+}
+
+/// A message from a bad or foreign server is refused with what is wrong
+/// and where, never a panic.
+#[test]
+fn a_malformed_message_is_an_error_naming_the_entry_and_field() {
+    let good = encode(
+        &Update {
+            full: false,
+            changes: vec![Change::Service(
+                name(),
+                Arc::new(port_info(|_| {})),
+            )],
+            revision: 1,
+            synced: true,
+        },
+        "i",
+    );
+    let service = |f: &dyn Fn(&mut v1::ServicePort)| {
+        let mut message = good.clone();
+        if let Some(v1::change::Change::Service(svc)) =
+            &mut message.changes[0].change
+        {
+            f(svc);
+        }
+        decode(message).unwrap_err()
+    };
+    let err = service(&|s| s.cluster_ips = vec![vec![1, 2, 3]]);
+    assert_eq!(
+        (err.entry.as_str(), err.field),
+        ("service ns/web:http", "cluster_ips")
+    );
+    assert_eq!(err.problem, "3 bytes");
+    let err = service(&|s| s.port = 70_000);
+    assert_eq!(err.field, "port");
+    let err = service(&|s| s.protocol = 9);
+    assert_eq!(err.field, "protocol");
+    let err = service(&|s| s.load_balancer_source_ranges = vec!["x".into()]);
+    assert_eq!(err.field, "load_balancer_source_ranges");
+    let err = service(&|s| s.name = None);
+    assert_eq!((err.entry.as_str(), err.field), ("change 0", "name"));
+
+    let mut empty = good.clone();
+    empty.changes[0].change = None;
+    assert_eq!(decode(empty).unwrap_err().field, "change");
+
+    let mut eps = encode_endpoints(&name(), &NodeEndpoints::default());
+    eps.ipv4 = Some(v1::Selection {
+        cluster: vec![3],
+        ..Default::default()
+    });
+    let mut message = good.clone();
+    message.changes[0].change = Some(v1::change::Change::Endpoints(eps));
+    let err = decode(message).unwrap_err();
+    assert_eq!(
+        (err.entry.as_str(), err.field, err.problem.as_str()),
+        ("endpoints ns/web:http", "ipv4", "no endpoint 3")
+    );
+    assert_eq!(
+        err.to_string(),
+        "update from the API side, endpoints ns/web:http: ipv4: no endpoint 3"
+    );
+
+    let mut message = good;
+    message.changes[0].change = Some(v1::change::Change::Deleted(v1::Key {
+        kind: 0,
+        port: None,
+    }));
+    assert_eq!(decode(message).unwrap_err().field, "deleted.kind");
+}
