@@ -24,6 +24,7 @@ macro_rules! modules {
 
 // Public for the binary, the tests and the benches.
 modules!(
+    apiside,
     backend,
     config,
     daemon,

@@ -1,0 +1,75 @@
+//! The API side of the API/node split (`kube-ipvs-proxy api-server`): one
+//! process watches the API server, runs the trackers once, and serves
+//! each node its own view ([`crate::nodeview`]) over gRPC.
+
+pub mod cluster;
+pub mod server;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::{Path, PathBuf};
+
+use nodeview_protocol::v1::node_view_client::NodeViewClient;
+use tokio::net::{UnixListener, UnixStream};
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::{Channel, Endpoint};
+
+/// Why the view service stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("listening on {path}: {source}")]
+    Listen {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("serving the node views: {0}")]
+    Transport(#[from] tonic::transport::Error),
+}
+
+/// Serves `service` on the Unix socket `path` until `shutdown` resolves.
+/// The socket's file mode is the guard: no TLS on it.
+pub async fn serve_unix(
+    path: &Path,
+    service: server::ViewService,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    // A socket left by an earlier run would make the bind fail.
+    if let Err(e) = std::fs::remove_file(path) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(path = %path.display(), error = %e, "stale socket");
+        }
+    }
+    let listener = UnixListener::bind(path).map_err(|source| {
+        ServeError::Listen {
+            path: path.to_owned(),
+            source,
+        }
+    })?;
+    tonic::transport::Server::builder()
+        .add_service(service.into_server())
+        .serve_with_incoming_shutdown(
+            UnixListenerStream::new(listener),
+            shutdown,
+        )
+        .await?;
+    Ok(())
+}
+
+/// A client of the view service on the Unix socket `path`.
+pub async fn connect_unix(
+    path: PathBuf,
+) -> Result<NodeViewClient<Channel>, tonic::transport::Error> {
+    // The URI is unused: every connection goes to the socket.
+    let channel = Endpoint::from_static("http://api-side.invalid")
+        .connect_with_connector(tower::service_fn(move |_: http::Uri| {
+            let path = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    UnixStream::connect(path).await?,
+                ))
+            }
+        }))
+        .await?;
+    Ok(NodeViewClient::new(channel))
+}

@@ -1,0 +1,168 @@
+//! The API side's gRPC service: each node watches its own view.
+//!
+//! A watch sends what the node lacks, then waits for the next sync and
+//! sends what changed since; while a node is slow its view keeps
+//! changing, and the next send carries each changed entry once, in its
+//! latest form. A watch starts only once Services and EndpointSlices
+//! have been listed: a half-known cluster sent as a full state would
+//! make the node delete what it must keep.
+
+use std::{
+    process,
+    sync::{Arc, Mutex, PoisonError},
+    time::{SystemTime, UNIX_EPOCH},
+};
+
+use nodeview_protocol::v1::{
+    self, node_view_server::NodeView as NodeViewRpc,
+};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+use tracing::{debug, info};
+
+use super::cluster::Cluster;
+use crate::{nodeview::wire, source::store::RecordChange};
+
+/// The most changes one message carries; a full state at 10,000
+/// services is some forty messages.
+pub const CHANGES_PER_MESSAGE: usize = 512;
+
+/// What the feeding loop and the watches share.
+#[derive(Debug)]
+pub struct Shared {
+    cluster: Mutex<Cluster>,
+    /// Counts syncs; 0 until the cluster was listed once.
+    generation: watch::Sender<u64>,
+    /// Revisions are this process's own: a node that comes back to
+    /// another process (a restart, another replica) starts over.
+    instance: String,
+}
+
+impl Shared {
+    pub fn new(cluster: Cluster) -> Arc<Self> {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        Arc::new(Self {
+            cluster: Mutex::new(cluster),
+            generation: watch::Sender::new(0),
+            instance: format!("{}-{nanos:x}", process::id()),
+        })
+    }
+
+    fn cluster(&self) -> std::sync::MutexGuard<'_, Cluster> {
+        // A panic while holding it leaves a cluster that the next changes
+        // still bring up to date: better than no service.
+        self.cluster.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Takes the changes one source event made.
+    pub fn apply(&self, changes: &[RecordChange]) -> bool {
+        let mut cluster = self.cluster();
+        let mut needs_sync = false;
+        for change in changes {
+            needs_sync |= cluster.apply(change);
+        }
+        needs_sync
+    }
+
+    /// Brings the views up to date and wakes the watches. The first call
+    /// says the cluster is listed and watches may start.
+    pub fn sync(&self) {
+        self.cluster().sync();
+        self.generation.send_modify(|g| *g += 1);
+    }
+
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+}
+
+/// The `NodeView` service.
+#[derive(Debug, Clone)]
+pub struct ViewService {
+    shared: Arc<Shared>,
+}
+
+impl ViewService {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+
+    pub fn into_server(
+        self,
+    ) -> v1::node_view_server::NodeViewServer<ViewService> {
+        v1::node_view_server::NodeViewServer::new(self)
+    }
+}
+
+#[tonic::async_trait]
+impl NodeViewRpc for ViewService {
+    type WatchStream = ReceiverStream<Result<v1::ViewUpdate, Status>>;
+
+    async fn watch(
+        &self,
+        request: Request<v1::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let request = request.into_inner();
+        if request.node_name.is_empty() {
+            return Err(Status::invalid_argument("node_name is empty"));
+        }
+        let held = (request.instance == self.shared.instance)
+            .then_some(request.revision);
+        info!(
+            node = request.node_name,
+            resumes_from = ?held,
+            "node watches its view"
+        );
+        // A couple of messages in flight: past that the watch waits for
+        // the node, and changes merge in the view meanwhile.
+        let (tx, rx) = mpsc::channel(2);
+        tokio::spawn(stream_view(
+            self.shared.clone(),
+            request.node_name,
+            held,
+            tx,
+        ));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+async fn stream_view(
+    shared: Arc<Shared>,
+    node: String,
+    mut held: Option<u64>,
+    tx: mpsc::Sender<Result<v1::ViewUpdate, Status>>,
+) {
+    let mut generation = shared.generation.subscribe();
+    if generation.wait_for(|g| *g > 0).await.is_err() {
+        return;
+    }
+    let mut first = true;
+    loop {
+        let update = {
+            let mut cluster = shared.cluster();
+            let view = cluster.view(&node);
+            // Nothing new, but a node that just connected must still hear
+            // that what it holds is consistent.
+            (first || held != Some(view.revision())).then(|| view.since(held))
+        };
+        first = false;
+        if let Some(update) = update {
+            let revision = update.revision;
+            for part in update.split(CHANGES_PER_MESSAGE) {
+                let message = wire::encode(&part, &shared.instance);
+                if tx.send(Ok(message)).await.is_err() {
+                    debug!(node, "node stopped watching");
+                    return;
+                }
+            }
+            held = Some(revision);
+        }
+        if generation.changed().await.is_err() {
+            return;
+        }
+    }
+}

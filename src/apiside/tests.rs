@@ -1,0 +1,226 @@
+//! The view service end to end over a real Unix socket: a node watches,
+//! gets its full state, then only what changed, and resumes after a
+//! reconnect.
+
+use std::{sync::Arc, time::Duration, time::SystemTime};
+
+use kube::runtime::watcher::Event;
+use nodeview_protocol::v1::{self, node_view_client::NodeViewClient};
+use pretty_assertions::assert_eq;
+use tonic::{transport::Channel, Streaming};
+
+use super::{
+    cluster::{Cluster, NO_NODE},
+    connect_unix, serve_unix,
+    server::{Shared, ViewService},
+};
+use crate::{
+    model::fixtures::*,
+    nodeview::{wire, Change, Received},
+    source::{store::Stores, SourceEvent},
+};
+
+struct ApiSide {
+    shared: Arc<Shared>,
+    stores: Stores,
+    socket: std::path::PathBuf,
+    _dir: tempdir::Dir,
+}
+
+mod tempdir {
+    /// A directory removed when dropped.
+    pub struct Dir(pub std::path::PathBuf);
+
+    impl Dir {
+        pub fn new(name: &str) -> Self {
+            let path = std::env::temp_dir()
+                .join(format!("kube-ipvs-proxy-{name}-{}", std::process::id()));
+            std::fs::create_dir_all(&path).unwrap();
+            Dir(path)
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+impl ApiSide {
+    async fn start(name: &str) -> Self {
+        let dir = tempdir::Dir::new(name);
+        let socket = dir.0.join("views.sock");
+        let shared = Shared::new(Cluster::new(SystemTime::now()));
+        let service = ViewService::new(shared.clone());
+        let path = socket.clone();
+        tokio::spawn(async move {
+            serve_unix(&path, service, std::future::pending()).await
+        });
+        for _ in 0..100 {
+            if socket.exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        Self {
+            shared,
+            stores: Stores::new(NO_NODE),
+            socket,
+            _dir: dir,
+        }
+    }
+
+    fn event(&mut self, event: SourceEvent) {
+        let changes = self.stores.apply(event);
+        self.shared.apply(&changes);
+    }
+
+    /// Lists the given objects as a starting watch would, then syncs.
+    fn list(&mut self, services: Vec<k8s_openapi::api::core::v1::Service>) {
+        self.event(SourceEvent::Node(Event::Init));
+        self.event(SourceEvent::Node(Event::InitApply(node("node-a", |n| {
+            n.metadata.labels = Some(
+                [(
+                    "topology.kubernetes.io/zone".to_owned(),
+                    "zone-a".to_owned(),
+                )]
+                .into(),
+            );
+        }))));
+        self.event(SourceEvent::Node(Event::InitDone));
+        self.event(SourceEvent::Service(Event::Init));
+        for svc in services {
+            self.event(SourceEvent::Service(Event::InitApply(svc)));
+        }
+        self.event(SourceEvent::Service(Event::InitDone));
+        self.event(SourceEvent::EndpointSlice(Event::Init));
+        self.event(SourceEvent::EndpointSlice(Event::InitApply(web_slice(&[
+            ("198.19.0.1", "node-a"),
+            ("198.19.0.2", "node-b"),
+        ]))));
+        self.event(SourceEvent::EndpointSlice(Event::InitDone));
+        self.shared.sync();
+    }
+
+    async fn client(&self) -> NodeViewClient<Channel> {
+        connect_unix(self.socket.clone()).await.unwrap()
+    }
+}
+
+fn web() -> k8s_openapi::api::core::v1::Service {
+    service("ns", "web", |s| add_port(s, "http", 80, "TCP"))
+}
+
+fn web_slice(
+    endpoints: &[(&str, &str)],
+) -> k8s_openapi::api::discovery::v1::EndpointSlice {
+    slice("ns", "web-1", "web", |s| {
+        add_slice_port(s, "http", 8080, "TCP");
+        s.endpoints = endpoints
+            .iter()
+            .map(|(ip, node)| {
+                endpoint(ip, |e| e.node_name = Some((*node).to_owned()))
+            })
+            .collect();
+    })
+}
+
+async fn watch(
+    client: &mut NodeViewClient<Channel>,
+    node: &str,
+    instance: &str,
+    revision: u64,
+) -> Streaming<v1::ViewUpdate> {
+    client
+        .watch(v1::WatchRequest {
+            node_name: node.to_owned(),
+            instance: instance.to_owned(),
+            revision,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// The next message, or a failure after a while.
+async fn next(stream: &mut Streaming<v1::ViewUpdate>) -> v1::ViewUpdate {
+    tokio::time::timeout(Duration::from_secs(10), stream.message())
+        .await
+        .expect("a message within 10 s")
+        .unwrap()
+        .expect("the stream goes on")
+}
+
+#[tokio::test]
+async fn a_node_gets_its_view_then_only_changes_and_resumes() {
+    let mut api = ApiSide::start("views").await;
+    let mut client = api.client().await;
+    // Watching before the cluster is listed: nothing comes until it is.
+    let mut stream = watch(&mut client, "node-a", "", 0).await;
+    let early =
+        tokio::time::timeout(Duration::from_millis(200), stream.message());
+    assert!(early.await.is_err(), "no view before the cluster is listed");
+    api.list(vec![web()]);
+
+    let first = next(&mut stream).await;
+    assert!(first.full && first.synced);
+    let mut received = Received::default();
+    received.apply(wire::decode(first.clone()).unwrap());
+    assert_eq!(received.node.as_ref().unwrap().zone, "zone-a");
+    let eps = received.endpoints.values().next().unwrap();
+    let ips = |list: &[Arc<crate::model::EndpointInfo>]| -> Vec<String> {
+        list.iter().map(|e| e.ip.to_string()).collect()
+    };
+    assert_eq!(ips(&eps.ipv4.cluster), ["198.19.0.1", "198.19.0.2"]);
+    assert_eq!(ips(&eps.local), ["198.19.0.1"], "node-a's own");
+
+    // A change: only that port's endpoints come, not a full state.
+    api.event(SourceEvent::EndpointSlice(Event::Apply(web_slice(&[(
+        "198.19.0.1",
+        "node-a",
+    )]))));
+    api.shared.sync();
+    let second = next(&mut stream).await;
+    assert!(!second.full && second.synced);
+    let update = wire::decode(second.clone()).unwrap();
+    assert!(
+        matches!(update.changes.as_slice(), [Change::Endpoints(..)]),
+        "{update:?}"
+    );
+    received.apply(update);
+    let eps = received.endpoints.values().next().unwrap();
+    assert_eq!(ips(&eps.ipv4.cluster), ["198.19.0.1"]);
+
+    // Gone and back: the node resumes from its revision, and a change
+    // made while it was away comes as that change alone.
+    drop(stream);
+    api.event(SourceEvent::Service(Event::Delete(web())));
+    api.shared.sync();
+    let mut stream =
+        watch(&mut client, "node-a", &second.instance, second.revision).await;
+    let third = next(&mut stream).await;
+    assert!(!third.full && third.synced);
+    let update = wire::decode(third).unwrap();
+    assert_eq!(update.changes.len(), 2, "service and endpoints deleted");
+    received.apply(update);
+    assert!(received.services.is_empty() && received.endpoints.is_empty());
+
+    // From another server's revision: a full state.
+    let mut stream = watch(&mut client, "node-a", "other", 1).await;
+    let fourth = next(&mut stream).await;
+    assert!(fourth.full && fourth.synced);
+    assert_eq!(fourth.changes.len(), 1, "the node alone");
+}
+
+#[tokio::test]
+async fn a_watch_without_a_node_name_is_refused() {
+    let mut api = ApiSide::start("refused").await;
+    api.list(vec![]);
+    let mut client = api.client().await;
+    let status = client
+        .watch(v1::WatchRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+}
