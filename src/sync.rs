@@ -3,6 +3,7 @@
 //! exactly the service ports that changed.
 
 use std::{
+    collections::{BTreeSet, HashSet},
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
     sync::Arc,
     time::SystemTime,
@@ -14,7 +15,9 @@ use kube::runtime::watcher::Event;
 use crate::{
     config::{Config, DetectLocal, NodePortAddress},
     desired::{DesiredState, NodeContext, Plan, ServiceDelta},
-    model::{EndpointsMap, NodeInfo, ServicePortMap},
+    model::{EndpointsMap, NodeInfo, Protocol, ServicePortMap, ServicePortName},
+    nodeview::{Change, Key, Received, Update},
+    selection::EndpointsView,
     source::{
         file::Snapshot,
         store::{Kept, RecordChange, Stores},
@@ -209,6 +212,18 @@ pub struct SyncState {
     endpoints_map: EndpointsMap,
     desired: DesiredState,
     node_dirty: bool,
+    /// Set when the API side feeds this node its view instead of the
+    /// API server its objects: the trackers then stay empty.
+    view: Option<ViewInput>,
+}
+
+/// A view received from the API side, and what changed in it since the
+/// last sync.
+#[derive(Debug, Default)]
+struct ViewInput {
+    received: Received,
+    changed: BTreeSet<ServicePortName>,
+    deleted_udp_cluster_ips: HashSet<IpAddr>,
 }
 
 impl SyncState {
@@ -239,6 +254,74 @@ impl SyncState {
             endpoints_map: EndpointsMap::new(),
             desired: DesiredState::new(ctx),
             node_dirty: false,
+            view: None,
+        }
+    }
+
+    /// A state fed by the API side's view of this node
+    /// ([`apply_view`](Self::apply_view)) instead of API objects.
+    pub fn fed_by_view(mut self) -> Self {
+        self.view = Some(ViewInput::default());
+        self
+    }
+
+    /// Takes a consistent update of this node's view from the API side.
+    pub fn apply_view(&mut self, update: Update) -> ChangeOutcome {
+        let view = self.view.get_or_insert_with(ViewInput::default);
+        // UDP cluster IPs that go away: their conntrack entries are
+        // flushed, as the service tracker reports them for a proxy.
+        let touched: Vec<ServicePortName> = if update.full {
+            view.received.services.keys().cloned().collect()
+        } else {
+            update
+                .changes
+                .iter()
+                .filter_map(|change| match change {
+                    Change::Service(name, _)
+                    | Change::Delete(Key::Service(name)) => Some(name.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let udp_before: Vec<(ServicePortName, Vec<IpAddr>)> = touched
+            .into_iter()
+            .filter(|name| name.protocol == Protocol::Udp)
+            .filter_map(|name| {
+                let ips = view.received.services.get(&name)?.cluster_ips.clone();
+                Some((name, ips))
+            })
+            .collect();
+        let applied = view.received.apply(update);
+        for (name, ips) in udp_before {
+            let now = view.received.services.get(&name);
+            view.deleted_udp_cluster_ips.extend(ips.into_iter().filter(|ip| {
+                !now.is_some_and(|svc| svc.cluster_ips.contains(ip))
+            }));
+        }
+        let mut needs_sync = !applied.changed_ports.is_empty();
+        view.changed.extend(applied.changed_ports);
+        if applied.node_changed {
+            let node = view.received.node.clone();
+            match self.node.update(node.as_deref()) {
+                NodeUpdate::Unchanged => {}
+                NodeUpdate::Changed(_) | NodeUpdate::Deleted => {
+                    self.node_dirty = true;
+                    needs_sync = true;
+                }
+                NodeUpdate::PodCidrsChanged { old, new } => {
+                    return ChangeOutcome::Restart(format!(
+                        "node {} podCIDRs changed from {:?} to {:?} under \
+                         detectLocalMode NodeCIDR; restarting to rebuild \
+                         the local-traffic rules",
+                        self.node_name, old, new
+                    ));
+                }
+            }
+        }
+        if needs_sync {
+            ChangeOutcome::NeedsSync
+        } else {
+            ChangeOutcome::Unchanged
         }
     }
 
@@ -360,12 +443,25 @@ impl SyncState {
         true
     }
 
-    /// Checks out the trackers' changes and updates the desired state for
-    /// the changed service ports only.
+    /// Checks out the trackers' changes (or the view's) and updates the
+    /// desired state for the changed service ports only.
     pub fn sync(&mut self) -> SyncOutcome {
-        let services = self.services.checkout(&mut self.service_map);
-        let endpoints = self.endpoints.checkout(&mut self.endpoints_map);
+        let (services, endpoints) = match &mut self.view {
+            None => (
+                self.services.checkout(&mut self.service_map),
+                self.endpoints.checkout(&mut self.endpoints_map),
+            ),
+            Some(view) => view.checkout(),
+        };
         let mut deltas = Vec::new();
+        let service_map = match &self.view {
+            None => &self.service_map,
+            Some(view) => &view.received.services,
+        };
+        let endpoints_view: &dyn EndpointsView = match &self.view {
+            None => &self.endpoints_map,
+            Some(view) => &view.received.endpoints,
+        };
         if std::mem::take(&mut self.node_dirty) {
             let ctx = node_context(
                 &self.node_name,
@@ -373,24 +469,15 @@ impl SyncState {
                 &self.settings,
                 self.local_addresses.as_deref(),
             );
-            deltas = self.desired.set_context(
-                ctx,
-                &self.service_map,
-                &self.endpoints_map,
-            );
+            deltas = self.desired.set_context(ctx, service_map, endpoints_view);
         }
         // After a context change every port was recomputed already; the
         // update below then finds nothing new for the changed ones.
-        deltas.extend(
-            self.desired.update(
-                &self.service_map,
-                &self.endpoints_map,
-                services
-                    .changed_ports
-                    .iter()
-                    .chain(&endpoints.changed_ports),
-            ),
-        );
+        deltas.extend(self.desired.update(
+            service_map,
+            endpoints_view,
+            services.changed_ports.iter().chain(&endpoints.changed_ports),
+        ));
         SyncOutcome {
             deltas,
             services,
@@ -402,33 +489,12 @@ impl SyncState {
     /// (nodes first, so the first sync already knows the node), through
     /// the stores a running proxy uses.
     pub fn apply_snapshot(&mut self, snapshot: &Snapshot) -> ChangeOutcome {
-        let mut stores = Stores::new(&self.node_name);
-        let mut events = Vec::new();
-        macro_rules! listed {
-            ($kind:ident, $objects:expr) => {
-                events.push(SourceEvent::$kind(Event::Init));
-                events.extend(
-                    $objects
-                        .iter()
-                        .cloned()
-                        .map(|o| SourceEvent::$kind(Event::InitApply(o))),
-                );
-                events.push(SourceEvent::$kind(Event::InitDone));
-            };
-        }
-        listed!(Node, snapshot.nodes);
-        listed!(Service, snapshot.services);
-        listed!(EndpointSlice, snapshot.endpoint_slices);
         let mut outcome = ChangeOutcome::Unchanged;
-        for event in events {
-            for change in stores.apply(event) {
-                match self.apply(&change) {
-                    ChangeOutcome::Unchanged => {}
-                    ChangeOutcome::NeedsSync => {
-                        outcome = ChangeOutcome::NeedsSync
-                    }
-                    restart @ ChangeOutcome::Restart(_) => return restart,
-                }
+        for change in snapshot_changes(snapshot, &self.node_name) {
+            match self.apply(&change) {
+                ChangeOutcome::Unchanged => {}
+                ChangeOutcome::NeedsSync => outcome = ChangeOutcome::NeedsSync,
+                restart @ ChangeOutcome::Restart(_) => return restart,
             }
         }
         outcome
@@ -449,9 +515,21 @@ impl SyncState {
     }
 
     pub fn service_map(&self) -> &ServicePortMap {
-        &self.service_map
+        match &self.view {
+            None => &self.service_map,
+            Some(view) => &view.received.services,
+        }
     }
 
+    /// Each service port's endpoints as this node uses them.
+    pub fn endpoints(&self) -> &dyn EndpointsView {
+        match &self.view {
+            None => &self.endpoints_map,
+            Some(view) => &view.received.endpoints,
+        }
+    }
+
+    #[cfg(test)]
     pub fn endpoints_map(&self) -> &EndpointsMap {
         &self.endpoints_map
     }
@@ -459,6 +537,63 @@ impl SyncState {
     /// Our Node as last seen; `None` before it is known.
     pub fn node(&self) -> Option<&NodeInfo> {
         self.node.node()
+    }
+}
+
+/// The changes a snapshot's objects make, listed as a first listing of
+/// each kind (nodes first) through the stores of the proxy on
+/// `node_name` (the API side's: no node).
+pub fn snapshot_changes(
+    snapshot: &Snapshot,
+    node_name: &str,
+) -> Vec<RecordChange> {
+    let mut stores = Stores::new(node_name);
+    let mut events = Vec::new();
+    macro_rules! listed {
+        ($kind:ident, $objects:expr) => {
+            events.push(SourceEvent::$kind(Event::Init));
+            events.extend(
+                $objects
+                    .iter()
+                    .cloned()
+                    .map(|o| SourceEvent::$kind(Event::InitApply(o))),
+            );
+            events.push(SourceEvent::$kind(Event::InitDone));
+        };
+    }
+    listed!(Node, snapshot.nodes);
+    listed!(Service, snapshot.services);
+    listed!(EndpointSlice, snapshot.endpoint_slices);
+    events
+        .into_iter()
+        .flat_map(|event| stores.apply(event))
+        .collect()
+}
+
+impl ViewInput {
+    /// What changed since the last sync, as the trackers would report it
+    /// for a proxy watching the API server.
+    fn checkout(&mut self) -> (ServiceUpdateResult, EndpointsUpdateResult) {
+        let changed: HashSet<ServicePortName> =
+            std::mem::take(&mut self.changed).into_iter().collect();
+        let updated_services: HashSet<_> =
+            changed.iter().map(|name| name.service.clone()).collect();
+        let services = ServiceUpdateResult {
+            updated_services: updated_services.clone(),
+            changed_ports: changed.clone(),
+            deleted_udp_cluster_ips: std::mem::take(
+                &mut self.deleted_udp_cluster_ips,
+            ),
+        };
+        let endpoints = EndpointsUpdateResult {
+            updated_services,
+            conntrack_cleanup_required: changed
+                .iter()
+                .any(|name| name.protocol == Protocol::Udp),
+            changed_ports: changed,
+            ..EndpointsUpdateResult::default()
+        };
+        (services, endpoints)
     }
 }
 
@@ -473,6 +608,21 @@ pub fn plan(
         SyncState::new(node_name, settings.clone(), None, SystemTime::now());
     // A one-shot plan has no earlier podCIDRs to conflict with.
     let _ = state.apply_snapshot(snapshot);
+    state.sync();
+    state.desired().snapshot()
+}
+
+/// The plan of a node fed by the API side: what `update`, a full state
+/// of its view, makes it program.
+pub fn plan_from_view(
+    update: Update,
+    node_name: &str,
+    settings: &NodeSettings,
+) -> Plan {
+    let mut state =
+        SyncState::new(node_name, settings.clone(), None, SystemTime::now())
+            .fed_by_view();
+    let _ = state.apply_view(update);
     state.sync();
     state.desired().snapshot()
 }

@@ -73,7 +73,7 @@ impl DesiredState {
     pub fn update<'a>(
         &mut self,
         services: &ServicePortMap,
-        endpoints: &impl EndpointsView,
+        endpoints: &(impl EndpointsView + ?Sized),
         changed: impl IntoIterator<Item = &'a ServicePortName>,
     ) -> Vec<ServiceDelta> {
         let mut deltas = Vec::new();
@@ -112,7 +112,7 @@ impl DesiredState {
         &mut self,
         ctx: NodeContext,
         services: &ServicePortMap,
-        endpoints: &impl EndpointsView,
+        endpoints: &(impl EndpointsView + ?Sized),
     ) -> Vec<ServiceDelta> {
         if ctx == self.ctx {
             return Vec::new();

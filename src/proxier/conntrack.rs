@@ -16,7 +16,6 @@ use crate::{
         KernelError,
     },
     model::{IpFamily, Protocol},
-    selection::EndpointsView,
     sync::SyncOutcome,
     telemetry::events::{ConntrackReconciled, InternalEvent},
 };
@@ -75,7 +74,7 @@ impl<B, C> WithConntrack<B, C> {
             .chain(&outcome.endpoints.changed_ports)
             .filter(|name| name.protocol == Protocol::Udp);
         let (services, endpoints) =
-            (batch.state.service_map(), batch.state.endpoints_map());
+            (batch.state.service_map(), batch.state.endpoints());
         for name in changed {
             self.serving.update(
                 name,

@@ -39,7 +39,7 @@ impl NoLocalEndpointsTracker {
         &mut self,
         changed: impl IntoIterator<Item = &'a ServicePortName>,
         services: &ServicePortMap,
-        endpoints: &impl EndpointsView,
+        endpoints: &(impl EndpointsView + ?Sized),
         ctx: &NodeContext,
     ) {
         let families = ctx.families();
@@ -83,7 +83,7 @@ impl NoLocalEndpointsTracker {
         &self,
         name: &ServicePortName,
         services: &ServicePortMap,
-        endpoints: &impl EndpointsView,
+        endpoints: &(impl EndpointsView + ?Sized),
         ctx: &NodeContext,
     ) -> Vec<(IpFamily, TrafficPolicy)> {
         let mut counted = Vec::new();

@@ -135,7 +135,7 @@ impl SyncReporter {
         tracker.update(
             changed,
             state.service_map(),
-            state.endpoints_map(),
+            state.endpoints(),
             state.desired().context(),
         );
         tracker.emit();
@@ -159,7 +159,7 @@ impl SyncReporter {
                 .iter()
                 .chain(&outcome.endpoints.changed_ports),
             state.service_map(),
-            state.endpoints_map(),
+            state.endpoints(),
         );
         if moved || server.retry_pending() {
             server.sync_services(&index.wanted());

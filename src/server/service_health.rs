@@ -358,7 +358,7 @@ impl HealthCheckIndex {
         &mut self,
         changed: impl IntoIterator<Item = &'a ServicePortName>,
         services: &ServicePortMap,
-        endpoints: &impl EndpointsView,
+        endpoints: &(impl EndpointsView + ?Sized),
     ) -> bool {
         let mut moved = false;
         for name in changed {

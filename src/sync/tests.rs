@@ -240,6 +240,28 @@ fn plans_of_the_example_files() {
     }
 }
 
+/// The API/node split programs what a proxy does: every example planned
+/// through the API side's view of its node equals its direct plan.
+#[test]
+fn every_example_plans_the_same_when_fed_by_the_api_side() {
+    use crate::apiside::cluster::{Cluster, NO_NODE};
+    for case in CASES {
+        let snapshot = example(case.file);
+        let node =
+            plan_node_name(&snapshot, None).unwrap_or_else(|| "node-a".into());
+        let settings = NodeSettings::default();
+        let mut cluster = Cluster::new(SystemTime::now());
+        for change in snapshot_changes(&snapshot, NO_NODE) {
+            cluster.apply(&change);
+        }
+        cluster.sync();
+        let update = cluster.view(&node).full();
+        let fed = plan_from_view(update, &node, &settings);
+        assert!(!fed.virtual_servers.is_empty(), "{}", case.file);
+        assert_eq!(fed, plan(&snapshot, &node, &settings), "{}", case.file);
+    }
+}
+
 #[test]
 fn every_example_file_is_covered_by_a_plan_case() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/plan");
@@ -436,4 +458,59 @@ fn primary_ips_loopback_without_an_address_and_bind_address_overrides() {
     assert_eq!(ctx.primary_ips, [ip("198.18.100.7"), ip("::1")]);
     let unknown = node_context("n", None, &NodeSettings::default(), None);
     assert_eq!(unknown.primary_ips, [ip("127.0.0.1"), ip("::1")]);
+}
+
+/// Fed by the API side, a sync reports what conntrack must forget as the
+/// trackers would: a UDP service's cluster IP that went away.
+#[test]
+fn a_node_fed_by_its_view_reports_deleted_udp_cluster_ips() {
+    use crate::{
+        apiside::cluster::{Cluster, NO_NODE},
+        model::fixtures::{add_port, service},
+        source::store::Stores,
+    };
+    let dns = service("ns", "dns", |s| add_port(s, "dns", 53, "UDP"));
+    let mut stores = Stores::new(NO_NODE);
+    let mut cluster = Cluster::new(SystemTime::now());
+    let mut events = vec![
+        SourceEvent::Node(Event::Init),
+        SourceEvent::Node(Event::InitDone),
+        SourceEvent::Service(Event::Init),
+        SourceEvent::Service(Event::InitApply(dns.clone())),
+        SourceEvent::Service(Event::InitDone),
+    ];
+    for event in events.drain(..) {
+        for change in stores.apply(event) {
+            cluster.apply(&change);
+        }
+    }
+    cluster.sync();
+    let mut state = SyncState::new(
+        "node-a",
+        NodeSettings::default(),
+        None,
+        SystemTime::now(),
+    )
+    .fed_by_view();
+    assert_eq!(
+        state.apply_view(cluster.view("node-a").since(None)),
+        ChangeOutcome::NeedsSync
+    );
+    let first = state.sync();
+    assert_eq!(first.deltas.len(), 1);
+    assert!(first.endpoints.conntrack_cleanup_required);
+    let held = cluster.view("node-a").revision();
+
+    for change in stores.apply(SourceEvent::Service(Event::Delete(dns))) {
+        cluster.apply(&change);
+    }
+    cluster.sync();
+    state.apply_view(cluster.view("node-a").since(Some(held)));
+    let outcome = state.sync();
+    assert_eq!(
+        outcome.services.deleted_udp_cluster_ips,
+        [ip("198.18.0.1")].into()
+    );
+    assert!(outcome.deltas[0].current.is_none());
+    assert!(state.service_map().is_empty());
 }
