@@ -383,8 +383,13 @@ async fn measure(n: usize, changes: usize) -> Measured {
         min_sync_period: Duration::ZERO,
         sync_period: Duration::from_secs(3600),
     };
-    let daemon =
-        tokio::spawn(daemon::run(source, state, backend, settings, reporter));
+    let daemon = tokio::spawn(daemon::run(
+        daemon::Source::objects(source),
+        state,
+        backend,
+        settings,
+        reporter,
+    ));
     let synced = |health: &ProxyHealth| {
         health
             .health()

@@ -16,12 +16,17 @@ use anyhow::Context;
 use clap::Parser;
 use futures::{stream::BoxStream, StreamExt};
 use kube_ipvs_proxy::{
+    apiside::{
+        cluster::{Cluster, NO_NODE},
+        serve_unix,
+        server::{Shared, ViewService},
+    },
     backend::Backend,
     config::{
-        self, Cli, Command, Config, ConfigArgs, ConfigWarning, OutputFormat,
-        PlanArgs, Resolved, RunArgs,
+        self, ApiServerArgs, Cli, Command, Config, ConfigArgs, ConfigWarning,
+        OutputFormat, PlanArgs, Resolved, RunArgs,
     },
-    daemon::{self, LoopSettings},
+    daemon::{self, LoopSettings, Source},
     kernel::{
         addresses::NetlinkAddresses,
         capabilities::Unsupported,
@@ -45,8 +50,8 @@ use kube_ipvs_proxy::{
         self, service_health, ProxyHealth, ServiceHealthServer, SyncReporter,
     },
     source::{
-        self, client_metrics::RestClientMetricsLayer, recorder::EventSink,
-        SourceEvent,
+        self, client_metrics::RestClientMetricsLayer, nodeview::ApiEndpoint,
+        recorder::EventSink, store::Stores, SourceEvent,
     },
     sync::{self, NodeSettings, SyncState},
     version::{VersionFlag, BUILD},
@@ -82,6 +87,7 @@ pub fn main() -> ExitCode {
     }
     match cli.command {
         Some(Command::Plan(args)) => plan(&args),
+        Some(Command::ApiServer(args)) => api_server(&args),
         None => run(&cli.run),
     }
 }
@@ -232,11 +238,20 @@ async fn run_proxy(config: Config, mode: Mode) -> anyhow::Result<()> {
         .await
         .context("opening the kernel facilities")?;
     let mut events = None;
-    let source: BoxStream<'static, SourceEvent> = match &config.state_file {
-        Some(path) => {
-            source::file::watch(path.clone(), STATE_FILE_POLL).boxed()
+    let api_endpoint = config
+        .api_endpoint
+        .as_deref()
+        .map(ApiEndpoint::parse)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--api-endpoint {e}"))?;
+    let source = match (&config.state_file, api_endpoint) {
+        (_, Some(endpoint)) => Source::View(
+            source::nodeview::watch(endpoint, node_name.clone()).boxed(),
+        ),
+        (Some(path), None) => {
+            Source::objects(source::file::watch(path.clone(), STATE_FILE_POLL))
         }
-        None => {
+        (None, None) => {
             let client = kube_client(config.kubeconfig.as_deref()).await?;
             let watch = source::kube::watch(
                 client.clone(),
@@ -248,7 +263,7 @@ async fn run_proxy(config: Config, mode: Mode) -> anyhow::Result<()> {
             let sink = EventSink::spawn(client, &node_name);
             sink.starting();
             events = Some(sink);
-            watch
+            Source::Objects(watch)
         }
     };
     let health_addresses = service_health::listen_addresses(
@@ -256,12 +271,15 @@ async fn run_proxy(config: Config, mode: Mode) -> anyhow::Result<()> {
         &backend.local_addresses().await.unwrap_or_default(),
     );
     let reporter = start_servers(&config, health_addresses, events)?;
-    let state = SyncState::new(
+    let mut state = SyncState::new(
         node_name,
         NodeSettings::from_config(&config),
         None,
         SystemTime::now(),
     );
+    if matches!(source, Source::View(_)) {
+        state = state.fed_by_view();
+    }
     let settings = LoopSettings {
         min_sync_period: config.ipvs.min_sync_period,
         sync_period: config.ipvs.sync_period,
@@ -460,6 +478,88 @@ async fn kube_client(
         .build())
 }
 
+/// `api-server`: one watch of the API server (or a state file) for the
+/// whole cluster; each node served its own view.
+fn api_server(args: &ApiServerArgs) -> ExitCode {
+    let config = match load(&args.config) {
+        Ok(config) => config,
+        Err(code) => return code,
+    };
+    let listen = match ApiEndpoint::parse(&args.listen) {
+        Ok(listen) => listen,
+        Err(e) => return bad_config(&anyhow::anyhow!("--listen {e}")),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("kube-ipvs-proxy: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run_api_side(config, listen)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run_api_side(
+    config: Config,
+    listen: ApiEndpoint,
+) -> anyhow::Result<()> {
+    let source: BoxStream<'static, SourceEvent> = match &config.state_file {
+        Some(path) => {
+            source::file::watch(path.clone(), STATE_FILE_POLL).boxed()
+        }
+        None => {
+            let client = kube_client(config.kubeconfig.as_deref()).await?;
+            source::kube::watch_cluster(
+                client,
+                config.service_proxy_name.as_deref(),
+            )?
+            .boxed()
+        }
+    };
+    let shared = Shared::new(Cluster::new(SystemTime::now()));
+    let ApiEndpoint::Unix(path) = listen;
+    tracing::info!(listen = %path.display(), instance = shared.instance(), "serving node views");
+    let serving = tokio::spawn({
+        let service = ViewService::new(shared.clone());
+        async move { serve_unix(&path, service, std::future::pending()).await }
+    });
+    let mut stores = Stores::new(NO_NODE);
+    let mut listed = false;
+    // What is ready at once goes into one sync, so that a burst of
+    // changes wakes each node's watch once.
+    let mut batches = source.ready_chunks(1024);
+    while let Some(events) = batches.next().await {
+        let mut needs_sync = false;
+        for event in events {
+            needs_sync |= shared.apply(&stores.apply(event));
+        }
+        if !listed && stores.ready() {
+            listed = true;
+            tracing::info!("services and endpoint slices synced; serving");
+            shared.sync();
+        } else if listed && needs_sync {
+            shared.sync();
+        }
+        if serving.is_finished() {
+            break;
+        }
+    }
+    match serving.await {
+        Ok(Ok(())) => anyhow::bail!("the object source ended"),
+        Ok(Err(e)) => Err(e.into()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default()
 }
@@ -469,7 +569,10 @@ fn plan(args: &PlanArgs) -> ExitCode {
         Ok(config) => config,
         Err(code) => return code,
     };
-    // `--state` is required for plan, so this is always set.
+    if let Some(endpoint) = config.api_endpoint.as_deref() {
+        return plan_from_api_side(args, &config, endpoint);
+    }
+    // `--state` or `--api-endpoint` is required for plan.
     let Some(path) = config.state_file.as_deref() else {
         return bad_config(&anyhow::anyhow!("plan needs --state FILE"));
     };
@@ -491,9 +594,60 @@ fn plan(args: &PlanArgs) -> ExitCode {
     };
     let plan =
         sync::plan(&snapshot, &node, &NodeSettings::from_config(&config));
-    match args.output {
+    print_plan(&plan, args.output)
+}
+
+/// How long `plan --api-endpoint` waits for the node's view.
+const PLAN_VIEW_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// `plan --api-endpoint ADDR --node NAME`: what the node would program,
+/// fed by the API side.
+fn plan_from_api_side(
+    args: &PlanArgs,
+    config: &Config,
+    endpoint: &str,
+) -> ExitCode {
+    let endpoint = match ApiEndpoint::parse(endpoint) {
+        Ok(endpoint) => endpoint,
+        Err(e) => return bad_config(&anyhow::anyhow!("--api-endpoint {e}")),
+    };
+    let Some(node) = args.node.clone() else {
+        return bad_config(&anyhow::anyhow!(
+            "plan --api-endpoint needs --node NAME"
+        ));
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("kube-ipvs-proxy plan: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let first = runtime.block_on(async {
+        let mut view = source::nodeview::watch(endpoint.clone(), node.clone());
+        tokio::time::timeout(PLAN_VIEW_TIMEOUT, view.next()).await
+    });
+    let Ok(Some(update)) = first else {
+        eprintln!(
+            "kube-ipvs-proxy plan: no view of {node} from {endpoint} within {PLAN_VIEW_TIMEOUT:?}"
+        );
+        return ExitCode::FAILURE;
+    };
+    let plan =
+        sync::plan_from_view(update, &node, &NodeSettings::from_config(config));
+    print_plan(&plan, args.output)
+}
+
+fn print_plan(
+    plan: &kube_ipvs_proxy::desired::Plan,
+    output: OutputFormat,
+) -> ExitCode {
+    match output {
         OutputFormat::Text => print!("{plan}"),
-        OutputFormat::Json => match serde_json::to_string_pretty(&plan) {
+        OutputFormat::Json => match serde_json::to_string_pretty(plan) {
             Ok(json) => println!("{json}"),
             Err(e) => {
                 eprintln!("kube-ipvs-proxy plan: {e}");

@@ -6,8 +6,9 @@
 //!
 //! The layers, lowest first. Pure data and settings at the bottom; the
 //! telemetry takes typed events from everyone above; the trackers, the
-//! desired state and the sources turn objects into data; the kernel
-//! facilities and the sync state use them; the backend contract sits
+//! desired state and the sources turn objects into data, and a node's
+//! view is made of that data; the kernel facilities, the sync state and
+//! the API side (which serves views) use them; the backend contract sits
 //! between the sync state and what implements it; the daemon runs it all.
 //! The kernel layer holds no policy (the iptables rules are the
 //! proxier's, beside its IPVS plan) and takes from `desired` only the
@@ -29,8 +30,8 @@ const LAYERS: &[&[&str]] = &[
         "oom",
     ],
     &["telemetry", "selection"],
-    &["tracker", "desired", "source"],
-    &["kernel", "sync"],
+    &["tracker", "desired", "source", "nodeview"],
+    &["kernel", "sync", "apiside"],
     &["backend"],
     &["proxier", "server"],
     &["daemon", "logging"],

@@ -97,7 +97,7 @@ pub async fn run(settings: &Settings) -> anyhow::Result<EventsSide> {
     let (events, source) = mpsc::unbounded();
     let pipeline = Pipeline { events, health };
     tokio::spawn(daemon::run(
-        source,
+        daemon::Source::objects(source),
         sync_state,
         backend,
         daemon::LoopSettings {

@@ -149,9 +149,4 @@ impl Cluster {
             view
         })
     }
-
-    /// How many nodes have a view.
-    pub fn views(&self) -> usize {
-        self.views.len()
-    }
 }

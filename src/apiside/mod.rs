@@ -10,10 +10,8 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
-use nodeview_protocol::v1::node_view_client::NodeViewClient;
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::UnixListener;
 use tokio_stream::wrappers::UnixListenerStream;
-use tonic::transport::{Channel, Endpoint};
 
 /// Why the view service stopped.
 #[derive(Debug, thiserror::Error)]
@@ -54,22 +52,4 @@ pub async fn serve_unix(
         )
         .await?;
     Ok(())
-}
-
-/// A client of the view service on the Unix socket `path`.
-pub async fn connect_unix(
-    path: PathBuf,
-) -> Result<NodeViewClient<Channel>, tonic::transport::Error> {
-    // The URI is unused: every connection goes to the socket.
-    let channel = Endpoint::from_static("http://api-side.invalid")
-        .connect_with_connector(tower::service_fn(move |_: http::Uri| {
-            let path = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    UnixStream::connect(path).await?,
-                ))
-            }
-        }))
-        .await?;
-    Ok(NodeViewClient::new(channel))
 }

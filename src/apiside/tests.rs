@@ -11,13 +11,13 @@ use tonic::{transport::Channel, Streaming};
 
 use super::{
     cluster::{Cluster, NO_NODE},
-    connect_unix, serve_unix,
+    serve_unix,
     server::{Shared, ViewService},
 };
 use crate::{
     model::fixtures::*,
     nodeview::{wire, Change, Received},
-    source::{store::Stores, SourceEvent},
+    source::{nodeview::connect_unix, store::Stores, SourceEvent},
 };
 
 struct ApiSide {

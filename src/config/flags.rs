@@ -38,6 +38,9 @@ pub enum Command {
     /// Print the desired IPVS and ipset state for a state file; changes
     /// nothing.
     Plan(PlanArgs),
+    /// Watch the API server once for the whole cluster and serve each
+    /// node its own view (the nodes run with `--api-endpoint`).
+    ApiServer(ApiServerArgs),
 }
 
 /// Makes every boolean flag parse as kube-proxy's (pflag's) do: `--flag`
@@ -102,9 +105,10 @@ pub enum OutputFormat {
     Json,
 }
 
-/// `plan`: the same configuration flags, a required `--state`.
+/// `plan`: the same configuration flags, and `--state` or
+/// `--api-endpoint`.
 #[derive(Debug, Clone, PartialEq, Args)]
-#[command(mut_arg("state", |a| a.required(true)))]
+#[command(mut_arg("state", |a| a.required_unless_present("api_endpoint")))]
 pub struct PlanArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
@@ -114,6 +118,17 @@ pub struct PlanArgs {
     pub node: Option<String>,
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
+}
+
+/// `api-server`: the sources of the proxy (`--kubeconfig`, `--state`,
+/// `--service-proxy-name`, logging) and where to serve.
+#[derive(Debug, Clone, PartialEq, Args)]
+pub struct ApiServerArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Serve the node views on ADDR: `unix:///PATH`.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: String,
 }
 
 /// The flags among `fields` of `args` that were given, by their names on
@@ -139,7 +154,7 @@ macro_rules! given_flags {
 /// - `--hostname-override`, which still overrides the file's
 ///   `hostnameOverride`;
 /// - the flags that are not part of `KubeProxyConfiguration`: `--config`
-///   itself, `--cleanup`, and our own `--state` and
+///   itself, `--cleanup`, and our own `--state`, `--api-endpoint` and
 ///   `--service-proxy-name`.
 #[derive(Debug, Clone, Default, PartialEq, Args)]
 #[command(mut_args(go_bools))]
@@ -151,8 +166,13 @@ pub struct ConfigArgs {
 
     /// Read Services, EndpointSlices and Nodes from this YAML/JSON file
     /// (watched for changes) instead of the API server.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "api_endpoint")]
     pub state: Option<PathBuf>,
+
+    /// Take this node's view from kube-ipvs-proxy's API side
+    /// (`api-server`) at ADDR (`unix:///PATH`) instead of the API server.
+    #[arg(long, value_name = "ADDR")]
+    pub api_endpoint: Option<String>,
 
     /// Only handle Services labelled
     /// service.kubernetes.io/service-proxy-name=NAME.

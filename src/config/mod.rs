@@ -14,7 +14,9 @@ mod validate;
 mod write;
 
 pub use error::{ConfigError, ConfigWarning, FieldError};
-pub use flags::{Cli, Command, ConfigArgs, OutputFormat, PlanArgs, RunArgs};
+pub use flags::{
+    ApiServerArgs, Cli, Command, ConfigArgs, OutputFormat, PlanArgs, RunArgs,
+};
 pub use settings::{
     Config, DetectLocal, LogFormat, LoggingConfig, NodePortAddress,
 };
@@ -107,6 +109,7 @@ pub fn resolve(
     }
 
     config.state_file = args.state.clone();
+    config.api_endpoint = args.api_endpoint.clone();
     config.service_proxy_name =
         args.service_proxy_name.clone().filter(|n| !n.is_empty());
     Ok(Resolved { config, warnings })

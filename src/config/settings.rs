@@ -42,6 +42,9 @@ pub struct Config {
     /// Read Services, EndpointSlices and Nodes from this file instead of
     /// the API server.
     pub state_file: Option<PathBuf>,
+    /// Take the node's view from the API side at this address instead
+    /// (`--api-endpoint`).
+    pub api_endpoint: Option<String>,
     /// When set, only Services labelled
     /// `service.kubernetes.io/service-proxy-name=<this>` are handled;
     /// otherwise only Services without that label.
@@ -289,6 +292,7 @@ impl Default for Config {
             metrics_bind_address: Some(default_metrics_address(false)),
             kubeconfig: None,
             state_file: None,
+            api_endpoint: None,
             service_proxy_name: None,
             config_sync_period: Duration::from_secs(15 * 60),
             logging: LoggingConfig::default(),

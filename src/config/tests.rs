@@ -82,6 +82,7 @@ fn kubeadm_configmap_gives_upstream_defaults_in_ipvs_mode() {
         metrics_bind_address: Some(sock("127.0.0.1:10249")),
         kubeconfig: Some(PathBuf::from("/var/lib/kube-proxy/kubeconfig.conf")),
         state_file: None,
+        api_endpoint: None,
         service_proxy_name: None,
         config_sync_period: Duration::from_secs(15 * 60),
         logging: LoggingConfig::default(),
@@ -620,6 +621,7 @@ fn flags_alone_configure_everything() {
         metrics_bind_address: None,
         kubeconfig: Some(PathBuf::from("/etc/kube/proxy.conf")),
         state_file: Some(PathBuf::from("examples/cluster.yaml")),
+        api_endpoint: None,
         service_proxy_name: Some("ours".into()),
         config_sync_period: Duration::from_secs(300),
         logging: LoggingConfig {
@@ -740,12 +742,29 @@ fn with_a_config_file_every_configuration_flag_given_is_named() {
         .filter(|l| {
             !not_replaced.iter().any(|f| f.starts_with(&format!("{l}=")))
                 && l != "--v"
+                // Not replaced either, but it excludes --state, which is
+                // above: the next test has it.
+                && l != "--api-endpoint"
         })
         .collect();
     visible.sort();
     let mut sorted = names.clone();
     sorted.sort();
     assert_eq!(sorted, visible);
+}
+
+#[test]
+fn with_a_config_file_the_api_endpoint_still_applies() {
+    let resolved = resolve(
+        &args(&["--config=k.yaml", "--api-endpoint=unix:///run/views.sock"]),
+        Some(KUBEADM),
+    )
+    .unwrap();
+    assert_eq!(
+        resolved.config.api_endpoint.as_deref(),
+        Some("unix:///run/views.sock")
+    );
+    assert_eq!(resolved.warnings, []);
 }
 
 #[test]

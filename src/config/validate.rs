@@ -289,6 +289,7 @@ pub fn to_config(
         metrics_bind_address,
         kubeconfig,
         state_file: None,
+        api_endpoint: None,
         service_proxy_name: None,
         config_sync_period,
         logging,

@@ -14,6 +14,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use tracing::info;
 
 use crate::{
+    nodeview::Update,
     source::{
         store::{RecordChange, Stores},
         SourceEvent,
@@ -32,6 +33,12 @@ pub(super) enum Input {
     /// Services and EndpointSlices have both been listed once: from now
     /// on the picture is whole and may be programmed.
     Listed,
+    /// A consistent update of the node's view from the API side; the
+    /// first one is the whole picture.
+    View {
+        update: Update,
+        received: Instant,
+    },
 }
 
 /// Feeds until the source ends or the loop is gone; the loop learns of
@@ -69,6 +76,21 @@ pub(super) async fn feed<S>(
             if loop_input.send(Input::Listed).is_err() {
                 return;
             }
+        }
+    }
+}
+
+/// Feeds the updates of the node's view until their source ends or the
+/// loop is gone.
+pub(super) async fn feed_view<S>(source: S, loop_input: UnboundedSender<Input>)
+where
+    S: Stream<Item = Update> + Send,
+{
+    let mut source = pin!(source);
+    while let Some(update) = source.next().await {
+        let received = Instant::now();
+        if loop_input.send(Input::View { update, received }).is_err() {
+            return;
         }
     }
 }

@@ -18,7 +18,7 @@ mod tests;
 
 use std::time::Duration;
 
-use futures::Stream;
+use futures::{stream::BoxStream, Stream};
 use tokio::{
     sync::mpsc::{self, UnboundedReceiver},
     task::{JoinError, JoinHandle},
@@ -30,6 +30,7 @@ use crate::{
     backend::{Backend, Observation, RepairStep, SyncBatch},
     runner::{BoundedFrequencyRunner, RunnerHandle, SyncTrigger},
     server::SyncReporter,
+    nodeview::Update,
     source::SourceEvent,
     sync::{ChangeOutcome, SyncState},
     telemetry::events::{InternalEvent, RepairPart, RepairTimed},
@@ -60,30 +61,51 @@ pub enum DaemonError {
     SourceEnded,
 }
 
+/// Where the proxy's picture of the cluster comes from.
+pub enum Source {
+    /// API objects, from the API server or a state file.
+    Objects(BoxStream<'static, SourceEvent>),
+    /// The node's view from the API side (`--api-endpoint`); the state
+    /// must be [`SyncState::fed_by_view`].
+    View(BoxStream<'static, Update>),
+}
+
+impl Source {
+    pub fn objects(
+        events: impl Stream<Item = SourceEvent> + Send + 'static,
+    ) -> Self {
+        Source::Objects(Box::pin(events))
+    }
+}
+
 /// Runs until the source ends or a change requires a restart. `reporter`
 /// hears of queued and applied updates (health, sync metrics, health
 /// check node ports).
-pub async fn run<S, B>(
-    source: S,
+pub async fn run<B>(
+    source: Source,
     state: SyncState,
     backend: B,
     settings: LoopSettings,
     reporter: SyncReporter,
 ) -> Result<(), DaemonError>
 where
-    S: Stream<Item = SourceEvent> + Send + 'static,
     B: Backend,
 {
     let (input, inputs) = mpsc::unbounded_channel();
-    let feeder = tokio::spawn(
-        feeder::feed(
-            source,
-            state.node_name().to_owned(),
-            std::time::SystemTime::now(),
-            input,
-        )
-        .instrument(info_span!("source")),
-    );
+    let feeder = match source {
+        Source::Objects(events) => tokio::spawn(
+            feeder::feed(
+                events,
+                state.node_name().to_owned(),
+                std::time::SystemTime::now(),
+                input,
+            )
+            .instrument(info_span!("source")),
+        ),
+        Source::View(updates) => tokio::spawn(
+            feeder::feed_view(updates, input).instrument(info_span!("view")),
+        ),
+    };
     let result = SyncLoop::new(state, backend, settings, reporter)
         .run(inputs)
         .await;
@@ -242,6 +264,21 @@ impl<B: Backend> SyncLoop<B> {
             Input::Listed => {
                 self.listed = true;
                 self.request_sync();
+            }
+            Input::View { update, received } => {
+                let outcome = self.state.apply_view(update);
+                if let ChangeOutcome::Restart(why) = outcome {
+                    return Err(DaemonError::Restart(why));
+                }
+                if !self.listed {
+                    // The first update is the whole view: it may be
+                    // programmed, and it needs a sync even if empty.
+                    self.listed = true;
+                    self.request_sync();
+                } else if outcome == ChangeOutcome::NeedsSync {
+                    self.stages.tracked(received);
+                    self.request_sync();
+                }
             }
         }
         Ok(())

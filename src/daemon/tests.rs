@@ -202,7 +202,7 @@ async fn run_for(
         min_sync_period: Duration::from_secs(1),
         sync_period: Duration::from_secs(30),
     };
-    let run = run(source, state, backend, settings, SyncReporter::default());
+    let run = run(Source::objects(source), state, backend, settings, SyncReporter::default());
     assert!(tokio::time::timeout(for_, run).await.is_err());
 }
 
@@ -383,7 +383,7 @@ async fn the_end_of_the_source_ends_the_loop() {
         sync_period: Duration::from_secs(30),
     };
     let ended = run(
-        futures::stream::empty(),
+        Source::objects(futures::stream::empty()),
         state,
         backend,
         settings,
@@ -391,4 +391,97 @@ async fn the_end_of_the_source_ends_the_loop() {
     )
     .await;
     assert!(matches!(ended, Err(DaemonError::SourceEnded)), "{ended:?}");
+}
+
+/// The views a node would receive for the objects of [`source`]: the
+/// whole view once listed, then each new service as one update.
+fn view_source(
+    at: &'static [u64],
+) -> impl futures::Stream<Item = crate::nodeview::Update> + Send + 'static {
+    use crate::{
+        apiside::cluster::{Cluster, NO_NODE},
+        source::store::Stores,
+    };
+    let mut stores = Stores::new(NO_NODE);
+    let mut cluster = Cluster::new(std::time::SystemTime::now());
+    let listed = [
+        SourceEvent::Service(Event::Init),
+        SourceEvent::Service(Event::InitApply(service(0))),
+        SourceEvent::Service(Event::InitDone),
+    ];
+    for event in listed {
+        for change in stores.apply(event) {
+            cluster.apply(&change);
+        }
+    }
+    cluster.sync();
+    let mut held = cluster.view("node-a").revision();
+    let mut updates = vec![(0, cluster.view("node-a").full())];
+    for (i, at) in at.iter().enumerate() {
+        let event = SourceEvent::Service(Event::Apply(service(i as u8 + 1)));
+        for change in stores.apply(event) {
+            cluster.apply(&change);
+        }
+        cluster.sync();
+        updates.push((*at, cluster.view("node-a").since(Some(held))));
+        held = cluster.view("node-a").revision();
+    }
+    let start = Instant::now();
+    futures::stream::iter(updates)
+        .then(move |(at, update)| async move {
+            tokio::time::sleep_until(start + Duration::from_secs(at)).await;
+            update
+        })
+        .chain(futures::stream::pending())
+}
+
+async fn run_view_for(
+    backend: Recording,
+    source: impl futures::Stream<Item = crate::nodeview::Update> + Send + 'static,
+    for_: Duration,
+) {
+    let state = SyncState::new(
+        "node-a",
+        NodeSettings::default(),
+        Some(vec![ip("198.18.100.1")]),
+        std::time::SystemTime::now(),
+    )
+    .fed_by_view();
+    let settings = LoopSettings {
+        min_sync_period: Duration::from_secs(1),
+        sync_period: Duration::from_secs(30),
+    };
+    let source = Source::View(Box::pin(source));
+    let run = run(source, state, backend, settings, SyncReporter::default());
+    assert!(tokio::time::timeout(for_, run).await.is_err());
+}
+
+/// Fed by the API side, the loop syncs as it does for API objects.
+#[tokio::test(start_paused = true)]
+async fn a_node_fed_by_its_view_syncs_as_one_fed_by_objects() {
+    let backend = Recording::new(1);
+    run_view_for(backend.clone(), view_source(&[10]), Duration::from_secs(65))
+        .await;
+    assert_eq!(
+        backend.syncs(),
+        [
+            (0, SyncReason::Requested, 1),
+            (10, SyncReason::Requested, 1),
+            (40, SyncReason::Periodic, 0),
+        ]
+    );
+}
+
+/// No view yet (the API side is unreachable): nothing is programmed, so
+/// the kernel keeps what it has.
+#[tokio::test(start_paused = true)]
+async fn without_a_view_nothing_is_synced() {
+    let backend = Recording::new(1);
+    run_view_for(
+        backend.clone(),
+        futures::stream::pending(),
+        Duration::from_secs(65),
+    )
+    .await;
+    assert_eq!(backend.syncs(), []);
 }

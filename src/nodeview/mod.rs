@@ -28,8 +28,6 @@ use crate::{
 pub mod wire;
 
 #[cfg(test)]
-mod proptests;
-#[cfg(test)]
 mod tests;
 
 /// One entry of a node's view.
@@ -154,10 +152,6 @@ impl NodeView {
             max_tombstones,
             horizon: 0,
         }
-    }
-
-    pub fn node_name(&self) -> &str {
-        &self.node_name
     }
 
     pub fn revision(&self) -> u64 {

@@ -1,3 +1,7 @@
+//! The view alone; `proptests` holds it to a proxy's own sync.
+
+mod proptests;
+
 use std::sync::Arc;
 
 use pretty_assertions::assert_eq;

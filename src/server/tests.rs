@@ -915,7 +915,7 @@ async fn the_daemon_reports_queued_and_applied_syncs() {
         SystemTime::now(),
     );
     let daemon = tokio::spawn(daemon::run(
-        source,
+        daemon::Source::objects(source),
         state,
         NoKernel,
         LoopSettings {

@@ -111,8 +111,25 @@ pub fn watch(
     node_name: &str,
     service_proxy_name: Option<&str>,
 ) -> Result<impl Stream<Item = SourceEvent> + Send + 'static, SelectorError> {
-    let labels = label_selector(service_proxy_name)?;
     let fields = node_field_selector(node_name)?;
+    watch_nodes(client, Some(&fields), service_proxy_name)
+}
+
+/// As [`watch`], with every Node: the API side's, which serves them all.
+pub fn watch_cluster(
+    client: Client,
+    service_proxy_name: Option<&str>,
+) -> Result<impl Stream<Item = SourceEvent> + Send + 'static, SelectorError> {
+    watch_nodes(client, None, service_proxy_name)
+}
+
+fn watch_nodes(
+    client: Client,
+    node_fields: Option<&str>,
+    service_proxy_name: Option<&str>,
+) -> Result<impl Stream<Item = SourceEvent> + Send + 'static, SelectorError> {
+    let labels = label_selector(service_proxy_name)?;
+    let fields = node_fields.unwrap_or_default();
     tracing::info!(
         label_selector = %labels,
         field_selector = %fields,
@@ -129,11 +146,11 @@ pub fn watch(
         watcher::Config::default().labels(&labels),
     )
     .default_backoff();
-    let nodes = watcher(
-        Api::<Node>::all(client),
-        watcher::Config::default().fields(&fields),
-    )
-    .default_backoff();
+    let mut node_config = watcher::Config::default();
+    if !fields.is_empty() {
+        node_config = node_config.fields(fields);
+    }
+    let nodes = watcher(Api::<Node>::all(client), node_config).default_backoff();
 
     Ok(stream::select(
         log_errors("Service", services).map(SourceEvent::Service),

@@ -10,6 +10,7 @@ pub mod client_metrics;
 pub mod defaults;
 pub mod file;
 pub mod kube;
+pub mod nodeview;
 pub mod pods;
 pub mod recorder;
 pub mod store;

@@ -11,7 +11,7 @@ use std::{
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use proptest::prelude::*;
 
-use super::{wire, NodeView, Received, Update};
+use crate::nodeview::{wire, NodeView, Received, Update};
 use crate::{
     desired::DesiredState,
     model::{EndpointsMap, NodeInfo, ServicePortMap, ServicePortName},

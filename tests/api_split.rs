@@ -1,0 +1,148 @@
+//! The API/node split from the command line: `api-server` serves node
+//! views read from a state file on a Unix socket, and
+//! `plan --api-endpoint` prints what a node fed by it programs, which
+//! must be what `plan --state` prints for that node.
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    thread,
+    time::{Duration, Instant},
+};
+
+const PROXY: &str = env!("CARGO_BIN_EXE_kube-ipvs-proxy");
+const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");
+
+/// A scratch folder, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir()
+            .join(format!("kip-split-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("scratch folder");
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `api-server` on a socket in `dir`, killed when dropped.
+struct ApiSide {
+    child: Child,
+    endpoint: String,
+}
+
+impl ApiSide {
+    fn start(state: &Path, dir: &Path) -> Self {
+        let socket = dir.join("views.sock");
+        let endpoint = format!("unix://{}", socket.display());
+        let child = Command::new(PROXY)
+            .args(["api-server", "--listen", &endpoint, "--state"])
+            .arg(state)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("api-server starts");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !socket.exists() {
+            assert!(Instant::now() < deadline, "no socket at {socket:?}");
+            thread::sleep(Duration::from_millis(20));
+        }
+        ApiSide { child, endpoint }
+    }
+}
+
+impl Drop for ApiSide {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn plan(args: &[&str]) -> String {
+    let out = Command::new(PROXY)
+        .arg("plan")
+        .args(args)
+        .args(["--output", "json"])
+        .output()
+        .expect("plan runs");
+    assert!(
+        out.status.success(),
+        "plan {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+#[test]
+fn a_node_fed_by_the_api_side_plans_what_a_proxy_on_it_plans() {
+    for file in [
+        "topology-hints.yaml",
+        "loadbalancer-local.yaml",
+        "dual-stack.yaml",
+    ] {
+        let scratch = Scratch::new(file);
+        let state = Path::new(EXAMPLES).join("plan").join(file);
+        let api = ApiSide::start(&state, &scratch.0);
+        for node in ["node-a", "node-b"] {
+            let direct =
+                plan(&["--state", state.to_str().unwrap(), "--node", node]);
+            let fed = plan(&["--api-endpoint", &api.endpoint, "--node", node]);
+            assert!(direct.contains("virtualServers"), "{direct}");
+            assert_eq!(fed, direct, "{file}, {node}");
+        }
+    }
+}
+
+#[test]
+fn the_api_side_follows_its_state_file() {
+    let scratch = Scratch::new("follows");
+    let state = scratch.0.join("state.yaml");
+    let original =
+        fs::read_to_string(Path::new(EXAMPLES).join("plan/nodeport.yaml"))
+            .expect("example");
+    fs::write(&state, &original).unwrap();
+    let api = ApiSide::start(&state, &scratch.0);
+    let fed =
+        |node: &str| plan(&["--api-endpoint", &api.endpoint, "--node", node]);
+    let before = fed("node-a");
+    let port = "30080";
+    assert!(before.contains(port), "{before}");
+
+    fs::write(&state, original.replace(port, "30099")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = fed("node-a");
+        if now.contains("30099") {
+            let direct =
+                plan(&["--state", state.to_str().unwrap(), "--node", "node-a"]);
+            assert_eq!(now, direct);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the edit never showed: {now}");
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn plan_from_the_api_side_needs_a_node_and_a_unix_address() {
+    let out = Command::new(PROXY)
+        .args(["plan", "--api-endpoint", "unix:///nowhere.sock"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--node"));
+    let out = Command::new(PROXY)
+        .args(["plan", "--api-endpoint", "198.18.0.1:9000", "--node", "a"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("TLS"));
+}
