@@ -18,8 +18,8 @@ use futures::{stream::BoxStream, StreamExt};
 use kube_ipvs_proxy::{
     apiside::{
         cluster::{Cluster, NO_NODE},
-        serve_unix,
-        server::{Shared, ViewService},
+        serve_tls, serve_unix,
+        server::{Access, Shared, ViewService},
     },
     backend::Backend,
     config::{
@@ -50,8 +50,12 @@ use kube_ipvs_proxy::{
         self, service_health, ProxyHealth, ServiceHealthServer, SyncReporter,
     },
     source::{
-        self, client_metrics::RestClientMetricsLayer, nodeview::ApiEndpoint,
-        recorder::EventSink, store::Stores, SourceEvent,
+        self,
+        client_metrics::RestClientMetricsLayer,
+        nodeview::{ApiEndpoint, TlsFiles},
+        recorder::EventSink,
+        store::Stores,
+        SourceEvent,
     },
     sync::{self, NodeSettings, SyncState},
     version::{VersionFlag, BUILD},
@@ -246,7 +250,12 @@ async fn run_proxy(config: Config, mode: Mode) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("--api-endpoint {e}"))?;
     let source = match (&config.state_file, api_endpoint) {
         (_, Some(endpoint)) => Source::View(
-            source::nodeview::watch(endpoint, node_name.clone()).boxed(),
+            source::nodeview::watch(
+                endpoint,
+                api_tls(&config)?,
+                node_name.clone(),
+            )
+            .boxed(),
         ),
         (Some(path), None) => {
             Source::objects(source::file::watch(path.clone(), STATE_FILE_POLL))
@@ -499,7 +508,11 @@ fn api_server(args: &ApiServerArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run_api_side(config, listen)) {
+    match runtime.block_on(run_api_side(
+        config,
+        listen,
+        args.tls_dir.as_deref(),
+    )) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -511,6 +524,7 @@ fn api_server(args: &ApiServerArgs) -> ExitCode {
 async fn run_api_side(
     config: Config,
     listen: ApiEndpoint,
+    tls_dir: Option<&Path>,
 ) -> anyhow::Result<()> {
     let source: BoxStream<'static, SourceEvent> = match &config.state_file {
         Some(path) => {
@@ -526,12 +540,31 @@ async fn run_api_side(
         }
     };
     let shared = Shared::new(Cluster::new(SystemTime::now()));
-    let ApiEndpoint::Unix(path) = listen;
-    tracing::info!(listen = %path.display(), instance = shared.instance(), "serving node views");
-    let serving = tokio::spawn({
-        let service = ViewService::new(shared.clone());
-        async move { serve_unix(&path, service, std::future::pending()).await }
-    });
+    tracing::info!(%listen, instance = shared.instance(), "serving node views");
+    let serving = match listen {
+        ApiEndpoint::Unix(path) => tokio::spawn({
+            let service = ViewService::new(shared.clone(), Access::Socket);
+            async move { serve_unix(&path, service, std::future::pending()).await }
+        }),
+        ApiEndpoint::Tls { host, port } => {
+            let Some(dir) = tls_dir else {
+                anyhow::bail!("--listen https:// needs --tls-dir");
+            };
+            let tls = TlsFiles::read(dir)
+                .map_err(|e| anyhow::anyhow!("--tls-dir {e}"))?;
+            let listener = tokio::net::TcpListener::bind((
+                host.trim_matches(['[', ']']),
+                port,
+            ))
+            .await
+            .with_context(|| format!("listening on {host}:{port}"))?;
+            let service =
+                ViewService::new(shared.clone(), Access::ClientCertificates);
+            tokio::spawn(async move {
+                serve_tls(listener, &tls, service, std::future::pending()).await
+            })
+        }
+    };
     let mut stores = Stores::new(NO_NODE);
     let mut listed = false;
     // What is ready at once goes into one sync, so that a burst of
@@ -597,6 +630,16 @@ fn plan(args: &PlanArgs) -> ExitCode {
     print_plan(&plan, args.output)
 }
 
+/// `--api-tls-dir`'s credentials, when given.
+fn api_tls(config: &Config) -> anyhow::Result<Option<TlsFiles>> {
+    config
+        .api_tls_dir
+        .as_deref()
+        .map(TlsFiles::read)
+        .transpose()
+        .map_err(|e| anyhow::anyhow!("--api-tls-dir {e}"))
+}
+
 /// How long `plan --api-endpoint` waits for the node's view.
 const PLAN_VIEW_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -626,8 +669,13 @@ fn plan_from_api_side(
             return ExitCode::FAILURE;
         }
     };
+    let tls = match api_tls(config) {
+        Ok(tls) => tls,
+        Err(e) => return bad_config(&e),
+    };
     let first = runtime.block_on(async {
-        let mut view = source::nodeview::watch(endpoint.clone(), node.clone());
+        let mut view =
+            source::nodeview::watch(endpoint.clone(), tls, node.clone());
         tokio::time::timeout(PLAN_VIEW_TIMEOUT, view.next()).await
     });
     let Ok(Some(update)) = first else {

@@ -10,8 +10,11 @@ mod tests;
 
 use std::path::{Path, PathBuf};
 
-use tokio::net::UnixListener;
-use tokio_stream::wrappers::UnixListenerStream;
+use tokio::net::{TcpListener, UnixListener};
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+
+use crate::source::nodeview::TlsFiles;
 
 /// Why the view service stopped.
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +26,29 @@ pub enum ServeError {
     },
     #[error("serving the node views: {0}")]
     Transport(#[from] tonic::transport::Error),
+}
+
+/// Serves `service` with TLS on `listener` until `shutdown` resolves.
+/// Every client must show a certificate signed by `tls.ca`; the service
+/// lets it watch only the node the certificate names.
+pub async fn serve_tls(
+    listener: TcpListener,
+    tls: &TlsFiles,
+    service: server::ViewService,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), ServeError> {
+    let config = ServerTlsConfig::new()
+        .identity(Identity::from_pem(&tls.cert, &tls.key))
+        .client_ca_root(Certificate::from_pem(&tls.ca));
+    tonic::transport::Server::builder()
+        .tls_config(config)?
+        .add_service(service.into_server())
+        .serve_with_incoming_shutdown(
+            TcpListenerStream::new(listener),
+            shutdown,
+        )
+        .await?;
+    Ok(())
 }
 
 /// Serves `service` on the Unix socket `path` until `shutdown` resolves.

@@ -19,7 +19,7 @@ use nodeview_protocol::v1::{
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::cluster::Cluster;
 use crate::{nodeview::wire, source::store::RecordChange};
@@ -80,15 +80,52 @@ impl Shared {
     }
 }
 
+/// Who may watch which view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Whoever can open the Unix socket: its file mode is the guard.
+    Socket,
+    /// Over TLS, a node's client certificate names the one view it may
+    /// watch.
+    ClientCertificates,
+}
+
 /// The `NodeView` service.
 #[derive(Debug, Clone)]
 pub struct ViewService {
     shared: Arc<Shared>,
+    access: Access,
 }
 
 impl ViewService {
-    pub fn new(shared: Arc<Shared>) -> Self {
-        Self { shared }
+    pub fn new(shared: Arc<Shared>, access: Access) -> Self {
+        Self { shared, access }
+    }
+
+    fn authorize(
+        &self,
+        request: &Request<v1::WatchRequest>,
+    ) -> Result<(), Status> {
+        if self.access == Access::Socket {
+            return Ok(());
+        }
+        let certs = request.peer_certs().ok_or_else(|| {
+            Status::unauthenticated("no client certificate")
+        })?;
+        let node = certs
+            .first()
+            .and_then(|cert| node_of(cert.as_ref()))
+            .ok_or_else(|| {
+                Status::unauthenticated("the client certificate names no node")
+            })?;
+        let wanted = &request.get_ref().node_name;
+        if node != *wanted {
+            warn!(node, wanted, "refused: a node may watch its own view only");
+            return Err(Status::permission_denied(format!(
+                "{node} may not watch the view of {wanted}"
+            )));
+        }
+        Ok(())
     }
 
     pub fn into_server(
@@ -106,10 +143,11 @@ impl NodeViewRpc for ViewService {
         &self,
         request: Request<v1::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let request = request.into_inner();
-        if request.node_name.is_empty() {
+        if request.get_ref().node_name.is_empty() {
             return Err(Status::invalid_argument("node_name is empty"));
         }
+        self.authorize(&request)?;
+        let request = request.into_inner();
         let held = (request.instance == self.shared.instance)
             .then_some(request.revision);
         info!(
@@ -128,6 +166,16 @@ impl NodeViewRpc for ViewService {
         ));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
+}
+
+/// The node a client certificate (DER) names: its subject's common
+/// name, without the `system:node:` prefix of kubelet client
+/// certificates.
+pub fn node_of(der: &[u8]) -> Option<String> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let cn = cert.subject().iter_common_name().next()?.as_str().ok()?;
+    let node = cn.strip_prefix("system:node:").unwrap_or(cn);
+    (!node.is_empty()).then(|| node.to_owned())
 }
 
 async fn stream_view(

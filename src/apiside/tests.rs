@@ -12,7 +12,7 @@ use tonic::{transport::Channel, Streaming};
 use super::{
     cluster::{Cluster, NO_NODE},
     serve_unix,
-    server::{Shared, ViewService},
+    server::{Access, Shared, ViewService},
 };
 use crate::{
     model::fixtures::*,
@@ -52,7 +52,7 @@ impl ApiSide {
         let dir = tempdir::Dir::new(name);
         let socket = dir.0.join("views.sock");
         let shared = Shared::new(Cluster::new(SystemTime::now()));
-        let service = ViewService::new(shared.clone());
+        let service = ViewService::new(shared.clone(), Access::Socket);
         let path = socket.clone();
         tokio::spawn(async move {
             serve_unix(&path, service, std::future::pending()).await
@@ -223,4 +223,121 @@ async fn a_watch_without_a_node_name_is_refused() {
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
+}
+
+/// Certificates for the TLS tests: a CA, the API side's certificate for
+/// localhost, and client certificates naming nodes.
+struct Pki {
+    ca_pem: String,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl Pki {
+    fn new() -> Self {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair,
+        };
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "kube-ipvs-proxy test CA");
+        let ca_pem = params.self_signed(&key).unwrap().pem();
+        Pki {
+            ca_pem,
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    /// A certificate and key for `common_name`, valid for localhost.
+    fn files(&self, common_name: &str) -> crate::source::nodeview::TlsFiles {
+        use rcgen::{CertificateParams, DnType, KeyPair};
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec![
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+        ])
+        .unwrap();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        crate::source::nodeview::TlsFiles {
+            ca: self.ca_pem.clone().into_bytes(),
+            cert: cert.pem().into_bytes(),
+            key: key.serialize_pem().into_bytes(),
+        }
+    }
+}
+
+/// Over TCP every node shows a client certificate, and the one its
+/// certificate names is the only view it may watch.
+#[tokio::test]
+async fn over_tls_a_node_watches_its_own_view_only() {
+    use crate::{
+        apiside::serve_tls,
+        source::nodeview::{ApiEndpoint, ConnectError},
+    };
+    let pki = Pki::new();
+    let mut api = ApiSide::start("tls").await;
+    api.list(vec![web()]);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server_files = pki.files("api-side");
+    let service = ViewService::new(api.shared.clone(), Access::ClientCertificates);
+    tokio::spawn(async move {
+        serve_tls(listener, &server_files, service, std::future::pending()).await
+    });
+    let endpoint = ApiEndpoint::Tls {
+        host: "localhost".into(),
+        port,
+    };
+    let watch_as = |cn: &'static str, node: &'static str| {
+        let endpoint = endpoint.clone();
+        let files = pki.files(cn);
+        async move {
+            let mut client = endpoint.connect(Some(&files)).await.unwrap();
+            let request = v1::WatchRequest {
+                node_name: node.to_owned(),
+                ..Default::default()
+            };
+            match client.watch(request).await {
+                Ok(response) => {
+                    let mut stream = response.into_inner();
+                    Ok(next(&mut stream).await)
+                }
+                Err(status) => Err(status),
+            }
+        }
+    };
+
+    let own = watch_as("node-a", "node-a").await.unwrap();
+    assert!(own.full && own.synced);
+    // A kubelet's client certificate names its node so.
+    let kubelet = watch_as("system:node:node-b", "node-b").await.unwrap();
+    assert!(kubelet.full);
+    let other = watch_as("node-a", "node-b").await.unwrap_err();
+    assert_eq!(other.code(), tonic::Code::PermissionDenied, "{other:?}");
+    assert!(other.message().contains("node-a may not watch the view of node-b"));
+
+    // Without credentials the client refuses to try, and a certificate
+    // from another CA is refused by the server.
+    assert!(matches!(
+        endpoint.connect(None).await,
+        Err(ConnectError::NoCredentials)
+    ));
+    let mut foreign = Pki::new().files("node-a");
+    foreign.ca = pki.ca_pem.clone().into_bytes();
+    let refused = match endpoint.connect(Some(&foreign)).await {
+        Err(_) => true,
+        Ok(mut client) => client
+            .watch(v1::WatchRequest {
+                node_name: "node-a".to_owned(),
+                ..Default::default()
+            })
+            .await
+            .is_err(),
+    };
+    assert!(refused, "a client certificate from another CA is refused");
 }

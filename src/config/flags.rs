@@ -126,9 +126,15 @@ pub struct PlanArgs {
 pub struct ApiServerArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
-    /// Serve the node views on ADDR: `unix:///PATH`.
+    /// Serve the node views on ADDR: `unix:///PATH`, or
+    /// `https://HOST:PORT` (with `--tls-dir`).
     #[arg(long, value_name = "ADDR")]
     pub listen: String,
+    /// For `https://`: a folder with the server's certificate (`tls.crt`,
+    /// `tls.key`) and the CA that signs the nodes' client certificates
+    /// (`ca.crt`).
+    #[arg(long, value_name = "DIR")]
+    pub tls_dir: Option<PathBuf>,
 }
 
 /// The flags among `fields` of `args` that were given, by their names on
@@ -154,8 +160,8 @@ macro_rules! given_flags {
 /// - `--hostname-override`, which still overrides the file's
 ///   `hostnameOverride`;
 /// - the flags that are not part of `KubeProxyConfiguration`: `--config`
-///   itself, `--cleanup`, and our own `--state`, `--api-endpoint` and
-///   `--service-proxy-name`.
+///   itself, `--cleanup`, and our own `--state`, `--api-endpoint`,
+///   `--api-tls-dir` and `--service-proxy-name`.
 #[derive(Debug, Clone, Default, PartialEq, Args)]
 #[command(mut_args(go_bools))]
 pub struct ConfigArgs {
@@ -170,9 +176,16 @@ pub struct ConfigArgs {
     pub state: Option<PathBuf>,
 
     /// Take this node's view from kube-ipvs-proxy's API side
-    /// (`api-server`) at ADDR (`unix:///PATH`) instead of the API server.
+    /// (`api-server`) at ADDR (`unix:///PATH` or `https://HOST:PORT`)
+    /// instead of the API server.
     #[arg(long, value_name = "ADDR")]
     pub api_endpoint: Option<String>,
+
+    /// For an `https://` API side: a folder with this node's client
+    /// certificate (`tls.crt`, `tls.key`, its CN the node's name) and
+    /// the CA that signed the API side's (`ca.crt`).
+    #[arg(long, value_name = "DIR", requires = "api_endpoint")]
+    pub api_tls_dir: Option<PathBuf>,
 
     /// Only handle Services labelled
     /// service.kubernetes.io/service-proxy-name=NAME.

@@ -45,6 +45,8 @@ pub struct Config {
     /// Take the node's view from the API side at this address instead
     /// (`--api-endpoint`).
     pub api_endpoint: Option<String>,
+    /// The node's credentials for an `https://` API side.
+    pub api_tls_dir: Option<PathBuf>,
     /// When set, only Services labelled
     /// `service.kubernetes.io/service-proxy-name=<this>` are handled;
     /// otherwise only Services without that label.
@@ -293,6 +295,7 @@ impl Default for Config {
             kubeconfig: None,
             state_file: None,
             api_endpoint: None,
+            api_tls_dir: None,
             service_proxy_name: None,
             config_sync_period: Duration::from_secs(15 * 60),
             logging: LoggingConfig::default(),

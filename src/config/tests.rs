@@ -83,6 +83,7 @@ fn kubeadm_configmap_gives_upstream_defaults_in_ipvs_mode() {
         kubeconfig: Some(PathBuf::from("/var/lib/kube-proxy/kubeconfig.conf")),
         state_file: None,
         api_endpoint: None,
+        api_tls_dir: None,
         service_proxy_name: None,
         config_sync_period: Duration::from_secs(15 * 60),
         logging: LoggingConfig::default(),
@@ -622,6 +623,7 @@ fn flags_alone_configure_everything() {
         kubeconfig: Some(PathBuf::from("/etc/kube/proxy.conf")),
         state_file: Some(PathBuf::from("examples/cluster.yaml")),
         api_endpoint: None,
+        api_tls_dir: None,
         service_proxy_name: Some("ours".into()),
         config_sync_period: Duration::from_secs(300),
         logging: LoggingConfig {
@@ -745,6 +747,7 @@ fn with_a_config_file_every_configuration_flag_given_is_named() {
                 // Not replaced either, but it excludes --state, which is
                 // above: the next test has it.
                 && l != "--api-endpoint"
+                && l != "--api-tls-dir"
         })
         .collect();
     visible.sort();

@@ -290,6 +290,7 @@ pub fn to_config(
         kubeconfig,
         state_file: None,
         api_endpoint: None,
+        api_tls_dir: None,
         service_proxy_name: None,
         config_sync_period,
         logging,

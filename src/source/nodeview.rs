@@ -15,7 +15,9 @@ use nodeview_protocol::v1::{self, node_view_client::NodeViewClient};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio::net::UnixStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{
+    Certificate, Channel, ClientTlsConfig, Endpoint, Identity,
+};
 use tracing::{info, warn};
 
 use crate::{
@@ -30,26 +32,62 @@ use crate::{
 pub enum ApiEndpoint {
     /// `unix:///path`: a node-local socket, no TLS.
     Unix(PathBuf),
+    /// `https://host:port`: TCP, always with TLS and client
+    /// certificates.
+    Tls { host: String, port: u16 },
 }
 
 impl ApiEndpoint {
     pub fn parse(value: &str) -> Result<Self, String> {
-        match value.strip_prefix("unix://") {
-            Some(path) if path.starts_with('/') => {
-                Ok(ApiEndpoint::Unix(PathBuf::from(path)))
+        if let Some(path) = value.strip_prefix("unix://") {
+            if !path.starts_with('/') {
+                return Err(format!(
+                    "{value}: a unix:// address needs an absolute path"
+                ));
             }
-            Some(_) => Err(format!("{value}: a unix:// address needs an absolute path")),
-            None => Err(format!(
-                "{value}: only unix:///PATH is served so far (TCP needs TLS)"
-            )),
+            return Ok(ApiEndpoint::Unix(PathBuf::from(path)));
         }
+        let Some(authority) = value.strip_prefix("https://") else {
+            return Err(format!(
+                "{value}: expected unix:///PATH or https://HOST:PORT (TCP \
+                 is served with TLS only)"
+            ));
+        };
+        let (host, port) = authority
+            .trim_end_matches('/')
+            .rsplit_once(':')
+            .and_then(|(host, port)| Some((host, port.parse().ok()?)))
+            .ok_or_else(|| format!("{value}: expected https://HOST:PORT"))?;
+        if host.is_empty() {
+            return Err(format!("{value}: no host"));
+        }
+        Ok(ApiEndpoint::Tls {
+            host: host.to_owned(),
+            port,
+        })
     }
 
+    /// Connects; `tls` is required for an `https://` endpoint.
     pub async fn connect(
         &self,
-    ) -> Result<NodeViewClient<Channel>, tonic::transport::Error> {
+        tls: Option<&TlsFiles>,
+    ) -> Result<NodeViewClient<Channel>, ConnectError> {
         match self {
-            ApiEndpoint::Unix(path) => connect_unix(path.clone()).await,
+            ApiEndpoint::Unix(path) => Ok(connect_unix(path.clone()).await?),
+            ApiEndpoint::Tls { host, port } => {
+                let tls = tls.ok_or(ConnectError::NoCredentials)?;
+                let config = ClientTlsConfig::new()
+                    .domain_name(host.trim_matches(['[', ']']))
+                    .ca_certificate(Certificate::from_pem(&tls.ca))
+                    .identity(Identity::from_pem(&tls.cert, &tls.key));
+                let channel = Endpoint::from_shared(format!(
+                    "https://{host}:{port}"
+                ))?
+                .tls_config(config)?
+                .connect()
+                .await?;
+                Ok(NodeViewClient::new(channel))
+            }
         }
     }
 }
@@ -58,8 +96,51 @@ impl fmt::Display for ApiEndpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ApiEndpoint::Unix(path) => write!(f, "unix://{}", path.display()),
+            ApiEndpoint::Tls { host, port } => {
+                write!(f, "https://{host}:{port}")
+            }
         }
     }
+}
+
+/// A TLS identity and the CA its peers are checked against, read from a
+/// folder as a Kubernetes TLS Secret mounts it: `ca.crt`, `tls.crt`,
+/// `tls.key`.
+#[derive(Clone)]
+pub struct TlsFiles {
+    pub ca: Vec<u8>,
+    pub cert: Vec<u8>,
+    pub key: Vec<u8>,
+}
+
+impl fmt::Debug for TlsFiles {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Never the key.
+        f.debug_struct("TlsFiles").finish_non_exhaustive()
+    }
+}
+
+impl TlsFiles {
+    pub fn read(dir: &std::path::Path) -> Result<Self, String> {
+        let read = |name: &str| {
+            let path = dir.join(name);
+            std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))
+        };
+        Ok(Self {
+            ca: read("ca.crt")?,
+            cert: read("tls.crt")?,
+            key: read("tls.key")?,
+        })
+    }
+}
+
+/// Why a connection to the API side failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("an https:// API side needs TLS credentials (--api-tls-dir)")]
+    NoCredentials,
+    #[error(transparent)]
+    Transport(#[from] tonic::transport::Error),
 }
 
 /// A client of the view service on the Unix socket `path`.
@@ -86,7 +167,7 @@ pub enum WatchError {
     #[error("connecting to {endpoint}: {source}")]
     Connect {
         endpoint: String,
-        source: tonic::transport::Error,
+        source: ConnectError,
     },
     #[error("watching: {0}")]
     Status(#[from] tonic::Status),
@@ -108,14 +189,20 @@ struct Held {
 }
 
 /// The node `node_name`'s view from the API side at `endpoint`.
-pub fn watch(endpoint: ApiEndpoint, node_name: String) -> ReceiverStream<Update> {
+pub fn watch(
+    endpoint: ApiEndpoint,
+    tls: Option<TlsFiles>,
+    node_name: String,
+) -> ReceiverStream<Update> {
     let (tx, rx) = mpsc::channel(4);
     tokio::spawn(async move {
         let mut held: Option<Held> = None;
         let mut pause = FIRST_PAUSE;
         loop {
             let before = held.as_ref().map(|h| h.revision);
-            match session(&endpoint, &node_name, &mut held, &tx).await {
+            let session =
+                session(&endpoint, tls.as_ref(), &node_name, &mut held, &tx);
+            match session.await {
                 Ok(()) => return,
                 Err(error) => {
                     if matches!(error, WatchError::Malformed(_)) {
@@ -143,13 +230,14 @@ pub fn watch(endpoint: ApiEndpoint, node_name: String) -> ReceiverStream<Update>
 /// One watch: `Ok` when the node's loop is gone, an error otherwise.
 async fn session(
     endpoint: &ApiEndpoint,
+    tls: Option<&TlsFiles>,
     node_name: &str,
     held: &mut Option<Held>,
     tx: &mpsc::Sender<Update>,
 ) -> Result<(), WatchError> {
     let mut client =
         endpoint
-            .connect()
+            .connect(tls)
             .await
             .map_err(|source| WatchError::Connect {
                 endpoint: endpoint.to_string(),
@@ -203,14 +291,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn endpoints_parse_and_tcp_is_refused_until_it_has_tls() {
+    fn endpoints_parse_and_plain_tcp_is_refused() {
         assert_eq!(
             ApiEndpoint::parse("unix:///run/views.sock"),
             Ok(ApiEndpoint::Unix("/run/views.sock".into()))
         );
         assert!(ApiEndpoint::parse("unix://views.sock").is_err());
+        assert_eq!(
+            ApiEndpoint::parse("https://api-side.kube-system:9443"),
+            Ok(ApiEndpoint::Tls {
+                host: "api-side.kube-system".into(),
+                port: 9443
+            })
+        );
+        assert_eq!(
+            ApiEndpoint::parse("https://[2001:db8::1]:9443/").map(|e| e.to_string()),
+            Ok("https://[2001:db8::1]:9443".into())
+        );
         let tcp = ApiEndpoint::parse("198.18.0.1:9100").unwrap_err();
         assert!(tcp.contains("TLS"), "{tcp}");
+        assert!(ApiEndpoint::parse("https://host").is_err());
+        assert!(ApiEndpoint::parse("https://:9443").is_err());
     }
 
     #[test]
