@@ -6,3 +6,6 @@
 pub mod v1 {
     tonic::include_proto!("kubeipvsproxy.nodeview.v1");
 }
+
+/// The message trait, for sizes and encoding without a direct dependency.
+pub use prost;

@@ -1,0 +1,382 @@
+//! The API/node split at 10,000 services × 10 endpoints with N nodes in
+//! one process, each a real gRPC client of one API side over a Unix
+//! socket: what it costs the API side (heap, CPU) and each node (bytes
+//! received, heap of what it holds), and how long a change takes from
+//! the API side's input to every node's view. The baseline is a proxy
+//! that watches the API server itself: its trackers' heap for the same
+//! cluster, once per node, and one watch per node where the split has
+//! one.
+//!
+//! `cargo bench --bench api_split` (BENCH_SPLIT_SERVICES, _NODES,
+//! _CHANGES override the sizes).
+
+use std::{
+    alloc::{GlobalAlloc, Layout, System},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant, SystemTime},
+};
+
+use k8s_openapi::api::{
+    core::v1::{Node, Service},
+    discovery::v1::EndpointSlice,
+};
+use kube::runtime::watcher::Event;
+use kube_ipvs_proxy::{
+    apiside::{
+        cluster::{Cluster, NO_NODE},
+        serve_unix,
+        server::{Access, Shared, ViewService},
+    },
+    nodeview::{wire, Received},
+    source::{nodeview::connect_unix, store::Stores, SourceEvent},
+    sync::{NodeSettings, SyncState},
+};
+use nodeview_protocol::prost::Message;
+use nodeview_protocol::v1;
+use serde_json::json;
+
+/// Counts live heap bytes.
+struct Counting;
+
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: forwarded as given.
+        let ptr = unsafe { System.alloc(layout) };
+        if !ptr.is_null() {
+            LIVE.fetch_add(layout.size(), Ordering::Relaxed);
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded as given.
+        unsafe { System.dealloc(ptr, layout) };
+        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+const ENDPOINTS: usize = 10;
+const ZONES: usize = 3;
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn address(base: u8, n: usize) -> String {
+    format!("198.{base}.{}.{}", (n / 256) % 256, n % 256)
+}
+
+fn node(i: usize) -> Node {
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": format!("node-{i}"),
+            "labels": {"topology.kubernetes.io/zone": format!("zone-{}", i % ZONES)}
+        },
+        "status": {"addresses": [{"type": "InternalIP", "address": address(18, 60000 + i)}]}
+    }))
+    .expect("a valid Node")
+}
+
+fn service(i: usize) -> Service {
+    serde_json::from_value(json!({
+        "metadata": {"name": format!("svc-{i}"), "namespace": "bench"},
+        "spec": {
+            "clusterIP": address(18, i),
+            "clusterIPs": [address(18, i)],
+            "ports": [{"name": "http", "protocol": "TCP", "port": 80}],
+            "type": "ClusterIP"
+        }
+    }))
+    .expect("a valid Service")
+}
+
+/// Service `i`'s slice; `version` moves its last endpoint elsewhere.
+fn slice(i: usize, nodes: usize, version: usize) -> EndpointSlice {
+    let endpoints: Vec<serde_json::Value> = (0..ENDPOINTS)
+        .map(|j| {
+            let n = if j == ENDPOINTS - 1 && version > 0 {
+                (1 << 20) + version
+            } else {
+                i * ENDPOINTS + j
+            };
+            json!({"addresses": [address(19, n)], "conditions": {"ready": true},
+                   "nodeName": format!("node-{}", (i + j) % nodes)})
+        })
+        .collect();
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": format!("svc-{i}-abcde"),
+            "namespace": "bench",
+            "labels": {"kubernetes.io/service-name": format!("svc-{i}")}
+        },
+        "addressType": "IPv4",
+        "endpoints": endpoints,
+        "ports": [{"name": "http", "protocol": "TCP", "port": 8080}]
+    }))
+    .expect("a valid EndpointSlice")
+}
+
+/// The events of a first listing of the whole cluster.
+fn listing(services: usize, nodes: usize) -> Vec<SourceEvent> {
+    let mut events = vec![SourceEvent::Node(Event::Init)];
+    events.extend(
+        (0..nodes).map(|i| SourceEvent::Node(Event::InitApply(node(i)))),
+    );
+    events.push(SourceEvent::Node(Event::InitDone));
+    events.push(SourceEvent::Service(Event::Init));
+    events.extend(
+        (0..services)
+            .map(|i| SourceEvent::Service(Event::InitApply(service(i)))),
+    );
+    events.push(SourceEvent::Service(Event::InitDone));
+    events.push(SourceEvent::EndpointSlice(Event::Init));
+    events.extend((0..services).map(|i| {
+        SourceEvent::EndpointSlice(Event::InitApply(slice(i, nodes, 0)))
+    }));
+    events.push(SourceEvent::EndpointSlice(Event::InitDone));
+    events
+}
+
+fn mib(bytes: usize) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+/// User and system CPU of the whole process so far.
+fn process_cpu() -> Duration {
+    // SAFETY: getrusage only writes the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64)
+            + Duration::from_micros(t.tv_usec as u64)
+    };
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+/// The heap a proxy watching the API server holds for the cluster,
+/// trackers and desired state, on one node.
+fn direct_proxy_heap(services: usize, nodes: usize) -> usize {
+    let before = LIVE.load(Ordering::Relaxed);
+    let mut stores = Stores::new("node-0");
+    let mut state = SyncState::new(
+        "node-0",
+        NodeSettings::default(),
+        None,
+        SystemTime::now(),
+    );
+    for event in listing(services, nodes) {
+        for change in stores.apply(event) {
+            state.apply(&change);
+        }
+    }
+    state.sync();
+    let held = LIVE.load(Ordering::Relaxed).saturating_sub(before);
+    drop((stores, state));
+    held
+}
+
+/// One simulated node: a real client, what it holds, what it received.
+struct NodeClient {
+    received: Received,
+    bytes: usize,
+    /// The messages of the first full view, kept to measure what a node
+    /// holds on its own.
+    first: Vec<v1::ViewUpdate>,
+    synced_once: bool,
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let services = env("BENCH_SPLIT_SERVICES", 10_000);
+    let nodes = env("BENCH_SPLIT_NODES", 100);
+    let changes = env("BENCH_SPLIT_CHANGES", 50);
+    println!("api_split: {services} services × {ENDPOINTS} endpoints, {nodes} nodes in {ZONES} zones");
+
+    let direct = direct_proxy_heap(services, nodes);
+
+    let base = LIVE.load(Ordering::Relaxed);
+    let cpu = process_cpu();
+    let shared = Shared::new(Cluster::new(SystemTime::now()));
+    let mut stores = Stores::new(NO_NODE);
+    for event in listing(services, nodes) {
+        shared.apply(&stores.apply(event));
+    }
+    shared.sync();
+    let cluster_heap = LIVE.load(Ordering::Relaxed) - base;
+
+    let dir = std::env::temp_dir()
+        .join(format!("kip-bench-split-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch folder");
+    let socket = dir.join("views.sock");
+    let service = ViewService::new(shared.clone(), Access::Socket);
+    let path = socket.clone();
+    tokio::spawn(async move {
+        serve_unix(&path, service, std::future::pending()).await
+    });
+    while !socket.exists() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // Every node connects and receives its full view.
+    let started = Instant::now();
+    let (tx, mut rx) =
+        tokio::sync::mpsc::unbounded_channel::<(usize, usize, usize)>();
+    let clients: Vec<Arc<tokio::sync::Mutex<NodeClient>>> = (0..nodes)
+        .map(|_| {
+            Arc::new(tokio::sync::Mutex::new(NodeClient {
+                received: Received::default(),
+                bytes: 0,
+                first: Vec::new(),
+                synced_once: false,
+            }))
+        })
+        .collect();
+    for (i, client) in clients.iter().enumerate() {
+        let client = client.clone();
+        let socket = socket.clone();
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let mut grpc = connect_unix(socket).await.expect("connects");
+            let mut stream = grpc
+                .watch(v1::WatchRequest {
+                    node_name: format!("node-{i}"),
+                    ..Default::default()
+                })
+                .await
+                .expect("watches")
+                .into_inner();
+            while let Ok(Some(message)) = stream.message().await {
+                let size = message.encoded_len();
+                let synced = message.synced;
+                let revision = message.revision;
+                let update = wire::decode(message).expect("decodes");
+                let mut c = client.lock().await;
+                c.bytes += size;
+                if i == 0 && !c.synced_once {
+                    c.first.push(wire::encode(&update, ""));
+                }
+                c.synced_once |= synced;
+                c.received.apply(update);
+                if synced {
+                    let _ = tx.send((i, c.bytes, revision as usize));
+                }
+            }
+        });
+    }
+    let mut full_bytes = 0;
+    for _ in 0..nodes {
+        let (_, bytes, _) = rx.recv().await.expect("a node synced");
+        full_bytes += bytes;
+    }
+    let connect_all = started.elapsed();
+    let with_views = LIVE.load(Ordering::Relaxed) - base;
+    // The nodes live in this process too: what one holds is measured
+    // apart, by receiving its first view again.
+    let node_heaps = {
+        let first = std::mem::take(&mut clients[0].lock().await.first);
+        let before = LIVE.load(Ordering::Relaxed);
+        let mut copy = Received::default();
+        for message in first {
+            copy.apply(wire::decode(message).expect("decodes"));
+        }
+        let held = LIVE.load(Ordering::Relaxed).saturating_sub(before);
+        drop(copy);
+        held
+    };
+    let views_heap = with_views
+        .saturating_sub(cluster_heap)
+        .saturating_sub(node_heaps * nodes);
+    let bytes_before: usize = {
+        let mut total = 0;
+        for c in &clients {
+            total += c.lock().await.bytes;
+        }
+        total
+    };
+
+    // Changes, one at a time: the time until every node has it.
+    let mut latencies = Vec::with_capacity(changes);
+    let cpu_before_churn = process_cpu();
+    for version in 1..=changes {
+        let i = (version * 7919) % services;
+        let t = Instant::now();
+        shared.apply(&stores.apply(SourceEvent::EndpointSlice(Event::Apply(
+            slice(i, nodes, version),
+        ))));
+        shared.sync();
+        for _ in 0..nodes {
+            rx.recv().await.expect("a node synced");
+        }
+        latencies.push(t.elapsed());
+    }
+    let churn_cpu = process_cpu() - cpu_before_churn;
+    let bytes_after: usize = {
+        let mut total = 0;
+        for c in &clients {
+            total += c.lock().await.bytes;
+        }
+        total
+    };
+    latencies.sort();
+    let p = |q: f64| {
+        latencies
+            [((latencies.len() as f64 * q) as usize).min(latencies.len() - 1)]
+    };
+
+    println!(
+        "watches on the API server: 1 (split) vs {nodes} (a proxy per node)"
+    );
+    println!(
+        "API side heap: cluster {:.1} MiB, {nodes} views {:.1} MiB ({:.2} MiB per view)",
+        mib(cluster_heap),
+        mib(views_heap),
+        mib(views_heap) / nodes as f64
+    );
+    println!(
+        "per node: holds {:.2} MiB (a proxy's trackers and desired state: {:.1} MiB; ratio {:.3})",
+        mib(node_heaps),
+        mib(direct),
+        node_heaps as f64 / direct as f64
+    );
+    println!(
+        "full view per node: {:.0} KiB on the wire; all {nodes} connected and synced in {:.2} s",
+        full_bytes as f64 / nodes as f64 / 1024.0,
+        connect_all.as_secs_f64()
+    );
+    println!(
+        "per change per node: {:.0} bytes on the wire",
+        (bytes_after - bytes_before) as f64 / (changes * nodes) as f64
+    );
+    println!(
+        "change to every node's view: p50 {:.1} ms, p99 {:.1} ms; API side CPU per change {:.2} ms",
+        p(0.5).as_secs_f64() * 1e3,
+        p(0.99).as_secs_f64() * 1e3,
+        churn_cpu.as_secs_f64() * 1e3 / changes as f64
+    );
+    println!(
+        "heap of {nodes} direct proxies {:.0} MiB vs API side {:.0} MiB + {nodes} nodes {:.0} MiB: ratio {:.2}",
+        mib(direct * nodes),
+        mib(cluster_heap + views_heap),
+        mib(node_heaps * nodes),
+        (cluster_heap + views_heap + node_heaps * nodes) as f64 / (direct * nodes) as f64
+    );
+    println!(
+        "CPU to list and serve: {:.1} s",
+        (process_cpu() - cpu).as_secs_f64()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
