@@ -189,6 +189,26 @@ fn direct_proxy_heap(services: usize, nodes: usize) -> usize {
     held
 }
 
+/// The heap the views of `nodes` nodes take on the API side, counted
+/// without any connection, and the CPU to make them.
+fn views_heap(services: usize, nodes: usize) -> (usize, Duration) {
+    let mut stores = Stores::new(NO_NODE);
+    let mut cluster = Cluster::new(SystemTime::now());
+    for event in listing(services, nodes) {
+        for change in stores.apply(event) {
+            cluster.apply(&change);
+        }
+    }
+    cluster.sync();
+    let before = LIVE.load(Ordering::Relaxed);
+    let cpu = process_cpu();
+    for i in 0..nodes {
+        cluster.view(&format!("node-{i}"));
+    }
+    let held = LIVE.load(Ordering::Relaxed).saturating_sub(before);
+    (held, process_cpu() - cpu)
+}
+
 /// One simulated node: a real client, what it holds, what it received.
 struct NodeClient {
     received: Received,
@@ -207,6 +227,7 @@ async fn main() {
     println!("api_split: {services} services × {ENDPOINTS} endpoints, {nodes} nodes in {ZONES} zones");
 
     let direct = direct_proxy_heap(services, nodes);
+    let (views_alone, view_cpu) = views_heap(services, nodes);
 
     let base = LIVE.load(Ordering::Relaxed);
     let cpu = process_cpu();
@@ -341,10 +362,14 @@ async fn main() {
         "watches on the API server: 1 (split) vs {nodes} (a proxy per node)"
     );
     println!(
-        "API side heap: cluster {:.1} MiB, {nodes} views {:.1} MiB ({:.2} MiB per view)",
+        "API side heap: cluster {:.1} MiB, {nodes} views {:.1} MiB ({:.2} MiB per view; \
+         {:.2} counted alone, made in {:.0} ms each), with the connections' buffers {:.1} MiB",
         mib(cluster_heap),
+        mib(views_alone),
+        mib(views_alone) / nodes as f64,
+        mib(views_alone) / nodes as f64,
+        view_cpu.as_secs_f64() * 1e3 / nodes as f64,
         mib(views_heap),
-        mib(views_heap) / nodes as f64
     );
     println!(
         "per node: holds {:.2} MiB (a proxy's trackers and desired state: {:.1} MiB; ratio {:.3})",

@@ -278,7 +278,7 @@ impl SyncState {
                 .iter()
                 .filter_map(|change| match change {
                     Change::Service(name, _)
-                    | Change::Delete(Key::Service(name)) => Some(name.clone()),
+                    | Change::Delete(Key::Service(name)) => Some((**name).clone()),
                     _ => None,
                 })
                 .collect()

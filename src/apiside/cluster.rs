@@ -9,7 +9,7 @@ use std::{
 
 use crate::{
     model::{EndpointsMap, NodeInfo, ServicePortMap, ServicePortName},
-    nodeview::NodeView,
+    nodeview::{NodeView, SharedParts},
     source::store::{Kept, RecordChange},
     tracker::{endpoints::EndpointsChangeTracker, services::ServiceChangeTracker},
 };
@@ -28,6 +28,7 @@ pub struct Cluster {
     /// Nodes whose Node object changed since the last sync.
     nodes_changed: BTreeSet<String>,
     views: HashMap<String, NodeView>,
+    shared: SharedParts,
 }
 
 fn record<R>(kept: &Option<Arc<Kept<R>>>) -> Option<&R> {
@@ -44,6 +45,7 @@ impl Cluster {
             nodes: HashMap::new(),
             nodes_changed: BTreeSet::new(),
             views: HashMap::new(),
+            shared: SharedParts::default(),
         }
     }
 
@@ -109,18 +111,22 @@ impl Cluster {
             .iter()
             .chain(&endpoints.changed_ports)
             .collect();
+        self.shared
+            .forget(changed.iter().copied(), &self.service_map);
         for (name, view) in &mut self.views {
             if self.nodes_changed.contains(name) {
                 view.set_node(
                     self.nodes.get(name).cloned(),
                     &self.service_map,
                     &self.endpoints_map,
+                    &mut self.shared,
                 );
             }
             view.update(
                 changed.iter().copied(),
                 &self.service_map,
                 &self.endpoints_map,
+                &mut self.shared,
             );
         }
         self.nodes_changed.clear();
@@ -134,6 +140,7 @@ impl Cluster {
             nodes,
             service_map,
             endpoints_map,
+            shared,
             ..
         } = self;
         views.entry(node.to_owned()).or_insert_with(|| {
@@ -142,9 +149,9 @@ impl Cluster {
             let known = info.is_some();
             // A known node's zone is new to the view: that selects every
             // port already.
-            view.set_node(info, service_map, endpoints_map);
+            view.set_node(info, service_map, endpoints_map, shared);
             if !known {
-                view.update(service_map.keys(), service_map, endpoints_map);
+                view.update(service_map.keys(), service_map, endpoints_map, shared);
             }
             view
         })

@@ -13,7 +13,7 @@
 
 use std::{
     borrow::Cow,
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     sync::Arc,
 };
 
@@ -35,16 +35,16 @@ mod tests;
 pub enum Key {
     /// The node's own Node object, which the node no longer watches.
     Node,
-    Service(ServicePortName),
-    Endpoints(ServicePortName),
+    Service(Arc<ServicePortName>),
+    Endpoints(Arc<ServicePortName>),
 }
 
 /// What a node is told about one entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     Node(Arc<NodeInfo>),
-    Service(ServicePortName, Arc<ServicePortInfo>),
-    Endpoints(ServicePortName, Arc<NodeEndpoints>),
+    Service(Arc<ServicePortName>, Arc<ServicePortInfo>),
+    Endpoints(Arc<ServicePortName>, Arc<NodeEndpoints>),
     Delete(Key),
 }
 
@@ -119,8 +119,8 @@ pub struct NodeView {
     node_name: String,
     revision: u64,
     node: Option<Entry<NodeInfo>>,
-    services: HashMap<ServicePortName, Entry<ServicePortInfo>>,
-    endpoints: HashMap<ServicePortName, Entry<NodeEndpoints>>,
+    services: HashMap<Arc<ServicePortName>, Entry<ServicePortInfo>>,
+    endpoints: HashMap<Arc<ServicePortName>, Entry<NodeEndpoints>>,
     /// Every entry's key by its revision (one key per revision: each
     /// change takes a new one).
     by_revision: BTreeMap<u64, Key>,
@@ -162,11 +162,6 @@ impl NodeView {
         self.node.as_ref().and_then(|e| e.value.as_ref())
     }
 
-    /// The node's zone, which topology hints are matched against.
-    fn zone(&self) -> &str {
-        self.node().map_or("", |n| n.zone.as_str())
-    }
-
     /// Brings the `changed` service ports up to date. The cost follows
     /// the number of changed ports.
     pub fn update<'a>(
@@ -174,22 +169,25 @@ impl NodeView {
         changed: impl IntoIterator<Item = &'a ServicePortName>,
         services: &ServicePortMap,
         endpoints: &EndpointsMap,
+        shared: &mut SharedParts,
     ) {
         for name in changed {
-            let svc = services.get(name);
+            let name = shared.name(name);
+            let svc = services.get(&*name);
             let selected = svc.map(|svc| {
-                let eps = endpoints.get(name).map(Vec::as_slice).unwrap_or(&[]);
-                Arc::new(node_endpoints(svc, eps, &self.node_name, self.zone()))
+                let eps = endpoints.get(&*name).map(Vec::as_slice).unwrap_or(&[]);
+                let zone = self.node().map_or("", |n| n.zone.as_str());
+                shared.select(&name, svc, eps, &self.node_name, zone)
             });
-            let old = self.services.remove(name);
+            let old = self.services.remove(&*name);
             let key = Key::Service(name.clone());
             if let Some(entry) = self.next(key, old, svc.cloned()) {
                 self.services.insert(name.clone(), entry);
             }
-            let old = self.endpoints.remove(name);
+            let old = self.endpoints.remove(&*name);
             let key = Key::Endpoints(name.clone());
             if let Some(entry) = self.next(key, old, selected) {
-                self.endpoints.insert(name.clone(), entry);
+                self.endpoints.insert(name, entry);
             }
         }
         self.forget_old_tombstones();
@@ -202,6 +200,7 @@ impl NodeView {
         node: Option<NodeInfo>,
         services: &ServicePortMap,
         endpoints: &EndpointsMap,
+        shared: &mut SharedParts,
     ) {
         let node = node.map(Arc::new);
         let zone = |n: Option<&Arc<NodeInfo>>| n.map(|n| n.zone.clone());
@@ -211,10 +210,10 @@ impl NodeView {
         if zone_moved {
             let names: Vec<ServicePortName> = services
                 .keys()
-                .chain(self.services.keys())
+                .chain(self.services.keys().map(|name| &**name))
                 .cloned()
                 .collect();
-            self.update(&names, services, endpoints);
+            self.update(&names, services, endpoints, shared);
         }
         self.forget_old_tombstones();
     }
@@ -316,6 +315,69 @@ impl NodeView {
     }
 }
 
+/// What the views of all nodes share: the port names their keys hold,
+/// and the selection of each port for the nodes of a zone that have none
+/// of its endpoints and no hint naming them, which is the same for all of
+/// them (most nodes, for most ports).
+#[derive(Debug, Default)]
+pub struct SharedParts {
+    names: HashSet<Arc<ServicePortName>>,
+    by_zone: HashMap<Arc<ServicePortName>, HashMap<String, Arc<NodeEndpoints>>>,
+}
+
+impl SharedParts {
+    /// Drops what was shared of the `changed` ports: their selections are
+    /// made again from what they are now.
+    pub fn forget<'a>(
+        &mut self,
+        changed: impl IntoIterator<Item = &'a ServicePortName>,
+        services: &ServicePortMap,
+    ) {
+        for name in changed {
+            self.by_zone.remove(name);
+            if !services.contains_key(name) {
+                // Views may still hold it (tombstones): they keep it
+                // alive, and a port that comes back gets a new one.
+                self.names.remove(name);
+            }
+        }
+    }
+
+    fn name(&mut self, name: &ServicePortName) -> Arc<ServicePortName> {
+        if let Some(shared) = self.names.get(name) {
+            return shared.clone();
+        }
+        let shared = Arc::new(name.clone());
+        self.names.insert(shared.clone());
+        shared
+    }
+
+    fn select(
+        &mut self,
+        name: &Arc<ServicePortName>,
+        svc: &ServicePortInfo,
+        endpoints: &[Arc<EndpointInfo>],
+        node_name: &str,
+        zone: &str,
+    ) -> Arc<NodeEndpoints> {
+        let own = endpoints.iter().any(|ep| {
+            ep.node_name.as_deref() == Some(node_name)
+                || ep.node_hints.contains(node_name)
+        });
+        if own {
+            return Arc::new(node_endpoints(svc, endpoints, node_name, zone));
+        }
+        self.by_zone
+            .entry(name.clone())
+            .or_default()
+            .entry(zone.to_owned())
+            .or_insert_with(|| {
+                Arc::new(node_endpoints(svc, endpoints, node_name, zone))
+            })
+            .clone()
+    }
+}
+
 /// What the node `node_name` in `zone` programs of a port's `endpoints`,
 /// which the API side converted for no node: the node's own endpoints
 /// are marked local first, then the proxy's own selection runs.
@@ -386,23 +448,23 @@ impl Received {
                     self.node = Some(node);
                 }
                 Change::Service(name, svc) => {
-                    self.services.insert(name.clone(), svc);
-                    applied.changed_ports.insert(name);
+                    self.services.insert((*name).clone(), svc);
+                    applied.changed_ports.insert((*name).clone());
                 }
                 Change::Endpoints(name, eps) => {
-                    self.endpoints.insert(name.clone(), eps);
-                    applied.changed_ports.insert(name);
+                    self.endpoints.insert((*name).clone(), eps);
+                    applied.changed_ports.insert((*name).clone());
                 }
                 Change::Delete(Key::Node) => {
                     applied.node_changed |= self.node.take().is_some();
                 }
                 Change::Delete(Key::Service(name)) => {
-                    self.services.remove(&name);
-                    applied.changed_ports.insert(name);
+                    self.services.remove(&*name);
+                    applied.changed_ports.insert((*name).clone());
                 }
                 Change::Delete(Key::Endpoints(name)) => {
-                    self.endpoints.remove(&name);
-                    applied.changed_ports.insert(name);
+                    self.endpoints.remove(&*name);
+                    applied.changed_ports.insert((*name).clone());
                 }
             }
         }

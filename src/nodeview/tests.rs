@@ -40,6 +40,7 @@ fn node_info(node: &str, zone: &str) -> NodeInfo {
 struct Cluster {
     services: ServicePortMap,
     endpoints: EndpointsMap,
+    shared: SharedParts,
 }
 
 impl Cluster {
@@ -47,7 +48,29 @@ impl Cluster {
         Self {
             services: ServicePortMap::new(),
             endpoints: EndpointsMap::new(),
+            shared: SharedParts::default(),
         }
+    }
+
+    /// Brings `view` up to date with `changed`, as a sync does.
+    fn update(&mut self, view: &mut NodeView, changed: &[&ServicePortName]) {
+        self.shared
+            .forget(changed.iter().copied(), &self.services);
+        view.update(
+            changed.iter().copied(),
+            &self.services,
+            &self.endpoints,
+            &mut self.shared,
+        );
+    }
+
+    fn set_node(&mut self, view: &mut NodeView, node: NodeInfo) {
+        view.set_node(
+            Some(node),
+            &self.services,
+            &self.endpoints,
+            &mut self.shared,
+        );
     }
 
     fn service(
@@ -62,13 +85,9 @@ impl Cluster {
         name
     }
 
-    fn view(&self, node: &str, zone: &str) -> NodeView {
+    fn view(&mut self, node: &str, zone: &str) -> NodeView {
         let mut view = NodeView::new(node);
-        view.set_node(
-            Some(node_info(node, zone)),
-            &self.services,
-            &self.endpoints,
-        );
+        self.set_node(&mut view, node_info(node, zone));
         view
     }
 }
@@ -123,11 +142,7 @@ fn topology_hints_are_matched_against_the_node_zone() {
     let mut view = cluster.view("node-c", "zone-a");
     assert_eq!(ips(&endpoints_of(&view, &web).ipv4.cluster), ["198.19.0.1"]);
     let before = view.revision();
-    view.set_node(
-        Some(node_info("node-c", "zone-b")),
-        &cluster.services,
-        &cluster.endpoints,
-    );
+    cluster.set_node(&mut view, node_info("node-c", "zone-b"));
     assert_eq!(ips(&endpoints_of(&view, &web).ipv4.cluster), ["198.19.0.2"]);
     let update = view.since(Some(before));
     assert!(!update.full);
@@ -135,7 +150,7 @@ fn topology_hints_are_matched_against_the_node_zone() {
     assert!(
         matches!(
             update.changes.as_slice(),
-            [Change::Node(_), Change::Endpoints(name, _)] if *name == web
+            [Change::Node(_), Change::Endpoints(name, _)] if **name == web
         ),
         "{update:?}"
     );
@@ -150,7 +165,7 @@ fn a_key_changed_many_times_is_sent_once_in_its_latest_form() {
     for last in 2..=5 {
         let ip = format!("198.19.0.{last}");
         cluster.endpoints.insert(web.clone(), vec![on("node-b", &ip)]);
-        view.update([&web], &cluster.services, &cluster.endpoints);
+        cluster.update(&mut view, &[&web]);
     }
     let update = view.since(Some(start));
     assert_eq!(update.changes.len(), 1, "{update:?}");
@@ -176,13 +191,13 @@ fn a_change_the_node_does_not_receive_takes_no_revision() {
     cluster
         .endpoints
         .insert(web.clone(), vec![on("node-b", "198.19.0.2")]);
-    view.update([&web], &cluster.services, &cluster.endpoints);
+    cluster.update(&mut view, &[&web]);
     assert_eq!(view.revision(), before);
     assert_eq!(view.since(Some(before)).changes, []);
     // Its last endpoint anywhere gone is something: the port no longer
     // has endpoints (the no-local-endpoints metric reads it).
     cluster.endpoints.remove(&web);
-    view.update([&web], &cluster.services, &cluster.endpoints);
+    cluster.update(&mut view, &[&web]);
     assert_eq!(view.revision(), before + 1);
 }
 
@@ -197,14 +212,14 @@ fn a_deletion_reaches_a_node_that_resumes() {
 
     cluster.services.remove(&web);
     cluster.endpoints.remove(&web);
-    view.update([&web], &cluster.services, &cluster.endpoints);
+    cluster.update(&mut view, &[&web]);
     let update = view.since(received.revision);
     assert!(!update.full);
     assert_eq!(
         update.changes,
         [
-            Change::Delete(Key::Service(web.clone())),
-            Change::Delete(Key::Endpoints(web.clone()))
+            Change::Delete(Key::Service(Arc::new(web.clone()))),
+            Change::Delete(Key::Endpoints(Arc::new(web.clone())))
         ]
     );
     let applied = received.apply(update);
@@ -218,22 +233,18 @@ fn a_node_behind_a_forgotten_deletion_starts_over_from_a_full_state() {
     let web = cluster.service("web", |_| {}, vec![on("node-b", "198.19.0.1")]);
     let api = cluster.service("api", |_| {}, vec![on("node-b", "198.19.0.2")]);
     let mut view = NodeView::with_tombstones("node-a", 2);
-    view.set_node(
-        Some(node_info("node-a", "")),
-        &cluster.services,
-        &cluster.endpoints,
-    );
+    cluster.set_node(&mut view, node_info("node-a", ""));
     let mut received = Received::default();
     received.apply(view.since(None));
 
     // Two deletions (service and endpoints of web) are kept...
     cluster.services.remove(&web);
-    view.update([&web], &cluster.services, &cluster.endpoints);
+    cluster.update(&mut view, &[&web]);
     let kept = view.since(received.revision);
     assert!(!kept.full);
     // ...the next two push them out.
     cluster.services.remove(&api);
-    view.update([&api], &cluster.services, &cluster.endpoints);
+    cluster.update(&mut view, &[&api]);
     let update = view.since(received.revision);
     assert!(update.full, "{update:?}");
     let applied = received.apply(update);

@@ -222,12 +222,12 @@ fn decode_change(i: usize, change: v1::Change) -> Result<Change, WireError> {
         Some(C::Service(svc)) => {
             let name = decode_name(i, svc.name.as_ref())?;
             let info = decode_service(&name, svc)?;
-            Ok(Change::Service(name, Arc::new(info)))
+            Ok(Change::Service(Arc::new(name), Arc::new(info)))
         }
         Some(C::Endpoints(eps)) => {
             let name = decode_name(i, eps.name.as_ref())?;
             let selected = decode_endpoints(&name, eps)?;
-            Ok(Change::Endpoints(name, Arc::new(selected)))
+            Ok(Change::Endpoints(Arc::new(name), Arc::new(selected)))
         }
         Some(C::Deleted(key)) => decode_key(i, key).map(Change::Delete),
     }
@@ -238,10 +238,10 @@ fn decode_key(i: usize, key: v1::Key) -> Result<Key, WireError> {
     match Kind::try_from(key.kind) {
         Ok(Kind::Node) => Ok(Key::Node),
         Ok(Kind::Service) => {
-            Ok(Key::Service(decode_name(i, key.port.as_ref())?))
+            Ok(Key::Service(Arc::new(decode_name(i, key.port.as_ref())?)))
         }
         Ok(Kind::Endpoints) => {
-            Ok(Key::Endpoints(decode_name(i, key.port.as_ref())?))
+            Ok(Key::Endpoints(Arc::new(decode_name(i, key.port.as_ref())?)))
         }
         Ok(Kind::Unspecified) | Err(_) => Err(error(
             format!("change {i}"),

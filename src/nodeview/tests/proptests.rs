@@ -11,7 +11,7 @@ use std::{
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use proptest::prelude::*;
 
-use crate::nodeview::{wire, NodeView, Received, Update};
+use crate::nodeview::{wire, NodeView, Received, SharedParts, Update};
 use crate::{
     desired::DesiredState,
     model::{EndpointsMap, NodeInfo, ServicePortMap, ServicePortName},
@@ -63,9 +63,9 @@ impl Tracked {
     }
 }
 
-fn node(zone: &str) -> NodeInfo {
+fn node(name: &str, zone: &str) -> NodeInfo {
     NodeInfo {
-        name: NODE.to_owned(),
+        name: name.to_owned(),
         zone: zone.to_owned(),
         addresses: vec![
             "198.18.100.1".parse().unwrap(),
@@ -92,29 +92,65 @@ fn receive(
     Ok(changed)
 }
 
+/// One node of the property: a proxy on it, and the node fed by the
+/// API side's view of it.
+struct Fed {
+    proxy: Tracked,
+    programmed: DesiredState,
+    view: NodeView,
+    received: Received,
+    fed: DesiredState,
+}
+
+impl Fed {
+    fn new(name: &'static str, zone: &str, tombstones: usize) -> Self {
+        let info = node(name, zone);
+        let ctx =
+            node_context(name, Some(&info), &NodeSettings::default(), None);
+        let mut view = NodeView::with_tombstones(name, tombstones);
+        view.set_node(
+            Some(info),
+            &ServicePortMap::new(),
+            &EndpointsMap::new(),
+            &mut SharedParts::default(),
+        );
+        Fed {
+            proxy: Tracked::new(name),
+            programmed: DesiredState::new(ctx.clone()),
+            view,
+            received: Received::default(),
+            fed: DesiredState::new(ctx),
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
+    /// Three nodes: node-a and node-b have endpoints in the generated
+    /// slices, node-c never does, so its selections are always the ones
+    /// the views share, as are node-b's for the ports it has none of.
     #[test]
     fn a_node_fed_by_its_view_programs_what_a_proxy_there_does(
         events in prop::collection::vec(event(), 0..60),
-        zone in prop::sample::select(&["zone-a", "zone-b", ""][..]),
-        // Which checkouts the node catches up after, and how many
-        // deletions the view keeps.
+        zones in prop::collection::vec(
+            prop::sample::select(&["zone-a", "zone-b", ""][..]),
+            3,
+        ),
+        // Which checkouts the nodes catch up after, and how many
+        // deletions the views keep.
         catch_up in prop::collection::vec(any::<bool>(), 60),
         tombstones in 0usize..4,
         // How many changes go in one message.
         part_size in 1usize..6,
     ) {
-        let node = node(zone);
-        let ctx = node_context(NODE, Some(&node), &NodeSettings::default(), None);
-        let mut proxy = Tracked::new(NODE);
         let mut api = Tracked::new("");
-        let mut programmed = DesiredState::new(ctx.clone());
-        let mut fed = DesiredState::new(ctx);
-        let mut view = NodeView::with_tombstones(NODE, tombstones);
-        view.set_node(Some(node), &api.service_map, &api.endpoints_map);
-        let mut received = Received::default();
+        let mut shared = SharedParts::default();
+        let mut nodes: Vec<Fed> = [NODE, "node-b", "node-c"]
+            .into_iter()
+            .zip(&zones)
+            .map(|(name, zone)| Fed::new(name, zone, tombstones))
+            .collect();
 
         let mut services: BTreeMap<usize, Service> = BTreeMap::new();
         let mut slices: BTreeMap<(usize, usize), EndpointSlice> =
@@ -126,52 +162,72 @@ proptest! {
                 Event::SetService(i, spec) => {
                     let new = build_service(*i, spec);
                     let old = services.insert(*i, new.clone());
-                    proxy.service(old.as_ref(), Some(&new));
                     api.service(old.as_ref(), Some(&new));
+                    for n in &mut nodes {
+                        n.proxy.service(old.as_ref(), Some(&new));
+                    }
                 }
                 Event::DeleteService(i) => {
                     if let Some(old) = services.remove(i) {
-                        proxy.service(Some(&old), None);
                         api.service(Some(&old), None);
+                        for n in &mut nodes {
+                            n.proxy.service(Some(&old), None);
+                        }
                     }
                 }
                 Event::SetSlice(i, j, spec) => {
                     let slice = build_slice(*i, *j, spec);
-                    proxy.slice(&slice, false);
                     api.slice(&slice, false);
+                    for n in &mut nodes {
+                        n.proxy.slice(&slice, false);
+                    }
                     slices.insert((*i, *j), slice);
                 }
                 Event::DeleteSlice(i, j) => {
                     if let Some(slice) = slices.remove(&(*i, *j)) {
-                        proxy.slice(&slice, true);
                         api.slice(&slice, true);
+                        for n in &mut nodes {
+                            n.proxy.slice(&slice, true);
+                        }
                     }
                 }
                 Event::Checkout => {
-                    let changed = proxy.checkout();
-                    programmed.update(
-                        &proxy.service_map,
-                        &proxy.endpoints_map,
-                        &changed,
-                    );
                     let changed = api.checkout();
-                    view.update(&changed, &api.service_map, &api.endpoints_map);
+                    shared.forget(&changed, &api.service_map);
                     checkouts += 1;
                     let is_last = std::ptr::eq(event, &last);
-                    if !is_last && !catch_up[checkouts % catch_up.len()] {
-                        continue;
+                    let catch_up =
+                        is_last || catch_up[checkouts % catch_up.len()];
+                    for n in &mut nodes {
+                        let proxied = n.proxy.checkout();
+                        n.programmed.update(
+                            &n.proxy.service_map,
+                            &n.proxy.endpoints_map,
+                            &proxied,
+                        );
+                        n.view.update(
+                            &changed,
+                            &api.service_map,
+                            &api.endpoints_map,
+                            &mut shared,
+                        );
+                        if !catch_up {
+                            continue;
+                        }
+                        let update = n.view.since(n.received.revision);
+                        let got = receive(&mut n.received, update, part_size)?;
+                        n.fed.update(&n.received.services, &n.received.endpoints, &got);
+                        prop_assert_eq!(n.received.revision, Some(n.view.revision()));
+                        prop_assert_eq!(n.programmed.snapshot(), n.fed.snapshot());
                     }
-                    let update = view.since(received.revision);
-                    let changed = receive(&mut received, update, part_size)?;
-                    fed.update(&received.services, &received.endpoints, &changed);
-                    prop_assert_eq!(received.revision, Some(view.revision()));
-                    prop_assert_eq!(programmed.snapshot(), fed.snapshot());
                 }
             }
         }
-        // What the node pieced together equals a full state sent now.
-        let mut fresh = Received::default();
-        receive(&mut fresh, view.full(), usize::MAX)?;
-        prop_assert_eq!(&received, &fresh);
+        // What each node pieced together equals a full state sent now.
+        for n in &nodes {
+            let mut fresh = Received::default();
+            receive(&mut fresh, n.view.full(), usize::MAX)?;
+            prop_assert_eq!(&n.received, &fresh);
+        }
     }
 }

@@ -3,8 +3,8 @@ use pretty_assertions::assert_eq;
 use super::*;
 use crate::model::fixtures::{ep, port_info};
 
-fn name() -> ServicePortName {
-    ServicePortName::new("ns", "web", "http", Protocol::Tcp)
+fn name() -> Arc<ServicePortName> {
+    Arc::new(ServicePortName::new("ns", "web", "http", Protocol::Tcp))
 }
 
 #[test]
@@ -53,12 +53,12 @@ fn an_update_survives_the_wire_but_for_what_the_node_does_not_read() {
             Change::Node(Arc::new(node)),
             Change::Service(name(), Arc::new(svc)),
             Change::Endpoints(name(), Arc::new(selected.clone())),
-            Change::Delete(Key::Endpoints(ServicePortName::new(
+            Change::Delete(Key::Endpoints(Arc::new(ServicePortName::new(
                 "ns",
                 "gone",
                 "",
                 Protocol::Sctp,
-            ))),
+            )))),
         ],
         revision: 7,
         synced: true,
