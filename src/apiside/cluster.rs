@@ -9,7 +9,7 @@ use std::{
 
 use crate::{
     model::{EndpointsMap, NodeInfo, ServicePortMap, ServicePortName},
-    nodeview::{NodeView, SharedParts},
+    nodeview::{Update, Views},
     source::store::{Kept, RecordChange},
     tracker::{endpoints::EndpointsChangeTracker, services::ServiceChangeTracker},
 };
@@ -27,8 +27,7 @@ pub struct Cluster {
     nodes: HashMap<String, NodeInfo>,
     /// Nodes whose Node object changed since the last sync.
     nodes_changed: BTreeSet<String>,
-    views: HashMap<String, NodeView>,
-    shared: SharedParts,
+    views: Views,
 }
 
 fn record<R>(kept: &Option<Arc<Kept<R>>>) -> Option<&R> {
@@ -44,8 +43,7 @@ impl Cluster {
             endpoints_map: EndpointsMap::new(),
             nodes: HashMap::new(),
             nodes_changed: BTreeSet::new(),
-            views: HashMap::new(),
-            shared: SharedParts::default(),
+            views: Views::default(),
         }
     }
 
@@ -100,60 +98,56 @@ impl Cluster {
         }
     }
 
-    /// Checks the trackers out and brings every view up to date with the
-    /// service ports that changed: the cost is the change times the
-    /// number of watched nodes, not the cluster's size.
+    /// Checks the trackers out and brings the views up to date with the
+    /// service ports that changed: a change costs an update per zone and
+    /// per node it concerns, not per node of the cluster.
     pub fn sync(&mut self) {
         let services = self.services.checkout(&mut self.service_map);
         let endpoints = self.endpoints.checkout(&mut self.endpoints_map);
+        for name in std::mem::take(&mut self.nodes_changed) {
+            if self.views.has(&name) {
+                self.views.set_node(
+                    &name,
+                    self.nodes.get(&name).cloned(),
+                    &self.service_map,
+                    &self.endpoints_map,
+                );
+            }
+        }
         let changed: BTreeSet<&ServicePortName> = services
             .changed_ports
             .iter()
             .chain(&endpoints.changed_ports)
             .collect();
-        self.shared
-            .forget(changed.iter().copied(), &self.service_map);
-        for (name, view) in &mut self.views {
-            if self.nodes_changed.contains(name) {
-                view.set_node(
-                    self.nodes.get(name).cloned(),
-                    &self.service_map,
-                    &self.endpoints_map,
-                    &mut self.shared,
-                );
-            }
-            view.update(
-                changed.iter().copied(),
-                &self.service_map,
-                &self.endpoints_map,
-                &mut self.shared,
-            );
-        }
-        self.nodes_changed.clear();
+        self.views
+            .update(changed, &self.service_map, &self.endpoints_map);
     }
 
-    /// The view of `node`, made on its first watch from everything known
-    /// (the one time a node costs the cluster's size).
-    pub fn view(&mut self, node: &str) -> &NodeView {
-        let Self {
-            views,
-            nodes,
-            service_map,
-            endpoints_map,
-            shared,
-            ..
-        } = self;
-        views.entry(node.to_owned()).or_insert_with(|| {
-            let mut view = NodeView::new(node);
-            let info = nodes.get(node).cloned();
-            let known = info.is_some();
-            // A known node's zone is new to the view: that selects every
-            // port already.
-            view.set_node(info, service_map, endpoints_map, shared);
-            if !known {
-                view.update(service_map.keys(), service_map, endpoints_map, shared);
-            }
-            view
-        })
+    /// What `node`, holding `revision` (none: starting), lacks; `None`
+    /// when it lacks nothing, unless `always`. Its view is made on its
+    /// first watch (the one time a node costs the cluster's size).
+    pub fn update_for(
+        &mut self,
+        node: &str,
+        revision: Option<u64>,
+        always: bool,
+    ) -> Option<Update> {
+        if !self.views.has(node) {
+            self.views.set_node(
+                node,
+                self.nodes.get(node).cloned(),
+                &self.service_map,
+                &self.endpoints_map,
+            );
+        }
+        let fresh = revision.is_some_and(|r| self.views.revision(node) <= r);
+        (always || !fresh).then(|| self.views.since(node, revision))
+    }
+
+    /// Everything `node` programs now, its view made if needed.
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn full(&mut self, node: &str) -> Update {
+        let _ = self.update_for(node, None, true);
+        self.views.full(node)
     }
 }

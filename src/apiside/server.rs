@@ -190,13 +190,9 @@ async fn stream_view(
     }
     let mut first = true;
     loop {
-        let update = {
-            let mut cluster = shared.cluster();
-            let view = cluster.view(&node);
-            // Nothing new, but a node that just connected must still hear
-            // that what it holds is consistent.
-            (first || held != Some(view.revision())).then(|| view.since(held))
-        };
+        // Nothing new, but a node that just connected must still hear
+        // that what it holds is consistent.
+        let update = shared.cluster().update_for(&node, held, first);
         first = false;
         if let Some(update) = update {
             let revision = update.revision;

@@ -415,16 +415,18 @@ fn view_source(
         }
     }
     cluster.sync();
-    let mut held = cluster.view("node-a").revision();
-    let mut updates = vec![(0, cluster.view("node-a").full())];
+    let first = cluster.full("node-a");
+    let mut held = first.revision;
+    let mut updates = vec![(0, first)];
     for (i, at) in at.iter().enumerate() {
         let event = SourceEvent::Service(Event::Apply(service(i as u8 + 1)));
         for change in stores.apply(event) {
             cluster.apply(&change);
         }
         cluster.sync();
-        updates.push((*at, cluster.view("node-a").since(Some(held))));
-        held = cluster.view("node-a").revision();
+        let update = cluster.update_for("node-a", Some(held), true).unwrap();
+        held = update.revision;
+        updates.push((*at, update));
     }
     let start = Instant::now();
     futures::stream::iter(updates)

@@ -9,7 +9,7 @@ use pretty_assertions::assert_eq;
 use super::*;
 use crate::model::{
     fixtures::{ep, port_info},
-    Protocol,
+    EndpointsMap, Protocol,
 };
 
 fn name(service: &str) -> ServicePortName {
@@ -40,36 +40,28 @@ fn node_info(node: &str, zone: &str) -> NodeInfo {
 struct Cluster {
     services: ServicePortMap,
     endpoints: EndpointsMap,
-    shared: SharedParts,
+    views: Views,
 }
 
 impl Cluster {
     fn new() -> Self {
+        Self::with_tombstones(super::views::TOMBSTONES)
+    }
+
+    fn with_tombstones(tombstones: usize) -> Self {
         Self {
             services: ServicePortMap::new(),
             endpoints: EndpointsMap::new(),
-            shared: SharedParts::default(),
+            views: Views::with_tombstones(tombstones),
         }
     }
 
-    /// Brings `view` up to date with `changed`, as a sync does.
-    fn update(&mut self, view: &mut NodeView, changed: &[&ServicePortName]) {
-        self.shared
-            .forget(changed.iter().copied(), &self.services);
-        view.update(
+    /// Brings the views up to date with `changed`, as a sync does.
+    fn update(&mut self, changed: &[&ServicePortName]) {
+        self.views.update(
             changed.iter().copied(),
             &self.services,
             &self.endpoints,
-            &mut self.shared,
-        );
-    }
-
-    fn set_node(&mut self, view: &mut NodeView, node: NodeInfo) {
-        view.set_node(
-            Some(node),
-            &self.services,
-            &self.endpoints,
-            &mut self.shared,
         );
     }
 
@@ -82,24 +74,38 @@ impl Cluster {
         let name = name(service);
         self.services.insert(name.clone(), Arc::new(port_info(f)));
         self.endpoints.insert(name.clone(), endpoints);
+        self.update(&[&name]);
         name
     }
 
-    fn view(&mut self, node: &str, zone: &str) -> NodeView {
-        let mut view = NodeView::new(node);
-        self.set_node(&mut view, node_info(node, zone));
-        view
+    /// `node`, in `zone`, watches (or moves there).
+    fn watch(&mut self, node: &str, zone: &str) {
+        self.views.set_node(
+            node,
+            Some(node_info(node, zone)),
+            &self.services,
+            &self.endpoints,
+        );
     }
-}
 
-fn endpoints_of(view: &NodeView, name: &ServicePortName) -> NodeEndpoints {
-    let mut received = Received::default();
-    received.apply(view.full());
-    received
-        .endpoints
-        .get(name)
-        .map(|e| (**e).clone())
-        .unwrap_or_default()
+    fn since(&self, node: &str, revision: Option<u64>) -> Update {
+        self.views.since(node, revision)
+    }
+
+    fn revision(&self, node: &str) -> u64 {
+        self.views.revision(node)
+    }
+
+    /// The endpoints `node` gets for `name` in a full state.
+    fn endpoints_of(&self, node: &str, name: &ServicePortName) -> NodeEndpoints {
+        let mut received = Received::default();
+        received.apply(self.views.full(node));
+        received
+            .endpoints
+            .get(name)
+            .map(|e| (**e).clone())
+            .unwrap_or_default()
+    }
 }
 
 fn ips(list: &[Arc<EndpointInfo>]) -> Vec<String> {
@@ -114,9 +120,12 @@ fn each_node_gets_its_own_endpoints_as_local() {
         |s| s.internal_policy_local = true,
         vec![on("node-a", "198.19.0.1"), on("node-b", "198.19.0.2")],
     );
-    let a = endpoints_of(&cluster.view("node-a", ""), &web);
-    let b = endpoints_of(&cluster.view("node-b", ""), &web);
-    let c = endpoints_of(&cluster.view("node-c", ""), &web);
+    for node in ["node-a", "node-b", "node-c"] {
+        cluster.watch(node, "");
+    }
+    let a = cluster.endpoints_of("node-a", &web);
+    let b = cluster.endpoints_of("node-b", &web);
+    let c = cluster.endpoints_of("node-c", &web);
     assert_eq!(ips(&a.ipv4.local), ["198.19.0.1"]);
     assert_eq!(ips(&a.local), ["198.19.0.1"]);
     assert!(a.local.iter().all(|e| e.is_local));
@@ -139,41 +148,42 @@ fn topology_hints_are_matched_against_the_node_zone() {
             zoned("node-b", "198.19.0.2", "zone-b"),
         ],
     );
-    let mut view = cluster.view("node-c", "zone-a");
-    assert_eq!(ips(&endpoints_of(&view, &web).ipv4.cluster), ["198.19.0.1"]);
-    let before = view.revision();
-    cluster.set_node(&mut view, node_info("node-c", "zone-b"));
-    assert_eq!(ips(&endpoints_of(&view, &web).ipv4.cluster), ["198.19.0.2"]);
-    let update = view.since(Some(before));
-    assert!(!update.full);
-    // The node object and the port's endpoints; the service is the same.
-    assert!(
-        matches!(
-            update.changes.as_slice(),
-            [Change::Node(_), Change::Endpoints(name, _)] if **name == web
-        ),
-        "{update:?}"
-    );
+    cluster.watch("node-c", "zone-a");
+    let in_a = cluster.endpoints_of("node-c", &web);
+    assert_eq!(ips(&in_a.ipv4.cluster), ["198.19.0.1"]);
+    let before = cluster.revision("node-c");
+    // Moving zones: everything the node holds may differ, so it starts
+    // over from a full state.
+    cluster.watch("node-c", "zone-b");
+    let in_b = cluster.endpoints_of("node-c", &web);
+    assert_eq!(ips(&in_b.ipv4.cluster), ["198.19.0.2"]);
+    let update = cluster.since("node-c", Some(before));
+    assert!(update.full, "{update:?}");
+    // A node that stays in zone-a is not concerned.
+    cluster.watch("node-d", "zone-a");
+    let held = cluster.revision("node-d");
+    cluster.watch("node-c", "zone-a");
+    assert_eq!(cluster.revision("node-d"), held);
 }
 
 #[test]
 fn a_key_changed_many_times_is_sent_once_in_its_latest_form() {
     let mut cluster = Cluster::new();
     let web = cluster.service("web", |_| {}, vec![on("node-b", "198.19.0.1")]);
-    let mut view = cluster.view("node-a", "");
-    let start = view.revision();
+    cluster.watch("node-a", "");
+    let start = cluster.revision("node-a");
     for last in 2..=5 {
         let ip = format!("198.19.0.{last}");
         cluster.endpoints.insert(web.clone(), vec![on("node-b", &ip)]);
-        cluster.update(&mut view, &[&web]);
+        cluster.update(&[&web]);
     }
-    let update = view.since(Some(start));
+    let update = cluster.since("node-a", Some(start));
     assert_eq!(update.changes.len(), 1, "{update:?}");
     let Change::Endpoints(_, eps) = &update.changes[0] else {
         panic!("{update:?}");
     };
     assert_eq!(ips(&eps.ipv4.cluster), ["198.19.0.5"]);
-    assert_eq!(update.revision, view.revision());
+    assert_eq!(update.revision, cluster.revision("node-a"));
 }
 
 #[test]
@@ -184,36 +194,36 @@ fn a_change_the_node_does_not_receive_takes_no_revision() {
         |s| s.internal_policy_local = true,
         vec![on("node-b", "198.19.0.1")],
     );
-    let mut view = cluster.view("node-a", "");
-    let before = view.revision();
+    cluster.watch("node-a", "");
+    let before = cluster.revision("node-a");
     // node-a uses only its own endpoints, and has none: another node's
     // endpoint moving is nothing to node-a.
     cluster
         .endpoints
         .insert(web.clone(), vec![on("node-b", "198.19.0.2")]);
-    cluster.update(&mut view, &[&web]);
-    assert_eq!(view.revision(), before);
-    assert_eq!(view.since(Some(before)).changes, []);
+    cluster.update(&[&web]);
+    assert_eq!(cluster.revision("node-a"), before);
+    assert_eq!(cluster.since("node-a", Some(before)).changes, []);
     // Its last endpoint anywhere gone is something: the port no longer
     // has endpoints (the no-local-endpoints metric reads it).
     cluster.endpoints.remove(&web);
-    cluster.update(&mut view, &[&web]);
-    assert_eq!(view.revision(), before + 1);
+    cluster.update(&[&web]);
+    assert_eq!(cluster.revision("node-a"), before + 1);
 }
 
 #[test]
 fn a_deletion_reaches_a_node_that_resumes() {
     let mut cluster = Cluster::new();
     let web = cluster.service("web", |_| {}, vec![on("node-b", "198.19.0.1")]);
-    let mut view = cluster.view("node-a", "");
+    cluster.watch("node-a", "");
     let mut received = Received::default();
-    received.apply(view.since(None));
+    received.apply(cluster.since("node-a", None));
     assert!(received.services.contains_key(&web));
 
     cluster.services.remove(&web);
     cluster.endpoints.remove(&web);
-    cluster.update(&mut view, &[&web]);
-    let update = view.since(received.revision);
+    cluster.update(&[&web]);
+    let update = cluster.since("node-a", received.revision);
     assert!(!update.full);
     assert_eq!(
         update.changes,
@@ -229,30 +239,31 @@ fn a_deletion_reaches_a_node_that_resumes() {
 
 #[test]
 fn a_node_behind_a_forgotten_deletion_starts_over_from_a_full_state() {
-    let mut cluster = Cluster::new();
+    // One deletion kept per layer (the services, the zone's endpoints).
+    let mut cluster = Cluster::with_tombstones(1);
     let web = cluster.service("web", |_| {}, vec![on("node-b", "198.19.0.1")]);
     let api = cluster.service("api", |_| {}, vec![on("node-b", "198.19.0.2")]);
-    let mut view = NodeView::with_tombstones("node-a", 2);
-    cluster.set_node(&mut view, node_info("node-a", ""));
+    cluster.watch("node-a", "");
     let mut received = Received::default();
-    received.apply(view.since(None));
+    received.apply(cluster.since("node-a", None));
 
-    // Two deletions (service and endpoints of web) are kept...
+    // The deletions of web's service and endpoints are kept...
     cluster.services.remove(&web);
-    cluster.update(&mut view, &[&web]);
-    let kept = view.since(received.revision);
+    cluster.update(&[&web]);
+    let kept = cluster.since("node-a", received.revision);
     assert!(!kept.full);
-    // ...the next two push them out.
+    // ...api's push them out.
     cluster.services.remove(&api);
-    cluster.update(&mut view, &[&api]);
-    let update = view.since(received.revision);
+    cluster.update(&[&api]);
+    let update = cluster.since("node-a", received.revision);
     assert!(update.full, "{update:?}");
     let applied = received.apply(update);
     assert_eq!(applied.changed_ports, [web, api].into());
     assert!(received.services.is_empty());
     assert_eq!(received.node.as_deref(), Some(&node_info("node-a", "")));
     // A node ahead of the view (the API side restarted) starts over too.
-    assert!(view.since(Some(view.revision() + 1)).full);
+    let ahead = cluster.revision("node-a") + 1;
+    assert!(cluster.since("node-a", Some(ahead)).full);
 }
 
 #[test]
@@ -273,15 +284,16 @@ fn a_udp_port_carries_every_serving_address_and_a_tcp_port_none() {
             zoned("node-c", "198.19.0.2", "zone-b"),
         ],
     );
+    cluster.update(&[&dns]);
     let web = cluster.service("web", |_| {}, vec![on("node-b", "198.19.0.3")]);
-    let view = cluster.view("node-a", "zone-a");
-    let udp = endpoints_of(&view, &dns);
+    cluster.watch("node-a", "zone-a");
+    let udp = cluster.endpoints_of("node-a", &dns);
     assert_eq!(ips(&udp.ipv4.cluster), ["198.19.0.1"]);
     assert_eq!(
         udp.serving,
         ["198.19.0.1".parse::<std::net::IpAddr>().unwrap(), "198.19.0.2".parse().unwrap()]
     );
-    assert!(endpoints_of(&view, &web).serving.is_empty());
+    assert!(cluster.endpoints_of("node-a", &web).serving.is_empty());
 }
 
 #[test]
@@ -290,7 +302,8 @@ fn a_split_update_is_full_in_its_first_part_and_synced_in_its_last() {
     for service in ["a", "b", "c"] {
         cluster.service(service, |_| {}, vec![on("node-b", "198.19.0.1")]);
     }
-    let update = cluster.view("node-a", "").full();
+    cluster.watch("node-a", "");
+    let update = cluster.views.full("node-a");
     // The node, and a service and its endpoints for each of three.
     assert_eq!(update.changes.len(), 7);
     let parts = update.clone().split(3);

@@ -255,7 +255,7 @@ fn every_example_plans_the_same_when_fed_by_the_api_side() {
             cluster.apply(&change);
         }
         cluster.sync();
-        let update = cluster.view(&node).full();
+        let update = cluster.full(&node);
         let fed = plan_from_view(update, &node, &settings);
         assert!(!fed.virtual_servers.is_empty(), "{}", case.file);
         assert_eq!(fed, plan(&snapshot, &node, &settings), "{}", case.file);
@@ -492,20 +492,18 @@ fn a_node_fed_by_its_view_reports_deleted_udp_cluster_ips() {
         SystemTime::now(),
     )
     .fed_by_view();
-    assert_eq!(
-        state.apply_view(cluster.view("node-a").since(None)),
-        ChangeOutcome::NeedsSync
-    );
+    let first = cluster.update_for("node-a", None, true).unwrap();
+    let held = first.revision;
+    assert_eq!(state.apply_view(first), ChangeOutcome::NeedsSync);
     let first = state.sync();
     assert_eq!(first.deltas.len(), 1);
     assert!(first.endpoints.conntrack_cleanup_required);
-    let held = cluster.view("node-a").revision();
 
     for change in stores.apply(SourceEvent::Service(Event::Delete(dns))) {
         cluster.apply(&change);
     }
     cluster.sync();
-    state.apply_view(cluster.view("node-a").since(Some(held)));
+    state.apply_view(cluster.update_for("node-a", Some(held), false).unwrap());
     let outcome = state.sync();
     assert_eq!(
         outcome.services.deleted_udp_cluster_ips,

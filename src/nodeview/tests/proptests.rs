@@ -11,7 +11,7 @@ use std::{
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use proptest::prelude::*;
 
-use crate::nodeview::{wire, NodeView, Received, SharedParts, Update};
+use crate::nodeview::{wire, Received, Update, Views};
 use crate::{
     desired::DesiredState,
     model::{EndpointsMap, NodeInfo, ServicePortMap, ServicePortName},
@@ -77,47 +77,45 @@ fn node(name: &str, zone: &str) -> NodeInfo {
 }
 
 /// Sends `update` over the wire in parts of `part_size` changes; returns
-/// the service ports that changed.
+/// the service ports that changed and whether the node did.
 fn receive(
     received: &mut Received,
     update: Update,
     part_size: usize,
-) -> Result<BTreeSet<ServicePortName>, TestCaseError> {
+) -> Result<(BTreeSet<ServicePortName>, bool), TestCaseError> {
     let mut changed = BTreeSet::new();
+    let mut node_changed = false;
     for part in update.split(part_size) {
         let part = wire::decode(wire::encode(&part, "test"));
         let part = part.map_err(|e| TestCaseError::fail(e.to_string()))?;
-        changed.extend(received.apply(part).changed_ports);
+        let applied = received.apply(part);
+        changed.extend(applied.changed_ports);
+        node_changed |= applied.node_changed;
     }
-    Ok(changed)
+    Ok((changed, node_changed))
+}
+
+fn context(info: &NodeInfo) -> crate::desired::NodeContext {
+    node_context(&info.name, Some(info), &NodeSettings::default(), None)
 }
 
 /// One node of the property: a proxy on it, and the node fed by the
 /// API side's view of it.
 struct Fed {
+    name: &'static str,
     proxy: Tracked,
     programmed: DesiredState,
-    view: NodeView,
     received: Received,
     fed: DesiredState,
 }
 
 impl Fed {
-    fn new(name: &'static str, zone: &str, tombstones: usize) -> Self {
-        let info = node(name, zone);
-        let ctx =
-            node_context(name, Some(&info), &NodeSettings::default(), None);
-        let mut view = NodeView::with_tombstones(name, tombstones);
-        view.set_node(
-            Some(info),
-            &ServicePortMap::new(),
-            &EndpointsMap::new(),
-            &mut SharedParts::default(),
-        );
+    fn new(name: &'static str, zone: &str) -> Self {
+        let ctx = context(&node(name, zone));
         Fed {
+            name,
             proxy: Tracked::new(name),
             programmed: DesiredState::new(ctx.clone()),
-            view,
             received: Received::default(),
             fed: DesiredState::new(ctx),
         }
@@ -129,14 +127,18 @@ proptest! {
 
     /// Three nodes: node-a and node-b have endpoints in the generated
     /// slices, node-c never does, so its selections are always the ones
-    /// the views share, as are node-b's for the ports it has none of.
+    /// its zone shares, as are the others' for the ports they have none
+    /// of. node-b starts watching late, and node-a moves to another zone
+    /// on the way.
     #[test]
     fn a_node_fed_by_its_view_programs_what_a_proxy_there_does(
         events in prop::collection::vec(event(), 0..60),
         zones in prop::collection::vec(
             prop::sample::select(&["zone-a", "zone-b", ""][..]),
-            3,
+            4,
         ),
+        late in 0usize..6,
+        moves in 0usize..10,
         // Which checkouts the nodes catch up after, and how many
         // deletions the views keep.
         catch_up in prop::collection::vec(any::<bool>(), 60),
@@ -145,12 +147,17 @@ proptest! {
         part_size in 1usize..6,
     ) {
         let mut api = Tracked::new("");
-        let mut shared = SharedParts::default();
+        let mut views = Views::with_tombstones(tombstones);
         let mut nodes: Vec<Fed> = [NODE, "node-b", "node-c"]
             .into_iter()
             .zip(&zones)
-            .map(|(name, zone)| Fed::new(name, zone, tombstones))
+            .map(|(name, zone)| Fed::new(name, zone))
             .collect();
+        let none = (ServicePortMap::new(), EndpointsMap::new());
+        for n in [&nodes[0], &nodes[2]] {
+            let info = node(n.name, &n.programmed.context().zone);
+            views.set_node(n.name, Some(info), &none.0, &none.1);
+        }
 
         let mut services: BTreeMap<usize, Service> = BTreeMap::new();
         let mut slices: BTreeMap<(usize, usize), EndpointSlice> =
@@ -193,8 +200,18 @@ proptest! {
                 }
                 Event::Checkout => {
                     let changed = api.checkout();
-                    shared.forget(&changed, &api.service_map);
+                    views.update(&changed, &api.service_map, &api.endpoints_map);
                     checkouts += 1;
+                    if checkouts == late {
+                        let info = node("node-b", zones[1]);
+                        views.set_node("node-b", Some(info), &api.service_map, &api.endpoints_map);
+                    }
+                    if checkouts == moves {
+                        let info = node(NODE, zones[3]);
+                        let n = &mut nodes[0];
+                        n.programmed.set_context(context(&info), &n.proxy.service_map, &n.proxy.endpoints_map);
+                        views.set_node(NODE, Some(info), &api.service_map, &api.endpoints_map);
+                    }
                     let is_last = std::ptr::eq(event, &last);
                     let catch_up =
                         is_last || catch_up[checkouts % catch_up.len()];
@@ -205,28 +222,28 @@ proptest! {
                             &n.proxy.endpoints_map,
                             &proxied,
                         );
-                        n.view.update(
-                            &changed,
-                            &api.service_map,
-                            &api.endpoints_map,
-                            &mut shared,
-                        );
-                        if !catch_up {
+                        if !catch_up || !views.has(n.name) {
                             continue;
                         }
-                        let update = n.view.since(n.received.revision);
-                        let got = receive(&mut n.received, update, part_size)?;
+                        let update = views.since(n.name, n.received.revision);
+                        let (got, node_moved) = receive(&mut n.received, update, part_size)?;
+                        if node_moved {
+                            if let Some(info) = n.received.node.clone() {
+                                n.fed.set_context(context(&info), &n.received.services, &n.received.endpoints);
+                            }
+                        }
                         n.fed.update(&n.received.services, &n.received.endpoints, &got);
-                        prop_assert_eq!(n.received.revision, Some(n.view.revision()));
+                        let held = n.received.revision.unwrap_or_default();
+                        prop_assert!(views.revision(n.name) <= held);
                         prop_assert_eq!(n.programmed.snapshot(), n.fed.snapshot());
                     }
                 }
             }
         }
         // What each node pieced together equals a full state sent now.
-        for n in &nodes {
+        for n in nodes.iter().filter(|n| views.has(n.name)) {
             let mut fresh = Received::default();
-            receive(&mut fresh, n.view.full(), usize::MAX)?;
+            receive(&mut fresh, views.full(n.name), usize::MAX)?;
             prop_assert_eq!(&n.received, &fresh);
         }
     }

@@ -1,0 +1,349 @@
+//! Every watching node's view, in layers, so that a node costs what is
+//! its own and not the cluster's size.
+//!
+//! Most nodes program the same thing for most ports: a node that has
+//! none of a port's endpoints and no topology hint naming it selects what
+//! any such node of its zone selects. So a port's service is kept once,
+//! its selection once per zone (for such nodes), and only the nodes that
+//! do have endpoints of it (or a hint) keep a selection of their own, in
+//! an overlay over their zone's. A change then costs one update per zone
+//! and per node it concerns, not per node of the cluster.
+//!
+//! One revision counter runs through all layers, so a node's revision
+//! means the same in each. What a node lacks since its revision is what
+//! changed since in the services, in its zone and in its overlay (an
+//! overlay entry handed back meaning "take the zone's again"); a node
+//! that moved zones, or is behind a forgotten deletion, starts over from
+//! a full state.
+
+use std::{
+    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
+    sync::Arc,
+};
+
+use super::{
+    layer::{Entry, Layer},
+    node_endpoints, Change, Key, Update,
+};
+use crate::{
+    model::{
+        EndpointInfo, EndpointsMap, NodeInfo, ServicePortInfo,
+        ServicePortMap, ServicePortName,
+    },
+    selection::NodeEndpoints,
+};
+
+/// How many deletions each layer remembers, by default, beyond which a
+/// node resuming from before the oldest of them gets a full state.
+pub const TOMBSTONES: usize = 4096;
+
+/// The name a zone's shared selection is made for: no node has it, so
+/// no endpoint is local to it and no hint names it.
+const NO_NODE: &str = "";
+
+#[derive(Debug)]
+struct NodeState {
+    node: Option<Entry<NodeInfo>>,
+    zone: String,
+    /// The ports whose selection is this node's own.
+    own: Layer<NodeEndpoints>,
+    /// A node at a revision below this starts over (it moved zones).
+    horizon: u64,
+}
+
+#[derive(Debug)]
+pub struct Views {
+    revision: u64,
+    max_tombstones: usize,
+    /// One name per port, which every layer's keys share.
+    names: HashSet<Arc<ServicePortName>>,
+    services: Layer<ServicePortInfo>,
+    /// Per zone of a watching node: the selection of its nodes that have
+    /// no endpoint of the port and no hint naming them.
+    zones: HashMap<String, Layer<NodeEndpoints>>,
+    nodes: HashMap<String, NodeState>,
+    /// Per port: the watching nodes that have a selection of their own.
+    owners: HashMap<Arc<ServicePortName>, BTreeSet<String>>,
+}
+
+impl Default for Views {
+    fn default() -> Self {
+        Self::with_tombstones(TOMBSTONES)
+    }
+}
+
+/// The watching nodes among those a port's endpoints are on or name in
+/// their hints.
+fn owners_of<'a>(
+    endpoints: &'a [Arc<EndpointInfo>],
+    nodes: &'a HashMap<String, NodeState>,
+) -> BTreeSet<String> {
+    endpoints
+        .iter()
+        .flat_map(|ep| ep.node_name.as_deref().into_iter().chain(ep.node_hints.iter().map(String::as_str)))
+        .filter(|node| nodes.contains_key(*node))
+        .map(str::to_owned)
+        .collect()
+}
+
+impl Views {
+    pub fn with_tombstones(max_tombstones: usize) -> Self {
+        Self {
+            revision: 0,
+            max_tombstones,
+            names: HashSet::new(),
+            services: Layer::new(max_tombstones),
+            zones: HashMap::new(),
+            nodes: HashMap::new(),
+            owners: HashMap::new(),
+        }
+    }
+
+    fn name(&mut self, name: &ServicePortName) -> Arc<ServicePortName> {
+        if let Some(shared) = self.names.get(name) {
+            return shared.clone();
+        }
+        let shared = Arc::new(name.clone());
+        self.names.insert(shared.clone());
+        shared
+    }
+
+    /// Whether `node` has a view.
+    pub fn has(&self, node: &str) -> bool {
+        self.nodes.contains_key(node)
+    }
+
+    /// Brings the `changed` service ports up to date in every layer they
+    /// touch: the services, each zone, and the overlays of the nodes that
+    /// have or had a selection of their own.
+    pub fn update<'a>(
+        &mut self,
+        changed: impl IntoIterator<Item = &'a ServicePortName>,
+        services: &ServicePortMap,
+        endpoints: &EndpointsMap,
+    ) {
+        for name in changed {
+            let name = self.name(name);
+            let svc = services.get(&*name);
+            let eps = endpoints.get(&*name).map(Vec::as_slice).unwrap_or(&[]);
+            self.services.put(&name, svc.cloned(), &mut self.revision);
+            for (zone, layer) in &mut self.zones {
+                let selected = svc.map(|svc| {
+                    Arc::new(node_endpoints(svc, eps, NO_NODE, zone))
+                });
+                layer.put(&name, selected, &mut self.revision);
+            }
+            let owners = match svc {
+                Some(_) => owners_of(eps, &self.nodes),
+                None => BTreeSet::new(),
+            };
+            let before = self.owners.remove(&*name).unwrap_or_default();
+            for node in before.difference(&owners) {
+                if let Some(state) = self.nodes.get_mut(node) {
+                    state.own.put(&name, None, &mut self.revision);
+                }
+            }
+            if let Some(svc) = svc {
+                for node in &owners {
+                    if let Some(state) = self.nodes.get_mut(node) {
+                        let selected =
+                            node_endpoints(svc, eps, node, &state.zone);
+                        state.own.put(
+                            &name,
+                            Some(Arc::new(selected)),
+                            &mut self.revision,
+                        );
+                    }
+                }
+            }
+            if !owners.is_empty() {
+                self.owners.insert(name.clone(), owners);
+            }
+            if svc.is_none() {
+                // Layers may still hold it (tombstones), which keeps it
+                // alive; a port that comes back gets a new one.
+                self.names.remove(&*name);
+            }
+        }
+    }
+
+    /// Starts `node`'s view if it has none (the one time a node costs
+    /// the cluster's size), then takes its Node object (`None`: not
+    /// known, or deleted). A node that moves zones starts over.
+    pub fn set_node(
+        &mut self,
+        node: &str,
+        info: Option<NodeInfo>,
+        services: &ServicePortMap,
+        endpoints: &EndpointsMap,
+    ) {
+        let zone = info.as_ref().map(|n| n.zone.clone()).unwrap_or_default();
+        self.zone(&zone, services, endpoints);
+        let info = info.map(Arc::new);
+        let known = self.nodes.contains_key(node);
+        let state = self.nodes.entry(node.to_owned()).or_insert_with(|| NodeState {
+            node: None,
+            zone: zone.clone(),
+            own: Layer::new(self.max_tombstones),
+            horizon: 0,
+        });
+        if state.node.as_ref().and_then(|e| e.value.as_ref()) != info.as_ref() {
+            self.revision += 1;
+            state.node = Some(Entry {
+                revision: self.revision,
+                value: info,
+            });
+        }
+        let moved = known && state.zone != zone;
+        if known && !moved {
+            return;
+        }
+        state.zone = zone.clone();
+        // Its own selections, made (again) for its zone: every port whose
+        // endpoints are on it or name it. Nobody else's changes.
+        for (name, svc) in services {
+            let eps = endpoints.get(name).map(Vec::as_slice).unwrap_or(&[]);
+            let own = eps.iter().any(|ep| {
+                ep.node_name.as_deref() == Some(node)
+                    || ep.node_hints.contains(node)
+            });
+            if !own {
+                continue;
+            }
+            let name = self.name(name);
+            let selected = node_endpoints(svc, eps, node, &zone);
+            if let Some(state) = self.nodes.get_mut(node) {
+                state.own.put(&name, Some(Arc::new(selected)), &mut self.revision);
+            }
+            self.owners.entry(name).or_default().insert(node.to_owned());
+        }
+        if moved {
+            if let Some(state) = self.nodes.get_mut(node) {
+                state.horizon = self.revision;
+            }
+        }
+    }
+
+    /// The shared layer of `zone`, made on its first node.
+    fn zone(
+        &mut self,
+        zone: &str,
+        services: &ServicePortMap,
+        endpoints: &EndpointsMap,
+    ) {
+        if self.zones.contains_key(zone) {
+            return;
+        }
+        let mut layer = Layer::new(self.max_tombstones);
+        for (name, svc) in services {
+            let name = self.name(name);
+            let eps = endpoints.get(&*name).map(Vec::as_slice).unwrap_or(&[]);
+            let selected = node_endpoints(svc, eps, NO_NODE, zone);
+            layer.put(&name, Some(Arc::new(selected)), &mut self.revision);
+        }
+        self.zones.insert(zone.to_owned(), layer);
+    }
+
+    /// The revision of the latest change `node` is concerned by.
+    pub fn revision(&self, node: &str) -> u64 {
+        let Some(state) = self.nodes.get(node) else {
+            return 0;
+        };
+        let zone = self.zones.get(&state.zone).map_or(0, Layer::last);
+        let info = state.node.as_ref().map_or(0, |e| e.revision);
+        self.services
+            .last()
+            .max(zone)
+            .max(state.own.last())
+            .max(info)
+            .max(state.horizon)
+    }
+
+    /// What `node`, holding `revision` (none: starting), lacks.
+    pub fn since(&self, node: &str, revision: Option<u64>) -> Update {
+        let Some(state) = self.nodes.get(node) else {
+            return self.full(node);
+        };
+        let zone = self.zones.get(&state.zone);
+        let horizon = [
+            self.services.horizon(),
+            zone.map_or(0, Layer::horizon),
+            state.own.horizon(),
+            state.horizon,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(0);
+        let Some(r) = revision.filter(|r| *r >= horizon && *r <= self.revision)
+        else {
+            return self.full(node);
+        };
+        let mut changes: BTreeMap<Key, Change> = BTreeMap::new();
+        if let Some(entry) = state.node.as_ref().filter(|e| e.revision > r) {
+            let change = match &entry.value {
+                Some(info) => Change::Node(info.clone()),
+                None => Change::Delete(Key::Node),
+            };
+            changes.insert(Key::Node, change);
+        }
+        for (name, svc) in self.services.since(r) {
+            let change = match svc {
+                Some(svc) => Change::Service(name.clone(), svc.clone()),
+                None => Change::Delete(Key::Service(name.clone())),
+            };
+            changes.insert(Key::Service(name.clone()), change);
+        }
+        let endpoints = |name: &Arc<ServicePortName>| {
+            match state.own.get(name).or_else(|| zone?.get(name)) {
+                Some(eps) => Change::Endpoints(name.clone(), eps.clone()),
+                None => Change::Delete(Key::Endpoints(name.clone())),
+            }
+        };
+        // A zone's change is nothing to a node whose own selection the
+        // port has; its own changes come from its overlay.
+        let zone_changed = zone
+            .into_iter()
+            .flat_map(|z| z.since(r))
+            .filter(|(name, _)| !state.own.holds(name));
+        for (name, _) in zone_changed.chain(state.own.since(r)) {
+            changes.insert(Key::Endpoints(name.clone()), endpoints(name));
+        }
+        Update {
+            full: false,
+            changes: changes.into_values().collect(),
+            revision: self.revision,
+            synced: true,
+        }
+    }
+
+    /// Everything `node` programs, as a starting node receives it.
+    pub fn full(&self, node: &str) -> Update {
+        let mut changes: BTreeMap<Key, Change> = BTreeMap::new();
+        if let Some(state) = self.nodes.get(node) {
+            if let Some(info) = state.node.as_ref().and_then(|e| e.value.clone()) {
+                changes.insert(Key::Node, Change::Node(info));
+            }
+            if let Some(zone) = self.zones.get(&state.zone) {
+                for (name, eps) in zone.live() {
+                    let eps = state.own.get(name).unwrap_or(eps);
+                    changes.insert(
+                        Key::Endpoints(name.clone()),
+                        Change::Endpoints(name.clone(), eps.clone()),
+                    );
+                }
+            }
+        }
+        for (name, svc) in self.services.live() {
+            changes.insert(
+                Key::Service(name.clone()),
+                Change::Service(name.clone(), svc.clone()),
+            );
+        }
+        Update {
+            full: true,
+            changes: changes.into_values().collect(),
+            revision: self.revision,
+            synced: true,
+        }
+    }
+}
