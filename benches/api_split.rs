@@ -266,11 +266,12 @@ async fn main() {
             }))
         })
         .collect();
+    let mut tasks = Vec::with_capacity(nodes);
     for (i, client) in clients.iter().enumerate() {
         let client = client.clone();
         let socket = socket.clone();
         let tx = tx.clone();
-        tokio::spawn(async move {
+        tasks.push(tokio::spawn(async move {
             let mut grpc = connect_unix(socket).await.expect("connects");
             let mut stream = grpc
                 .watch(v1::WatchRequest {
@@ -296,7 +297,7 @@ async fn main() {
                     let _ = tx.send((i, c.bytes, revision as usize));
                 }
             }
-        });
+        }));
     }
     let mut full_bytes = 0;
     for _ in 0..nodes {
@@ -402,6 +403,17 @@ async fn main() {
     println!(
         "CPU to list and serve: {:.1} s",
         (process_cpu() - cpu).as_secs_f64()
+    );
+
+    // The nodes go: what the API side keeps is its cluster and the views.
+    for task in tasks {
+        task.abort();
+    }
+    drop(clients);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    println!(
+        "API side heap after the nodes left: {:.1} MiB",
+        mib(LIVE.load(Ordering::Relaxed).saturating_sub(base))
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
