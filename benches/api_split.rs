@@ -11,11 +11,7 @@
 //! _CHANGES override the sizes).
 
 use std::{
-    alloc::{GlobalAlloc, Layout, System},
-    sync::{
-        atomic::{AtomicUsize, Ordering},
-        Arc,
-    },
+    sync::{atomic::Ordering, Arc},
     time::{Duration, Instant, SystemTime},
 };
 
@@ -38,27 +34,9 @@ use nodeview_protocol::prost::Message;
 use nodeview_protocol::v1;
 use serde_json::json;
 
-/// Counts live heap bytes.
-struct Counting;
+mod counting;
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded as given.
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            LIVE.fetch_add(layout.size(), Ordering::Relaxed);
-        }
-        ptr
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded as given.
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-}
+use counting::{mib, process_cpu, Counting, LIVE};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -146,25 +124,6 @@ fn listing(services: usize, nodes: usize) -> Vec<SourceEvent> {
     }));
     events.push(SourceEvent::EndpointSlice(Event::InitDone));
     events
-}
-
-fn mib(bytes: usize) -> f64 {
-    bytes as f64 / (1024.0 * 1024.0)
-}
-
-/// User and system CPU of the whole process so far.
-fn process_cpu() -> Duration {
-    // SAFETY: getrusage only writes the struct it is given.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let tv = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec as u64)
-            + Duration::from_micros(t.tv_usec as u64)
-    };
-    tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
 /// The heap a proxy watching the API server holds for the cluster,

@@ -13,13 +13,9 @@
 //! built binary under `heaptrack` (README, "Where the memory goes").
 
 use std::{
-    alloc::{GlobalAlloc, Layout, System},
     future::Future,
     net::IpAddr,
-    sync::{
-        atomic::{AtomicUsize, Ordering},
-        Arc,
-    },
+    sync::{atomic::Ordering, Arc},
     time::{Duration, SystemTime},
 };
 
@@ -51,30 +47,9 @@ use kube_ipvs_proxy::{
 };
 use serde_json::json;
 
-/// Counts live heap bytes and their peak.
-struct Counting;
+mod counting;
 
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded as given.
-        let ptr = unsafe { System.alloc(layout) };
-        if !ptr.is_null() {
-            let live = LIVE.fetch_add(layout.size(), Ordering::Relaxed)
-                + layout.size();
-            PEAK.fetch_max(live, Ordering::Relaxed);
-        }
-        ptr
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded as given.
-        unsafe { System.dealloc(ptr, layout) };
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-    }
-}
+use counting::{mib, process_cpu, Counting, LIVE, PEAK};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -323,10 +298,6 @@ impl Conntrack for Nothing {
     }
 }
 
-fn mib(bytes: usize) -> f64 {
-    bytes as f64 / (1024.0 * 1024.0)
-}
-
 struct Measured {
     peak: usize,
     after_sync: usize,
@@ -334,21 +305,6 @@ struct Measured {
     /// Process CPU per change when each change is synced on its own, as
     /// under the benchmark's steady churn.
     cpu_per_change: Duration,
-}
-
-/// User and system CPU of the whole process so far.
-fn process_cpu() -> Duration {
-    // SAFETY: getrusage only writes the struct it is given.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
-        usage
-    };
-    let tv = |t: libc::timeval| {
-        Duration::from_secs(t.tv_sec as u64)
-            + Duration::from_micros(t.tv_usec as u64)
-    };
-    tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
 /// Changes timed one at a time after the burst.

@@ -144,16 +144,11 @@ fn run(args: &RunArgs) -> ExitCode {
     // and stealing than it saved, and what would compete with the sync
     // loop (a repair's whole-kernel read) has a thread of its own
     // (kernel/read_thread.rs).
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("kube-ipvs-proxy: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let runtime =
+        match runtime(&mut tokio::runtime::Builder::new_current_thread()) {
+            Ok(runtime) => runtime,
+            Err(code) => return code,
+        };
     let mode = if args.cleanup() {
         Mode::Cleanup
     } else if args.init_only() {
@@ -175,6 +170,16 @@ fn run(args: &RunArgs) -> ExitCode {
             }
         }
     }
+}
+
+/// A runtime, or the exit code of a process that cannot have one.
+fn runtime(
+    builder: &mut tokio::runtime::Builder,
+) -> Result<tokio::runtime::Runtime, ExitCode> {
+    builder.enable_all().build().map_err(|e| {
+        eprintln!("kube-ipvs-proxy: cannot start the runtime: {e}");
+        ExitCode::FAILURE
+    })
 }
 
 /// Only inside a container, where the kubelet mounted the file: never
@@ -498,15 +503,10 @@ fn api_server(args: &ApiServerArgs) -> ExitCode {
         Ok(listen) => listen,
         Err(e) => return bad_config(&anyhow::anyhow!("--listen {e}")),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
+    let runtime = match runtime(&mut tokio::runtime::Builder::new_multi_thread())
     {
         Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("kube-ipvs-proxy: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     match runtime.block_on(run_api_side(
         config,
@@ -659,16 +659,11 @@ fn plan_from_api_side(
             "plan --api-endpoint needs --node NAME"
         ));
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("kube-ipvs-proxy plan: cannot start the runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let runtime =
+        match runtime(&mut tokio::runtime::Builder::new_current_thread()) {
+            Ok(runtime) => runtime,
+            Err(code) => return code,
+        };
     let tls = match api_tls(config) {
         Ok(tls) => tls,
         Err(e) => return bad_config(&e),

@@ -24,6 +24,7 @@ use crate::{
         SourceEvent,
     },
     tracker::{
+        self,
         endpoints::{EndpointsChangeTracker, EndpointsUpdateResult},
         node::{NodeTracker, NodeUpdate},
         services::{ServiceChangeTracker, ServiceUpdateResult},
@@ -192,6 +193,16 @@ pub enum ChangeOutcome {
     Restart(String),
 }
 
+impl ChangeOutcome {
+    fn needs_sync(needs: bool) -> Self {
+        if needs {
+            ChangeOutcome::NeedsSync
+        } else {
+            ChangeOutcome::Unchanged
+        }
+    }
+}
+
 /// The result of one sync.
 #[derive(Debug, Default)]
 pub struct SyncOutcome {
@@ -302,80 +313,49 @@ impl SyncState {
         view.changed.extend(applied.changed_ports);
         if applied.node_changed {
             let node = view.received.node.clone();
-            match self.node.update(node.as_deref()) {
-                NodeUpdate::Unchanged => {}
-                NodeUpdate::Changed(_) | NodeUpdate::Deleted => {
-                    self.node_dirty = true;
-                    needs_sync = true;
-                }
-                NodeUpdate::PodCidrsChanged { old, new } => {
-                    return ChangeOutcome::Restart(format!(
-                        "node {} podCIDRs changed from {:?} to {:?} under \
-                         detectLocalMode NodeCIDR; restarting to rebuild \
-                         the local-traffic rules",
-                        self.node_name, old, new
-                    ));
-                }
+            match self.node_changed(node.as_deref()) {
+                Ok(changed) => needs_sync |= changed,
+                Err(restart) => return restart,
             }
         }
-        if needs_sync {
-            ChangeOutcome::NeedsSync
-        } else {
-            ChangeOutcome::Unchanged
+        ChangeOutcome::needs_sync(needs_sync)
+    }
+
+    /// Takes our Node as it now is: whether a sync has something to do,
+    /// or the restart a podCIDR change under `NodeCIDR` requires.
+    fn node_changed(
+        &mut self,
+        node: Option<&NodeInfo>,
+    ) -> Result<bool, ChangeOutcome> {
+        match self.node.update(node) {
+            NodeUpdate::Unchanged => Ok(false),
+            NodeUpdate::Changed(_) | NodeUpdate::Deleted => {
+                self.node_dirty = true;
+                Ok(true)
+            }
+            NodeUpdate::PodCidrsChanged { old, new } => {
+                Err(ChangeOutcome::Restart(format!(
+                    "node {} podCIDRs changed from {:?} to {:?} under \
+                     detectLocalMode NodeCIDR; restarting to rebuild the \
+                     local-traffic rules",
+                    self.node_name, old, new
+                )))
+            }
         }
     }
 
     /// Takes one object's change, as the stores hand it on.
     pub fn apply(&mut self, change: &RecordChange) -> ChangeOutcome {
         let needs_sync = match change {
-            RecordChange::Service((previous, current)) => {
-                let Some(name) = current
-                    .as_ref()
-                    .or(previous.as_ref())
-                    .map(|k| &k.record.name)
-                else {
-                    return ChangeOutcome::Unchanged;
-                };
-                self.services.update(
-                    name,
-                    record(previous).map(|r| &r.ports),
-                    record(current).map(|r| &r.ports),
-                )
-            }
-            RecordChange::EndpointSlice((previous, current)) => {
-                match (record(previous), record(current)) {
-                    (_, Some(slice)) => {
-                        self.endpoints.endpoint_slice_update(slice, false)
-                    }
-                    (Some(slice), None) => {
-                        self.endpoints.endpoint_slice_update(slice, true)
-                    }
-                    (None, None) => false,
-                }
-            }
             RecordChange::Node((_, current)) => {
-                match self.node.update(record(current)) {
-                    NodeUpdate::Unchanged => false,
-                    NodeUpdate::Changed(_) | NodeUpdate::Deleted => {
-                        self.node_dirty = true;
-                        true
-                    }
-                    NodeUpdate::PodCidrsChanged { old, new } => {
-                        return ChangeOutcome::Restart(format!(
-                            "node {} podCIDRs changed from {:?} to {:?} under \
-                             detectLocalMode NodeCIDR; restarting to rebuild \
-                             the local-traffic rules",
-                            self.node_name, old, new
-                        ));
-                    }
+                match self.node_changed(record(current)) {
+                    Ok(changed) => changed,
+                    Err(restart) => return restart,
                 }
             }
+            _ => tracker::track(&mut self.services, &mut self.endpoints, change),
         };
-        if needs_sync {
-            ChangeOutcome::NeedsSync
-        } else {
-            ChangeOutcome::Unchanged
-        }
+        ChangeOutcome::needs_sync(needs_sync)
     }
 
     /// Takes one API object's change: converted as the stores convert

@@ -11,7 +11,10 @@ use crate::{
     model::{EndpointsMap, NodeInfo, ServicePortMap, ServicePortName},
     nodeview::{Update, Views},
     source::store::{Kept, RecordChange},
-    tracker::{endpoints::EndpointsChangeTracker, services::ServiceChangeTracker},
+    tracker::{
+        self, endpoints::EndpointsChangeTracker,
+        services::ServiceChangeTracker,
+    },
 };
 
 /// Slices are converted for no node: no endpoint is anybody's local one
@@ -50,52 +53,29 @@ impl Cluster {
     /// Takes one object's change, as the stores hand it on. Returns
     /// whether a sync has something to do.
     pub fn apply(&mut self, change: &RecordChange) -> bool {
-        match change {
-            RecordChange::Service((previous, current)) => {
-                let Some(name) = current
-                    .as_ref()
-                    .or(previous.as_ref())
-                    .map(|k| &k.record.name)
-                else {
-                    return false;
-                };
-                self.services.update(
-                    name,
-                    record(previous).map(|r| &r.ports),
-                    record(current).map(|r| &r.ports),
-                )
+        let RecordChange::Node((previous, current)) = change else {
+            return tracker::track(
+                &mut self.services,
+                &mut self.endpoints,
+                change,
+            );
+        };
+        let Some(name) =
+            record(current).or(record(previous)).map(|n| n.name.clone())
+        else {
+            return false;
+        };
+        let moved = match record(current) {
+            Some(node) => {
+                self.nodes.insert(name.clone(), node.clone())
+                    != Some(node.clone())
             }
-            RecordChange::EndpointSlice((previous, current)) => {
-                match (record(previous), record(current)) {
-                    (_, Some(slice)) => {
-                        self.endpoints.endpoint_slice_update(slice, false)
-                    }
-                    (Some(slice), None) => {
-                        self.endpoints.endpoint_slice_update(slice, true)
-                    }
-                    (None, None) => false,
-                }
-            }
-            RecordChange::Node((previous, current)) => {
-                let Some(name) = record(current)
-                    .or(record(previous))
-                    .map(|n| n.name.clone())
-                else {
-                    return false;
-                };
-                let moved = match record(current) {
-                    Some(node) => {
-                        self.nodes.insert(name.clone(), node.clone())
-                            != Some(node.clone())
-                    }
-                    None => self.nodes.remove(&name).is_some(),
-                };
-                if moved {
-                    self.nodes_changed.insert(name);
-                }
-                moved
-            }
+            None => self.nodes.remove(&name).is_some(),
+        };
+        if moved {
+            self.nodes_changed.insert(name);
         }
+        moved
     }
 
     /// Checks the trackers out and brings the views up to date with the

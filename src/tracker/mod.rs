@@ -6,5 +6,50 @@ pub mod endpoints;
 pub mod node;
 pub mod services;
 
+use std::sync::Arc;
+
+use crate::source::store::{Kept, RecordChange};
+use endpoints::EndpointsChangeTracker;
+use services::ServiceChangeTracker;
+
+/// Hands a Service's or an EndpointSlice's change to its tracker: whether
+/// it left something for the next checkout. A Node's change is not
+/// theirs (false): each caller takes it its own way.
+pub fn track(
+    services: &mut ServiceChangeTracker,
+    endpoints: &mut EndpointsChangeTracker,
+    change: &RecordChange,
+) -> bool {
+    fn record<R>(kept: &Option<Arc<Kept<R>>>) -> Option<&R> {
+        kept.as_ref().map(|k| &k.record)
+    }
+    match change {
+        RecordChange::Service((previous, current)) => {
+            let Some(name) =
+                record(current).or(record(previous)).map(|r| &r.name)
+            else {
+                return false;
+            };
+            services.update(
+                name,
+                record(previous).map(|r| &r.ports),
+                record(current).map(|r| &r.ports),
+            )
+        }
+        RecordChange::EndpointSlice((previous, current)) => {
+            match (record(previous), record(current)) {
+                (_, Some(slice)) => {
+                    endpoints.endpoint_slice_update(slice, false)
+                }
+                (Some(slice), None) => {
+                    endpoints.endpoint_slice_update(slice, true)
+                }
+                (None, None) => false,
+            }
+        }
+        RecordChange::Node(_) => false,
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod proptests;
