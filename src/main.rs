@@ -20,6 +20,7 @@ use kube_ipvs_proxy::{
         cluster::{Cluster, NO_NODE},
         serve_tls, serve_unix,
         server::{Access, Shared, ViewService},
+        tokens::{TokenPolicy, TokenReviewer},
     },
     backend::Backend,
     config::{
@@ -52,7 +53,7 @@ use kube_ipvs_proxy::{
     source::{
         self,
         client_metrics::RestClientMetricsLayer,
-        nodeview::{ApiEndpoint, TlsFiles},
+        nodeview::{ApiEndpoint, Credentials, TlsFiles},
         recorder::EventSink,
         store::Stores,
         SourceEvent,
@@ -257,7 +258,7 @@ async fn run_proxy(config: Config, mode: Mode) -> anyhow::Result<()> {
         (_, Some(endpoint)) => Source::View(
             source::nodeview::watch(
                 endpoint,
-                api_tls(&config)?,
+                api_credentials(&config)?,
                 node_name.clone(),
             )
             .boxed(),
@@ -508,11 +509,7 @@ fn api_server(args: &ApiServerArgs) -> ExitCode {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
-    match runtime.block_on(run_api_side(
-        config,
-        listen,
-        args.tls_dir.as_deref(),
-    )) {
+    match runtime.block_on(run_api_side(config, listen, args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -524,7 +521,7 @@ fn api_server(args: &ApiServerArgs) -> ExitCode {
 async fn run_api_side(
     config: Config,
     listen: ApiEndpoint,
-    tls_dir: Option<&Path>,
+    args: &ApiServerArgs,
 ) -> anyhow::Result<()> {
     let source: BoxStream<'static, SourceEvent> = match &config.state_file {
         Some(path) => {
@@ -547,7 +544,7 @@ async fn run_api_side(
             async move { serve_unix(&path, service, std::future::pending()).await }
         }),
         ApiEndpoint::Tls { host, port } => {
-            let Some(dir) = tls_dir else {
+            let Some(dir) = args.tls_dir.as_deref() else {
                 anyhow::bail!("--listen https:// needs --tls-dir");
             };
             let tls = TlsFiles::read(dir)
@@ -558,8 +555,22 @@ async fn run_api_side(
             ))
             .await
             .with_context(|| format!("listening on {host}:{port}"))?;
-            let service =
-                ViewService::new(shared.clone(), Access::ClientCertificates);
+            let access = match &args.token_audience {
+                None => Access::ClientCertificates,
+                Some(audience) => {
+                    let policy =
+                        TokenPolicy::new(&args.token_service_account, audience)
+                            .map_err(|e| {
+                                anyhow::anyhow!("--token-service-account {e}")
+                            })?;
+                    let client =
+                        kube_client(config.kubeconfig.as_deref()).await?;
+                    Access::CertificatesOrTokens(Arc::new(TokenReviewer::new(
+                        client, policy,
+                    )))
+                }
+            };
+            let service = ViewService::new(shared.clone(), access);
             tokio::spawn(async move {
                 serve_tls(listener, &tls, service, std::future::pending()).await
             })
@@ -630,14 +641,18 @@ fn plan(args: &PlanArgs) -> ExitCode {
     print_plan(&plan, args.output)
 }
 
-/// `--api-tls-dir`'s credentials, when given.
-fn api_tls(config: &Config) -> anyhow::Result<Option<TlsFiles>> {
-    config
+/// `--api-tls-dir`'s and `--api-token-file`'s credentials.
+fn api_credentials(config: &Config) -> anyhow::Result<Credentials> {
+    let tls = config
         .api_tls_dir
         .as_deref()
         .map(TlsFiles::read)
         .transpose()
-        .map_err(|e| anyhow::anyhow!("--api-tls-dir {e}"))
+        .map_err(|e| anyhow::anyhow!("--api-tls-dir {e}"))?;
+    Ok(Credentials {
+        tls,
+        token_file: config.api_token_file.clone(),
+    })
 }
 
 /// How long `plan --api-endpoint` waits for the node's view.
@@ -664,13 +679,16 @@ fn plan_from_api_side(
             Ok(runtime) => runtime,
             Err(code) => return code,
         };
-    let tls = match api_tls(config) {
-        Ok(tls) => tls,
+    let credentials = match api_credentials(config) {
+        Ok(credentials) => credentials,
         Err(e) => return bad_config(&e),
     };
     let first = runtime.block_on(async {
-        let mut view =
-            source::nodeview::watch(endpoint.clone(), tls, node.clone());
+        let mut view = source::nodeview::watch(
+            endpoint.clone(),
+            credentials,
+            node.clone(),
+        );
         tokio::time::timeout(PLAN_VIEW_TIMEOUT, view.next()).await
     });
     let Ok(Some(update)) = first else {

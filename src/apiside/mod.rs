@@ -4,6 +4,7 @@
 
 pub mod cluster;
 pub mod server;
+pub mod tokens;
 
 #[cfg(test)]
 mod tests;
@@ -26,20 +27,29 @@ pub enum ServeError {
     },
     #[error("serving the node views: {0}")]
     Transport(#[from] tonic::transport::Error),
+    #[error("TLS needs the server's tls.crt and tls.key")]
+    NoIdentity,
 }
 
 /// Serves `service` with TLS on `listener` until `shutdown` resolves.
-/// Every client must show a certificate signed by `tls.ca`; the service
-/// lets it watch only the node the certificate names.
+/// A client's certificate, when it shows one, must be signed by `tls.ca`;
+/// the service decides what each client may watch.
 pub async fn serve_tls(
     listener: TcpListener,
     tls: &TlsFiles,
     service: server::ViewService,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), ServeError> {
+    let (cert, key) = tls.identity.as_ref().ok_or(ServeError::NoIdentity)?;
+    // Nodes that authenticate with a token show no certificate.
+    let optional = matches!(
+        service.access(),
+        server::Access::CertificatesOrTokens(_)
+    );
     let config = ServerTlsConfig::new()
-        .identity(Identity::from_pem(&tls.cert, &tls.key))
-        .client_ca_root(Certificate::from_pem(&tls.ca));
+        .identity(Identity::from_pem(cert, key))
+        .client_ca_root(Certificate::from_pem(&tls.ca))
+        .client_auth_optional(optional);
     tonic::transport::Server::builder()
         .tls_config(config)?
         .add_service(service.into_server())

@@ -21,7 +21,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::{debug, info, warn};
 
-use super::cluster::Cluster;
+use super::{cluster::Cluster, tokens::TokenReviewer};
 use crate::{nodeview::wire, source::store::RecordChange};
 
 /// The most changes one message carries; a full state at 10,000
@@ -81,13 +81,16 @@ impl Shared {
 }
 
 /// Who may watch which view.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Access {
     /// Whoever can open the Unix socket: its file mode is the guard.
     Socket,
     /// Over TLS, a node's client certificate names the one view it may
     /// watch.
     ClientCertificates,
+    /// As above, or, for a node without one, its ServiceAccount token:
+    /// the TokenReview names the node its Pod runs on.
+    CertificatesOrTokens(Arc<TokenReviewer>),
 }
 
 /// The `NodeView` service.
@@ -102,22 +105,39 @@ impl ViewService {
         Self { shared, access }
     }
 
-    fn authorize(
+    pub fn access(&self) -> &Access {
+        &self.access
+    }
+
+    async fn authorize(
         &self,
         request: &Request<v1::WatchRequest>,
     ) -> Result<(), Status> {
-        if self.access == Access::Socket {
-            return Ok(());
-        }
-        let certs = request.peer_certs().ok_or_else(|| {
-            Status::unauthenticated("no client certificate")
-        })?;
-        let node = certs
-            .first()
-            .and_then(|cert| node_of(cert.as_ref()))
-            .ok_or_else(|| {
-                Status::unauthenticated("the client certificate names no node")
-            })?;
+        let tokens = match &self.access {
+            Access::Socket => return Ok(()),
+            Access::ClientCertificates => None,
+            Access::CertificatesOrTokens(reviewer) => Some(reviewer),
+        };
+        let certs = request.peer_certs().filter(|certs| !certs.is_empty());
+        let node = match (certs, tokens, bearer(request)) {
+            (Some(certs), _, _) => {
+                certs.first().and_then(|cert| node_of(cert.as_ref())).ok_or_else(
+                    || Status::unauthenticated("the client certificate names no node"),
+                )?
+            }
+            (None, Some(reviewer), Some(token)) => reviewer
+                .node_of(token)
+                .await
+                .map_err(Status::unauthenticated)?,
+            (None, Some(_), None) => {
+                return Err(Status::unauthenticated(
+                    "no client certificate and no bearer token",
+                ))
+            }
+            (None, None, _) => {
+                return Err(Status::unauthenticated("no client certificate"))
+            }
+        };
         let wanted = &request.get_ref().node_name;
         if node != *wanted {
             warn!(node, wanted, "refused: a node may watch its own view only");
@@ -146,7 +166,7 @@ impl NodeViewRpc for ViewService {
         if request.get_ref().node_name.is_empty() {
             return Err(Status::invalid_argument("node_name is empty"));
         }
-        self.authorize(&request)?;
+        self.authorize(&request).await?;
         let request = request.into_inner();
         let held = (request.instance == self.shared.instance)
             .then_some(request.revision);
@@ -166,6 +186,15 @@ impl NodeViewRpc for ViewService {
         ));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
+}
+
+/// The token of an `authorization: Bearer TOKEN` header.
+fn bearer<T>(request: &Request<T>) -> Option<&str> {
+    let value = request.metadata().get("authorization")?.to_str().ok()?;
+    value
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+        .filter(|token| !token.is_empty())
 }
 
 /// The node a client certificate (DER) names: its subject's common

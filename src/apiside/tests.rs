@@ -265,8 +265,10 @@ impl Pki {
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         crate::source::nodeview::TlsFiles {
             ca: self.ca_pem.clone().into_bytes(),
-            cert: cert.pem().into_bytes(),
-            key: key.serialize_pem().into_bytes(),
+            identity: Some((
+                cert.pem().into_bytes(),
+                key.serialize_pem().into_bytes(),
+            )),
         }
     }
 }

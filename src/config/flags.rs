@@ -135,6 +135,14 @@ pub struct ApiServerArgs {
     /// (`ca.crt`).
     #[arg(long, value_name = "DIR")]
     pub tls_dir: Option<PathBuf>,
+    /// Also let nodes in with their ServiceAccount token made for this
+    /// audience: a TokenReview (with `--kubeconfig`'s credentials) says
+    /// which node the token's Pod runs on.
+    #[arg(long, value_name = "AUDIENCE")]
+    pub token_audience: Option<String>,
+    /// The ServiceAccount (`NAMESPACE/NAME`) whose tokens are let in.
+    #[arg(long, value_name = "NS/NAME", default_value = "kube-system/kube-ipvs-proxy")]
+    pub token_service_account: String,
 }
 
 /// The flags among `fields` of `args` that were given, by their names on
@@ -161,7 +169,7 @@ macro_rules! given_flags {
 ///   `hostnameOverride`;
 /// - the flags that are not part of `KubeProxyConfiguration`: `--config`
 ///   itself, `--cleanup`, and our own `--state`, `--api-endpoint`,
-///   `--api-tls-dir` and `--service-proxy-name`.
+///   `--api-tls-dir`, `--api-token-file` and `--service-proxy-name`.
 #[derive(Debug, Clone, Default, PartialEq, Args)]
 #[command(mut_args(go_bools))]
 pub struct ConfigArgs {
@@ -186,6 +194,12 @@ pub struct ConfigArgs {
     /// the CA that signed the API side's (`ca.crt`).
     #[arg(long, value_name = "DIR", requires = "api_endpoint")]
     pub api_tls_dir: Option<PathBuf>,
+
+    /// For an `https://` API side: a file with this node's ServiceAccount
+    /// token (a projected token bound to its Pod), sent instead of a
+    /// client certificate.
+    #[arg(long, value_name = "FILE", requires = "api_endpoint")]
+    pub api_token_file: Option<PathBuf>,
 
     /// Only handle Services labelled
     /// service.kubernetes.io/service-proxy-name=NAME.

@@ -111,6 +111,7 @@ pub fn resolve(
     config.state_file = args.state.clone();
     config.api_endpoint = args.api_endpoint.clone();
     config.api_tls_dir = args.api_tls_dir.clone();
+    config.api_token_file = args.api_token_file.clone();
     config.service_proxy_name =
         args.service_proxy_name.clone().filter(|n| !n.is_empty());
     Ok(Resolved { config, warnings })

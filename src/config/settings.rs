@@ -47,6 +47,8 @@ pub struct Config {
     pub api_endpoint: Option<String>,
     /// The node's credentials for an `https://` API side.
     pub api_tls_dir: Option<PathBuf>,
+    /// The node's ServiceAccount token for an `https://` API side.
+    pub api_token_file: Option<PathBuf>,
     /// When set, only Services labelled
     /// `service.kubernetes.io/service-proxy-name=<this>` are handled;
     /// otherwise only Services without that label.
@@ -296,6 +298,7 @@ impl Default for Config {
             state_file: None,
             api_endpoint: None,
             api_tls_dir: None,
+            api_token_file: None,
             service_proxy_name: None,
             config_sync_period: Duration::from_secs(15 * 60),
             logging: LoggingConfig::default(),

@@ -84,6 +84,7 @@ fn kubeadm_configmap_gives_upstream_defaults_in_ipvs_mode() {
         state_file: None,
         api_endpoint: None,
         api_tls_dir: None,
+        api_token_file: None,
         service_proxy_name: None,
         config_sync_period: Duration::from_secs(15 * 60),
         logging: LoggingConfig::default(),
@@ -624,6 +625,7 @@ fn flags_alone_configure_everything() {
         state_file: Some(PathBuf::from("examples/cluster.yaml")),
         api_endpoint: None,
         api_tls_dir: None,
+        api_token_file: None,
         service_proxy_name: Some("ours".into()),
         config_sync_period: Duration::from_secs(300),
         logging: LoggingConfig {
@@ -748,6 +750,7 @@ fn with_a_config_file_every_configuration_flag_given_is_named() {
                 // above: the next test has it.
                 && l != "--api-endpoint"
                 && l != "--api-tls-dir"
+                && l != "--api-token-file"
         })
         .collect();
     visible.sort();

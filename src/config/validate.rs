@@ -291,6 +291,7 @@ pub fn to_config(
         state_file: None,
         api_endpoint: None,
         api_tls_dir: None,
+        api_token_file: None,
         service_proxy_name: None,
         config_sync_period,
         logging,

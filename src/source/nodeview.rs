@@ -76,10 +76,12 @@ impl ApiEndpoint {
             ApiEndpoint::Unix(path) => Ok(connect_unix(path.clone()).await?),
             ApiEndpoint::Tls { host, port } => {
                 let tls = tls.ok_or(ConnectError::NoCredentials)?;
-                let config = ClientTlsConfig::new()
+                let mut config = ClientTlsConfig::new()
                     .domain_name(host.trim_matches(['[', ']']))
-                    .ca_certificate(Certificate::from_pem(&tls.ca))
-                    .identity(Identity::from_pem(&tls.cert, &tls.key));
+                    .ca_certificate(Certificate::from_pem(&tls.ca));
+                if let Some((cert, key)) = &tls.identity {
+                    config = config.identity(Identity::from_pem(cert, key));
+                }
                 let channel = Endpoint::from_shared(format!(
                     "https://{host}:{port}"
                 ))?
@@ -103,14 +105,15 @@ impl fmt::Display for ApiEndpoint {
     }
 }
 
-/// A TLS identity and the CA its peers are checked against, read from a
-/// folder as a Kubernetes TLS Secret mounts it: `ca.crt`, `tls.crt`,
-/// `tls.key`.
+/// The CA peers are checked against and, when there is one, a TLS
+/// identity, read from a folder as a Kubernetes TLS Secret mounts it:
+/// `ca.crt`, `tls.crt`, `tls.key`. A node that authenticates with a
+/// token has only `ca.crt`.
 #[derive(Clone)]
 pub struct TlsFiles {
     pub ca: Vec<u8>,
-    pub cert: Vec<u8>,
-    pub key: Vec<u8>,
+    /// The certificate and its key.
+    pub identity: Option<(Vec<u8>, Vec<u8>)>,
 }
 
 impl fmt::Debug for TlsFiles {
@@ -126,10 +129,13 @@ impl TlsFiles {
             let path = dir.join(name);
             std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))
         };
+        let identity = match dir.join("tls.crt").exists() {
+            true => Some((read("tls.crt")?, read("tls.key")?)),
+            false => None,
+        };
         Ok(Self {
             ca: read("ca.crt")?,
-            cert: read("tls.crt")?,
-            key: read("tls.key")?,
+            identity,
         })
     }
 }
@@ -175,6 +181,8 @@ pub enum WatchError {
     Malformed(#[from] WireError),
     #[error("the API side ended the stream")]
     Ended,
+    #[error("the node's token: {0}")]
+    Token(String),
 }
 
 /// The first pause after a broken watch, and the longest.
@@ -188,10 +196,19 @@ struct Held {
     revision: u64,
 }
 
+/// How a node proves who it is to an `https://` API side.
+#[derive(Debug, Clone, Default)]
+pub struct Credentials {
+    pub tls: Option<TlsFiles>,
+    /// A file holding the node's ServiceAccount token, read again for
+    /// each watch (the kubelet rotates projected tokens).
+    pub token_file: Option<PathBuf>,
+}
+
 /// The node `node_name`'s view from the API side at `endpoint`.
 pub fn watch(
     endpoint: ApiEndpoint,
-    tls: Option<TlsFiles>,
+    credentials: Credentials,
     node_name: String,
 ) -> ReceiverStream<Update> {
     let (tx, rx) = mpsc::channel(4);
@@ -201,7 +218,7 @@ pub fn watch(
         loop {
             let before = held.as_ref().map(|h| h.revision);
             let session =
-                session(&endpoint, tls.as_ref(), &node_name, &mut held, &tx);
+                session(&endpoint, &credentials, &node_name, &mut held, &tx);
             match session.await {
                 Ok(()) => return,
                 Err(error) => {
@@ -230,28 +247,34 @@ pub fn watch(
 /// One watch: `Ok` when the node's loop is gone, an error otherwise.
 async fn session(
     endpoint: &ApiEndpoint,
-    tls: Option<&TlsFiles>,
+    credentials: &Credentials,
     node_name: &str,
     held: &mut Option<Held>,
     tx: &mpsc::Sender<Update>,
 ) -> Result<(), WatchError> {
     let mut client =
         endpoint
-            .connect(tls)
+            .connect(credentials.tls.as_ref())
             .await
             .map_err(|source| WatchError::Connect {
                 endpoint: endpoint.to_string(),
                 source,
             })?;
     let from = held.clone().unwrap_or_default();
-    let mut stream = client
-        .watch(v1::WatchRequest {
-            node_name: node_name.to_owned(),
-            instance: from.instance,
-            revision: from.revision,
-        })
-        .await?
-        .into_inner();
+    let mut request = tonic::Request::new(v1::WatchRequest {
+        node_name: node_name.to_owned(),
+        instance: from.instance,
+        revision: from.revision,
+    });
+    if let Some(path) = &credentials.token_file {
+        let token = std::fs::read_to_string(path)
+            .map_err(|e| WatchError::Token(format!("{}: {e}", path.display())))?;
+        let value = format!("Bearer {}", token.trim())
+            .parse()
+            .map_err(|_| WatchError::Token(format!("{}: not a token", path.display())))?;
+        request.metadata_mut().insert("authorization", value);
+    }
+    let mut stream = client.watch(request).await?.into_inner();
     info!(%endpoint, resumes_from = ?held.as_ref().map(|h| h.revision), "watching the view");
     let mut batch: Option<Update> = None;
     while let Some(message) = stream.message().await? {
