@@ -109,7 +109,7 @@ e2e:
 	tests/e2e/control-plane.sh start
 	eval "$$(tests/e2e/control-plane.sh env)" && \
 	cargo test -p kube-ipvs-proxy --features $(E2E_FEATURES) \
-		--test slices_vs_controller && \
+		--test slices_vs_controller --test api_split_tokens && \
 	VM_HOST_PORTS="$$E2E_VM_HOST_PORTS" \
 	VM_PASS_ENV="E2E_PROXY_KUBECONFIG E2E_ADMIN_GUEST_KUBECONFIG E2E_CONTROL_PORT" \
 	VM_TEST_FEATURES=kube-ipvs-proxy/e2e-tests,kube-ipvs-proxy/node-tests \

@@ -684,18 +684,23 @@ fn plan_from_api_side(
         Err(e) => return bad_config(&e),
     };
     let first = runtime.block_on(async {
-        let mut view = source::nodeview::watch(
-            endpoint.clone(),
-            credentials,
-            node.clone(),
-        );
-        tokio::time::timeout(PLAN_VIEW_TIMEOUT, view.next()).await
+        let view = source::nodeview::first_view(&endpoint, &credentials, &node);
+        tokio::time::timeout(PLAN_VIEW_TIMEOUT, view).await
     });
-    let Ok(Some(update)) = first else {
-        eprintln!(
-            "kube-ipvs-proxy plan: no view of {node} from {endpoint} within {PLAN_VIEW_TIMEOUT:?}"
-        );
-        return ExitCode::FAILURE;
+    let update = match first {
+        Ok(Ok(update)) => update,
+        Ok(Err(e)) => {
+            eprintln!(
+                "kube-ipvs-proxy plan: no view of {node} from {endpoint}: {e}"
+            );
+            return ExitCode::FAILURE;
+        }
+        Err(_) => {
+            eprintln!(
+                "kube-ipvs-proxy plan: no view of {node} from {endpoint} within {PLAN_VIEW_TIMEOUT:?}"
+            );
+            return ExitCode::FAILURE;
+        }
     };
     let plan =
         sync::plan_from_view(update, &node, &NodeSettings::from_config(config));

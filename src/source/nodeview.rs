@@ -244,6 +244,26 @@ pub fn watch(
     ReceiverStream::new(rx)
 }
 
+/// The node's first consistent view, in one attempt: for `plan`, which
+/// would rather say why it has none than wait for the API side to change
+/// its mind.
+pub async fn first_view(
+    endpoint: &ApiEndpoint,
+    credentials: &Credentials,
+    node_name: &str,
+) -> Result<Update, WatchError> {
+    let (tx, mut rx) = mpsc::channel(1);
+    let mut held = None;
+    let attempt = session(endpoint, credentials, node_name, &mut held, &tx);
+    tokio::select! {
+        ended = attempt => match ended {
+            Err(error) => Err(error),
+            Ok(()) => Err(WatchError::Ended),
+        },
+        Some(update) = rx.recv() => Ok(update),
+    }
+}
+
 /// One watch: `Ok` when the node's loop is gone, an error otherwise.
 async fn session(
     endpoint: &ApiEndpoint,
