@@ -230,6 +230,8 @@ EOF
 apply_deploy() {
     log "deploy/: server-side dry run"
     kubectl apply --dry-run=server -f "$repo/deploy/" >&2
+    # The split's variant replaces the DaemonSet: checked, never applied.
+    kubectl apply --dry-run=server -f "$repo/deploy/split/" >&2
     log "deploy/: applying"
     kubectl apply -f "$repo/deploy/" >&2
 }
