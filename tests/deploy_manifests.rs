@@ -1,4 +1,5 @@
-//! `deploy/kube-ipvs-proxy.yaml` as the proxy itself will read it: the
+//! `deploy/kube-ipvs-proxy.yaml` (and `deploy/split/`, in `split`) as the
+//! proxy itself will read it: the
 //! ConfigMap's `KubeProxyConfiguration` and the DaemonSet's command line go
 //! through the same resolution as at start-up, and the paths and ports the
 //! manifest wires together must agree. (The API server validates the
@@ -15,7 +16,11 @@ const MANIFEST: &str =
     concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/kube-ipvs-proxy.yaml");
 
 fn documents() -> Vec<Value> {
-    let text = std::fs::read_to_string(MANIFEST).expect("manifest readable");
+    documents_of(MANIFEST)
+}
+
+fn documents_of(path: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).expect("manifest readable");
     serde_saphyr::from_multiple(&text).expect("manifest is valid YAML")
 }
 
@@ -244,3 +249,6 @@ fn kube_prometheus_finds_the_pods_as_kube_proxys() {
         "the port the configured proxy serves metrics on"
     );
 }
+
+#[path = "deploy_manifests/split.rs"]
+mod split;

@@ -10,19 +10,13 @@ use kube_ipvs_proxy::{
 };
 use serde_json::Value;
 
+use super::{documents_of, object};
+
 const MANIFEST: &str =
     concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/split/split.yaml");
 
 fn documents() -> Vec<Value> {
-    let text = std::fs::read_to_string(MANIFEST).expect("manifest readable");
-    serde_saphyr::from_multiple(&text).expect("manifest is valid YAML")
-}
-
-fn object<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
-    let found: Vec<&Value> =
-        docs.iter().filter(|d| d["kind"] == kind).collect();
-    assert_eq!(found.len(), 1, "exactly one {kind} in the manifest");
-    found[0]
+    documents_of(MANIFEST)
 }
 
 fn pod_spec(workload: &Value) -> &Value {
