@@ -132,7 +132,7 @@ fn the_api_side_follows_its_state_file() {
 }
 
 #[test]
-fn plan_from_the_api_side_needs_a_node_and_a_unix_address() {
+fn plan_from_the_api_side_needs_a_node_and_no_plain_tcp() {
     let out = Command::new(PROXY)
         .args(["plan", "--api-endpoint", "unix:///nowhere.sock"])
         .output()
@@ -145,4 +145,61 @@ fn plan_from_the_api_side_needs_a_node_and_a_unix_address() {
         .unwrap();
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("TLS"));
+}
+
+/// The API side killed and started again: a node's watch yields nothing
+/// meanwhile (its kernel keeps what it has), then resumes on its own with
+/// a full state from the new process, which has what changed meanwhile.
+#[tokio::test]
+async fn a_node_catches_up_with_an_api_side_killed_and_started_again() {
+    use futures::StreamExt;
+    use kube_ipvs_proxy::{
+        nodeview::Change,
+        source::nodeview::{watch, ApiEndpoint, Credentials},
+    };
+
+    let scratch = Scratch::new("restart");
+    let state = scratch.0.join("state.yaml");
+    let original =
+        fs::read_to_string(Path::new(EXAMPLES).join("plan/nodeport.yaml"))
+            .expect("example");
+    fs::write(&state, &original).unwrap();
+    let api = ApiSide::start(&state, &scratch.0);
+    let socket = scratch.0.join("views.sock");
+    let mut view = watch(
+        ApiEndpoint::Unix(socket.clone()),
+        Credentials::default(),
+        "node-a".to_owned(),
+    );
+    let wait = Duration::from_secs(30);
+    let first = tokio::time::timeout(wait, view.next())
+        .await
+        .expect("a view")
+        .expect("the stream goes on");
+    assert!(first.full);
+
+    drop(api);
+    let quiet = tokio::time::timeout(Duration::from_secs(2), view.next()).await;
+    assert!(
+        quiet.is_err(),
+        "nothing while the API side is gone: {quiet:?}"
+    );
+
+    fs::write(&state, original.replace("30080", "30099")).unwrap();
+    let _again = ApiSide::start(&state, &scratch.0);
+    let update = tokio::time::timeout(wait, view.next())
+        .await
+        .expect("a view")
+        .expect("the stream goes on");
+    assert!(update.full, "another process: a full state");
+    let node_ports: Vec<u16> = update
+        .changes
+        .iter()
+        .filter_map(|c| match c {
+            Change::Service(_, svc) => Some(svc.node_port),
+            _ => None,
+        })
+        .collect();
+    assert!(node_ports.contains(&30099), "{node_ports:?}");
+    assert!(!node_ports.contains(&30080), "{node_ports:?}");
 }
