@@ -26,6 +26,10 @@ pub const SERVICE_CHANGES_PENDING: &str =
 /// Ours: objects from the API or the state file that could not be used.
 /// Labelled by `kind` (Service, EndpointSlice, Node) and `reason`.
 pub const INVALID_OBJECTS_TOTAL: &str = "kube_ipvs_proxy_invalid_objects_total";
+/// Ours: changes from the API side (`--api-endpoint`) that could not be
+/// used, labelled by the `field` at fault.
+pub const INVALID_VIEW_CHANGES_TOTAL: &str =
+    "kube_ipvs_proxy_invalid_view_changes_total";
 
 /// Histogram of one sync's duration, labelled by `ip_family`.
 pub const SYNC_PROXY_RULES_DURATION_SECONDS: &str =

@@ -15,6 +15,7 @@ use nodeview_protocol::v1;
 
 use super::{Change, Key, Update};
 use crate::{
+    telemetry::{events::InternalEvent, INVALID_VIEW_CHANGES_TOTAL},
     model::{
         EndpointInfo, NamespacedName, NodeInfo, Protocol, ServicePortInfo,
         ServicePortName,
@@ -34,6 +35,21 @@ pub struct WireError {
     pub entry: String,
     pub field: &'static str,
     pub problem: String,
+}
+
+/// Logged and counted together, so that the line and the metric cannot
+/// drift apart.
+impl InternalEvent for &WireError {
+    fn emit(self) {
+        tracing::warn!(
+            entry = %self.entry,
+            field = self.field,
+            problem = %self.problem,
+            "{self}; skipped, the entry keeps what it held"
+        );
+        metrics::counter!(INVALID_VIEW_CHANGES_TOTAL, "field" => self.field)
+            .increment(1);
+    }
 }
 
 fn error(
@@ -197,19 +213,36 @@ fn encode_endpoints(
 // --- decoding: the node ----------------------------------------------
 
 /// The update a message carries.
+/// The update a message carries; the first malformed change fails it.
+#[cfg(any(test, feature = "test-support"))]
 pub fn decode(message: v1::ViewUpdate) -> Result<Update, WireError> {
+    let (update, mut rejected) = decode_skipping(message);
+    match rejected.is_empty() {
+        true => Ok(update),
+        false => Err(rejected.swap_remove(0)),
+    }
+}
+
+/// The update a message carries without its malformed changes, and why
+/// each was left out: the node takes the rest and keeps what it held for
+/// those entries, as a proxy skips a malformed object.
+pub fn decode_skipping(message: v1::ViewUpdate) -> (Update, Vec<WireError>) {
+    let mut rejected = Vec::new();
     let changes = message
         .changes
         .into_iter()
         .enumerate()
-        .map(|(i, change)| decode_change(i, change))
-        .collect::<Result<_, _>>()?;
-    Ok(Update {
+        .filter_map(|(i, change)| {
+            decode_change(i, change).map_err(|e| rejected.push(e)).ok()
+        })
+        .collect();
+    let update = Update {
         full: message.full,
         changes,
         revision: message.revision,
         synced: message.synced,
-    })
+    };
+    (update, rejected)
 }
 
 fn decode_change(i: usize, change: v1::Change) -> Result<Change, WireError> {

@@ -5,9 +5,9 @@
 //! breaks, nothing is yielded (the kernel keeps what it has) and the
 //! watch is made again with growing pauses, resuming from the revision
 //! held. A batch that arrives in parts is yielded whole once its last
-//! part is in, so that the node never programs half of one; a part that
-//! cannot be decoded is logged with its entry and field, and the node
-//! asks for a full state on the next watch.
+//! part is in, so that the node never programs half of one; a change
+//! that cannot be decoded is logged with its entry and field, counted,
+//! and left out, the entry keeping what it held.
 
 use std::{fmt, path::PathBuf, time::Duration};
 
@@ -21,10 +21,8 @@ use tonic::transport::{
 use tracing::{info, warn};
 
 use crate::{
-    nodeview::{
-        wire::{self, WireError},
-        Update,
-    },
+    telemetry::events::InternalEvent,
+    nodeview::{wire, Update},
 };
 
 /// Where the API side listens.
@@ -177,8 +175,6 @@ pub enum WatchError {
     },
     #[error("watching: {0}")]
     Status(#[from] tonic::Status),
-    #[error(transparent)]
-    Malformed(#[from] WireError),
     #[error("the API side ended the stream")]
     Ended,
     #[error("the node's token: {0}")]
@@ -222,9 +218,6 @@ pub fn watch(
             match session.await {
                 Ok(()) => return,
                 Err(error) => {
-                    if matches!(error, WatchError::Malformed(_)) {
-                        held = None;
-                    }
                     warn!(
                         %endpoint,
                         %error,
@@ -299,7 +292,10 @@ async fn session(
     let mut batch: Option<Update> = None;
     while let Some(message) = stream.message().await? {
         let instance = message.instance.clone();
-        let part = wire::decode(message)?;
+        let (part, rejected) = wire::decode_skipping(message);
+        for problem in &rejected {
+            problem.emit();
+        }
         let whole = merge(batch.take(), part);
         if !whole.synced {
             batch = Some(whole);

@@ -185,3 +185,40 @@ fn a_malformed_message_is_an_error_naming_the_entry_and_field() {
     }));
     assert_eq!(decode(message).unwrap_err().field, "deleted.kind");
 }
+
+/// On the node, a malformed change is left out, logged and counted; the
+/// message's other changes are taken.
+#[test]
+fn a_malformed_change_is_left_out_and_counted_the_rest_taken() {
+    use crate::{model::fixtures::TestRecorder, telemetry::events::InternalEvent};
+    let mut message = encode(
+        &Update {
+            full: false,
+            changes: vec![
+                Change::Service(name(), Arc::new(port_info(|_| {}))),
+                Change::Delete(Key::Node),
+            ],
+            revision: 3,
+            synced: true,
+        },
+        "i",
+    );
+    if let Some(v1::change::Change::Service(svc)) = &mut message.changes[0].change
+    {
+        svc.port = 70_000;
+    }
+    let (update, rejected) = decode_skipping(message);
+    assert_eq!(update.changes, [Change::Delete(Key::Node)]);
+    assert!(update.synced);
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(
+        (rejected[0].entry.as_str(), rejected[0].field),
+        ("service ns/web:http", "port")
+    );
+    let recorder = TestRecorder::default();
+    recorder.run(|| rejected[0].emit());
+    assert_eq!(
+        recorder.counter("kube_ipvs_proxy_invalid_view_changes_total{field=port}"),
+        1
+    );
+}
