@@ -78,9 +78,13 @@ fn owners_of<'a>(
     endpoints: &'a [Arc<EndpointInfo>],
     nodes: &'a HashMap<String, NodeState>,
 ) -> BTreeSet<String> {
+    let named = |ep: &'a Arc<EndpointInfo>| {
+        let hinted = ep.node_hints.iter().map(String::as_str);
+        ep.node_name.as_deref().into_iter().chain(hinted)
+    };
     endpoints
         .iter()
-        .flat_map(|ep| ep.node_name.as_deref().into_iter().chain(ep.node_hints.iter().map(String::as_str)))
+        .flat_map(named)
         .filter(|node| nodes.contains_key(*node))
         .map(str::to_owned)
         .collect()

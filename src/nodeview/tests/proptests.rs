@@ -200,17 +200,19 @@ proptest! {
                 }
                 Event::Checkout => {
                     let changed = api.checkout();
-                    views.update(&changed, &api.service_map, &api.endpoints_map);
+                    let (services, slices) = (&api.service_map, &api.endpoints_map);
+                    views.update(&changed, services, slices);
                     checkouts += 1;
                     if checkouts == late {
                         let info = node("node-b", zones[1]);
-                        views.set_node("node-b", Some(info), &api.service_map, &api.endpoints_map);
+                        views.set_node("node-b", Some(info), services, slices);
                     }
                     if checkouts == moves {
                         let info = node(NODE, zones[3]);
                         let n = &mut nodes[0];
-                        n.programmed.set_context(context(&info), &n.proxy.service_map, &n.proxy.endpoints_map);
-                        views.set_node(NODE, Some(info), &api.service_map, &api.endpoints_map);
+                        let proxy = (&n.proxy.service_map, &n.proxy.endpoints_map);
+                        n.programmed.set_context(context(&info), proxy.0, proxy.1);
+                        views.set_node(NODE, Some(info), services, slices);
                     }
                     let is_last = std::ptr::eq(event, &last);
                     let catch_up =
@@ -226,13 +228,15 @@ proptest! {
                             continue;
                         }
                         let update = views.since(n.name, n.received.revision);
-                        let (got, node_moved) = receive(&mut n.received, update, part_size)?;
-                        if node_moved {
-                            if let Some(info) = n.received.node.clone() {
-                                n.fed.set_context(context(&info), &n.received.services, &n.received.endpoints);
+                        let (got, node_moved) =
+                            receive(&mut n.received, update, part_size)?;
+                        let held = (&n.received.services, &n.received.endpoints);
+                        if let Some(info) = n.received.node.as_deref() {
+                            if node_moved {
+                                n.fed.set_context(context(info), held.0, held.1);
                             }
                         }
-                        n.fed.update(&n.received.services, &n.received.endpoints, &got);
+                        n.fed.update(held.0, held.1, &got);
                         let held = n.received.revision.unwrap_or_default();
                         prop_assert!(views.revision(n.name) <= held);
                         prop_assert_eq!(n.programmed.snapshot(), n.fed.snapshot());
