@@ -3,7 +3,7 @@
 //! exactly the service ports that changed.
 
 use std::{
-    collections::{BTreeSet, HashSet},
+    collections::HashSet,
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
     sync::Arc,
     time::SystemTime,
@@ -20,7 +20,7 @@ use crate::{
     selection::EndpointsView,
     source::{
         file::Snapshot,
-        store::{Kept, RecordChange, Stores},
+        store::{record, RecordChange, Stores},
         SourceEvent,
     },
     tracker::{
@@ -177,11 +177,6 @@ fn is_link_local_v6(ip: &IpAddr) -> bool {
     }
 }
 
-/// The record a kept object holds, if any.
-fn record<R>(kept: &Option<Arc<Kept<R>>>) -> Option<&R> {
-    kept.as_ref().map(|k| &k.record)
-}
-
 /// What applying an object change means for the caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChangeOutcome {
@@ -233,7 +228,8 @@ pub struct SyncState {
 #[derive(Debug, Default)]
 struct ViewInput {
     received: Received,
-    changed: BTreeSet<ServicePortName>,
+    services_changed: HashSet<ServicePortName>,
+    endpoints_changed: HashSet<ServicePortName>,
     deleted_udp_cluster_ips: HashSet<IpAddr>,
 }
 
@@ -309,8 +305,10 @@ impl SyncState {
                 !now.is_some_and(|svc| svc.cluster_ips.contains(ip))
             }));
         }
-        let mut needs_sync = !applied.changed_ports.is_empty();
-        view.changed.extend(applied.changed_ports);
+        let mut needs_sync =
+            !applied.services.is_empty() || !applied.endpoints.is_empty();
+        view.services_changed.extend(applied.services);
+        view.endpoints_changed.extend(applied.endpoints);
         if applied.node_changed {
             let node = view.received.node.clone();
             match self.node_changed(node.as_deref()) {
@@ -367,7 +365,7 @@ impl SyncState {
         change: &crate::source::store::ObjectChange,
     ) -> ChangeOutcome {
         use crate::{
-            source::store::{Keep, ObjectChange},
+            source::store::{Keep, Kept, ObjectChange},
             telemetry::events::ReportProblems as _,
         };
         fn kept<K: Keep>(
@@ -554,23 +552,26 @@ impl ViewInput {
     /// What changed since the last sync, as the trackers would report it
     /// for a proxy watching the API server.
     fn checkout(&mut self) -> (ServiceUpdateResult, EndpointsUpdateResult) {
-        let changed: HashSet<ServicePortName> =
-            std::mem::take(&mut self.changed).into_iter().collect();
-        let updated_services: HashSet<_> =
-            changed.iter().map(|name| name.service.clone()).collect();
+        let services_changed = std::mem::take(&mut self.services_changed);
+        let endpoints_changed = std::mem::take(&mut self.endpoints_changed);
+        let of = |ports: &HashSet<ServicePortName>| -> HashSet<_> {
+            ports.iter().map(|name| name.service.clone()).collect()
+        };
+        let udp = |ports: &HashSet<ServicePortName>| {
+            ports.iter().any(|name| name.protocol == Protocol::Udp)
+        };
         let services = ServiceUpdateResult {
-            updated_services: updated_services.clone(),
-            changed_ports: changed.clone(),
+            updated_services: of(&services_changed),
             deleted_udp_cluster_ips: std::mem::take(
                 &mut self.deleted_udp_cluster_ips,
             ),
+            changed_ports: services_changed,
         };
         let endpoints = EndpointsUpdateResult {
-            updated_services,
-            conntrack_cleanup_required: changed
-                .iter()
-                .any(|name| name.protocol == Protocol::Udp),
-            changed_ports: changed,
+            updated_services: of(&endpoints_changed),
+            conntrack_cleanup_required: udp(&services.changed_ports)
+                || udp(&endpoints_changed),
+            changed_ports: endpoints_changed,
             ..EndpointsUpdateResult::default()
         };
         (services, endpoints)

@@ -3,14 +3,13 @@
 
 use std::{
     collections::{BTreeSet, HashMap},
-    sync::Arc,
     time::SystemTime,
 };
 
 use crate::{
     model::{EndpointsMap, NodeInfo, ServicePortMap, ServicePortName},
     nodeview::{Update, Views},
-    source::store::{Kept, RecordChange},
+    source::store::{record, RecordChange},
     tracker::{
         self, endpoints::EndpointsChangeTracker,
         services::ServiceChangeTracker,
@@ -31,10 +30,6 @@ pub struct Cluster {
     /// Nodes whose Node object changed since the last sync.
     nodes_changed: BTreeSet<String>,
     views: Views,
-}
-
-fn record<R>(kept: &Option<Arc<Kept<R>>>) -> Option<&R> {
-    kept.as_ref().map(|k| &k.record)
 }
 
 impl Cluster {
@@ -66,9 +61,10 @@ impl Cluster {
             return false;
         };
         let moved = match record(current) {
+            Some(node) if self.nodes.get(&name) == Some(node) => false,
             Some(node) => {
-                self.nodes.insert(name.clone(), node.clone())
-                    != Some(node.clone())
+                self.nodes.insert(name.clone(), node.clone());
+                true
             }
             None => self.nodes.remove(&name).is_some(),
         };

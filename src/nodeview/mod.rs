@@ -145,12 +145,23 @@ pub struct Received {
     pub revision: Option<u64>,
 }
 
-/// What applying an [`Update`] changed.
+/// What applying an [`Update`] changed, kept apart as the service and
+/// endpoints trackers report it, so that a port is not looked at twice.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Applied {
-    /// The service ports whose service or endpoints changed.
-    pub changed_ports: BTreeSet<ServicePortName>,
+    /// The service ports whose service changed.
+    pub services: BTreeSet<ServicePortName>,
+    /// The service ports whose endpoints changed.
+    pub endpoints: BTreeSet<ServicePortName>,
     pub node_changed: bool,
+}
+
+impl Applied {
+    /// The service ports whose service or endpoints changed.
+    #[cfg(test)]
+    pub fn changed_ports(&self) -> BTreeSet<ServicePortName> {
+        self.services.union(&self.endpoints).cloned().collect()
+    }
 }
 
 impl Received {
@@ -158,9 +169,8 @@ impl Received {
         let mut applied = Applied::default();
         if update.full {
             let old = std::mem::take(self);
-            applied.changed_ports.extend(
-                old.services.into_keys().chain(old.endpoints.into_keys()),
-            );
+            applied.services.extend(old.services.into_keys());
+            applied.endpoints.extend(old.endpoints.into_keys());
             applied.node_changed = old.node.is_some();
         }
         // Changes held past the revision are harmless: resuming from it
@@ -173,22 +183,22 @@ impl Received {
                 }
                 Change::Service(name, svc) => {
                     self.services.insert((*name).clone(), svc);
-                    applied.changed_ports.insert((*name).clone());
+                    applied.services.insert((*name).clone());
                 }
                 Change::Endpoints(name, eps) => {
                     self.endpoints.insert((*name).clone(), eps);
-                    applied.changed_ports.insert((*name).clone());
+                    applied.endpoints.insert((*name).clone());
                 }
                 Change::Delete(Key::Node) => {
                     applied.node_changed |= self.node.take().is_some();
                 }
                 Change::Delete(Key::Service(name)) => {
                     self.services.remove(&*name);
-                    applied.changed_ports.insert((*name).clone());
+                    applied.services.insert((*name).clone());
                 }
                 Change::Delete(Key::Endpoints(name)) => {
                     self.endpoints.remove(&*name);
-                    applied.changed_ports.insert((*name).clone());
+                    applied.endpoints.insert((*name).clone());
                 }
             }
         }

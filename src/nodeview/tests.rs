@@ -233,7 +233,7 @@ fn a_deletion_reaches_a_node_that_resumes() {
         ]
     );
     let applied = received.apply(update);
-    assert_eq!(applied.changed_ports, [web.clone()].into());
+    assert_eq!(applied.changed_ports(), [web.clone()].into());
     assert!(received.services.is_empty() && received.endpoints.is_empty());
 }
 
@@ -258,7 +258,7 @@ fn a_node_behind_a_forgotten_deletion_starts_over_from_a_full_state() {
     let update = cluster.since("node-a", received.revision);
     assert!(update.full, "{update:?}");
     let applied = received.apply(update);
-    assert_eq!(applied.changed_ports, [web, api].into());
+    assert_eq!(applied.changed_ports(), [web, api].into());
     assert!(received.services.is_empty());
     assert_eq!(received.node.as_deref(), Some(&node_info("node-a", "")));
     // A node ahead of the view (the API side restarted) starts over too.

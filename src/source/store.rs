@@ -38,6 +38,12 @@ pub struct Kept<R> {
     pub record: R,
 }
 
+/// The record a kept object holds, if any: a change's `previous` or
+/// `current`, as the trackers take them.
+pub fn record<R>(kept: &Option<Arc<Kept<R>>>) -> Option<&R> {
+    kept.as_ref().map(|k| &k.record)
+}
+
 /// One object's change: `previous` is what the store held before (None
 /// for an addition), `current` what it holds now (None for a deletion).
 pub type Change<R> = (Option<Arc<Kept<R>>>, Option<Arc<Kept<R>>>);

@@ -6,9 +6,7 @@ pub mod endpoints;
 pub mod node;
 pub mod services;
 
-use std::sync::Arc;
-
-use crate::source::store::{Kept, RecordChange};
+use crate::source::store::{record, RecordChange};
 use endpoints::EndpointsChangeTracker;
 use services::ServiceChangeTracker;
 
@@ -20,9 +18,6 @@ pub fn track(
     endpoints: &mut EndpointsChangeTracker,
     change: &RecordChange,
 ) -> bool {
-    fn record<R>(kept: &Option<Arc<Kept<R>>>) -> Option<&R> {
-        kept.as_ref().map(|k| &k.record)
-    }
     match change {
         RecordChange::Service((previous, current)) => {
             let Some(name) =

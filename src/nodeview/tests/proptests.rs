@@ -89,7 +89,7 @@ fn receive(
         let part = wire::decode(wire::encode(&part, "test"));
         let part = part.map_err(|e| TestCaseError::fail(e.to_string()))?;
         let applied = received.apply(part);
-        changed.extend(applied.changed_ports);
+        changed.extend(applied.changed_ports());
         node_changed |= applied.node_changed;
     }
     Ok((changed, node_changed))
