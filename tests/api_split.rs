@@ -101,14 +101,21 @@ fn a_node_fed_by_the_api_side_plans_what_a_proxy_on_it_plans() {
     }
 }
 
-#[test]
-fn the_api_side_follows_its_state_file() {
-    let scratch = Scratch::new("follows");
+/// A state file in `scratch` with the NodePort example (node port
+/// 30080), and its text, for a test to edit.
+fn nodeport_state(scratch: &Scratch) -> (PathBuf, String) {
     let state = scratch.0.join("state.yaml");
     let original =
         fs::read_to_string(Path::new(EXAMPLES).join("plan/nodeport.yaml"))
             .expect("example");
     fs::write(&state, &original).unwrap();
+    (state, original)
+}
+
+#[test]
+fn the_api_side_follows_its_state_file() {
+    let scratch = Scratch::new("follows");
+    let (state, original) = nodeport_state(&scratch);
     let api = ApiSide::start(&state, &scratch.0);
     let fed =
         |node: &str| plan(&["--api-endpoint", &api.endpoint, "--node", node]);
@@ -159,11 +166,7 @@ async fn a_node_catches_up_with_an_api_side_killed_and_started_again() {
     };
 
     let scratch = Scratch::new("restart");
-    let state = scratch.0.join("state.yaml");
-    let original =
-        fs::read_to_string(Path::new(EXAMPLES).join("plan/nodeport.yaml"))
-            .expect("example");
-    fs::write(&state, &original).unwrap();
+    let (state, original) = nodeport_state(&scratch);
     let api = ApiSide::start(&state, &scratch.0);
     let socket = scratch.0.join("views.sock");
     let mut view = watch(
