@@ -149,12 +149,15 @@ kind-e2e:
 # steps), a takeover and rollback under traffic for each scenario with a
 # Traffic document, and one walk with SIGKILLs; SCENARIOS picks runs
 # (names without .yaml, takeover-NAME, random-SEED, kill-SEED, random:N,
-# kill:N). The control plane stops either way.
+# kill:N). SPLIT=1 adds a third pass to each scenario and walk: ours fed
+# by the API/node split (issue 16), diffed against upstream like ours.
+# The control plane stops either way.
 SCENARIOS ?=
+SPLIT ?=
 conformance:
 	tests/vm/deps.sh
 	tests/e2e/control-plane.sh start
-	tests/conformance/run.sh $(SCENARIOS); \
+	CONFORMANCE_SPLIT=$(SPLIT) tests/conformance/run.sh $(SCENARIOS); \
 	rc=$$?; tests/e2e/control-plane.sh stop; exit $$rc
 
 # Seeded random walks against upstream: SEEDS=N walks on fresh seeds
@@ -171,7 +174,7 @@ conformance-random:
 	tests/vm/deps.sh
 	tests/e2e/control-plane.sh start
 	CONFORMANCE_STEPS=$(STEPS) CONFORMANCE_KILL_STEPS=$(KILL_STEPS) \
-	tests/conformance/run.sh $(if $(SEED),$(addprefix $(WALK)-,$(SEED)),$(WALK):$(SEEDS)); \
+	CONFORMANCE_SPLIT=$(SPLIT) tests/conformance/run.sh $(if $(SEED),$(addprefix $(WALK)-,$(SEED)),$(WALK):$(SEEDS)); \
 	rc=$$?; tests/e2e/control-plane.sh stop; exit $$rc
 
 # The real control plane on loopback, without a guest: applies deploy/

@@ -61,6 +61,16 @@
 # route_localnet of conf/all, IPv6 forwarding, and the mangle and raw
 # tables of both families.
 #
+# With CONFORMANCE_SPLIT=1 every scenario and walk (not the takeovers) has
+# a third pass, after ours: ours fed by the split (issue 16), an API side
+# (`kube-ipvs-proxy api-server`) watching the control plane and serving
+# the node's view on a unix socket, and ours with --api-endpoint on it;
+# its snapshots are diffed against upstream's like ours'. In a walk with
+# SIGKILLs that pass kills the API side instead, at the same moments, and
+# starts it again at once: the node keeps its kernel state, resumes or
+# takes a full state from the new instance, and must converge to
+# upstream's snapshot of the step.
+#
 # Differences chosen on purpose are listed, with their reason and the
 # lines they excuse, in differences.md; the diff ignores exactly those.
 # Prints, per run, "identical" or the differences, then a summary; exits 1
@@ -362,7 +372,7 @@ EOF
         VM_PASS_ENV="CARGO_TARGET_DIR E2E_UPSTREAM_PROXY E2E_NODE_NAME \
 CONFORMANCE_RUNS CONFORMANCE_SYNC_TIMEOUT CONFORMANCE_FAMILIES \
 CONFORMANCE_VERBOSE CONFORMANCE_UPSTREAM_ARGS CONFORMANCE_FREEZE_UPSTREAM \
-CONFORMANCE_PORT CONFORMANCE_WORK \
+CONFORMANCE_PORT CONFORMANCE_WORK CONFORMANCE_SPLIT \
 CONFORMANCE_CLEANUP_UPSTREAM CONFORMANCE_CLEANUP_OURS" \
         tests/vm/run tests/conformance/run.sh --in-guest |
         tee "$hostwork/report.txt" || rc=$?
@@ -377,6 +387,7 @@ ours=$bin/kube-ipvs-proxy
 upstream=$E2E_UPSTREAM_PROXY
 sync_timeout=${CONFORMANCE_SYNC_TIMEOUT:-60}
 families=${CONFORMANCE_FAMILIES:-2}
+split=${CONFORMANCE_SPLIT:-0}
 work=/tmp/conformance
 mkdir -p "$work"
 export TESTKIT_TESTPOD=$bin/testpod
@@ -506,6 +517,9 @@ start_proxy() {
         binary=$upstream
         # shellcheck disable=SC2206 # words on purpose
         extra=(${CONFORMANCE_UPSTREAM_ARGS:-})
+    elif [[ $proxy_label == split ]]; then
+        [[ -n $api_pid ]] || start_api_side
+        extra=(--api-endpoint "unix://$api_socket")
     fi
     echo "--- started $(date -u +%T)" >>"$dir/$proxy_label.log"
     # Ours logs each sync's start, writes and end at debug: a SIGKILL's
@@ -514,6 +528,25 @@ start_proxy() {
         "$binary" --config "$config" "${extra[@]}" >>"$dir/$proxy_label.log" 2>&1 &
     proxy_pid=$!
     fresh=1
+}
+
+# The split's API side: one watch of the control plane, the node's view
+# served on a unix socket.
+api_pid=
+api_socket=$work/api.sock
+start_api_side() {
+    echo "--- started $(date -u +%T)" >>"$dir/api-side.log"
+    RUST_LOG=${RUST_LOG:-info,kube_ipvs_proxy=debug} \
+        "$ours" api-server --config "$config" --listen "unix://$api_socket" \
+        >>"$dir/api-side.log" 2>&1 &
+    api_pid=$!
+}
+
+stop_api_side() {
+    [[ -n $api_pid ]] || return 0
+    kill "-${1:-TERM}" "$api_pid" 2>/dev/null || true
+    wait "$api_pid" 2>/dev/null || true
+    api_pid=
 }
 
 stop_proxy() {
@@ -700,6 +733,8 @@ pass() {
         fi
         if [[ $proxy_label == ours && $kill != - ]]; then
             kill_during_step "$i" "$kill" || { problems=1; break; }
+        elif [[ $proxy_label == split && $kill != - ]]; then
+            kill_api_side_during_step "$i" "${kill#s}" || { problems=1; break; }
         elif ! request "step $run $i"; then
             echo "step $i ($name): applying it failed"
             [[ -z $frozen ]] || kill -CONT "$frozen"
@@ -722,6 +757,7 @@ pass() {
     done <"$steps_file"
     ((steps == 0)) || log "$run: $proxy_label went through $steps steps in $((SECONDS - t0))s"
     stop_proxy
+    stop_api_side
     globals >"$dir/$proxy_label-globals.txt"
     t0=$SECONDS
     finish "$proxy_label" || problems=1
@@ -832,6 +868,37 @@ kill_during_step() {
     log "$run: SIGKILL ${ms}ms into step $i, $process, kernel in $kernel; converged ${took}ms after the restart and the step"
 }
 
+# kill_api_side_during_step STEP MS: the step's request goes to the host,
+# and MS later the split's API side is killed with SIGKILL and started
+# again at once; the node proxy lives on and is waited for as after any
+# step.
+api_kills=0
+kill_api_side_during_step() {
+    local i=$1 ms=$2 requester
+    rm -f "$work/step.answer"
+    (
+        if request "step $run $i" >"$work/step.log" 2>&1; then
+            echo "ok $answer"
+        else
+            echo error
+        fi >"$work/step.answer"
+    ) &
+    requester=$!
+    ((ms == 0)) || read -r -t "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))" -u 9 || true
+    stop_api_side KILL
+    start_api_side
+    api_kills=$((api_kills + 1))
+    log "$run: the API side killed ${ms}ms into step $i and started again"
+    wait "$requester" || true
+    answer=$(<"$work/step.answer")
+    if [[ $answer != ok* ]]; then
+        echo "step $i: applying it failed:"
+        cat "$work/step.log"
+        return 1
+    fi
+    answer=${answer#ok }
+}
+
 # Compares every step's snapshots and the global state; prints the steps
 # that differ.
 compare_passes() {
@@ -840,23 +907,32 @@ compare_passes() {
     while IFS=$'\t' read -r i _ _ _ _ name; do
         [[ -n $i ]] && names[i]=$name
     done <"$steps_file"
-    for ((i = 0; i <= steps; i++)); do
-        [[ -f $dir/upstream-$i.txt && -f $dir/ours-$i.txt ]] || continue
-        if [[ -n ${CONFORMANCE_VERBOSE:-} ]]; then
+    if [[ -n ${CONFORMANCE_VERBOSE:-} ]]; then
+        for ((i = 0; i <= steps; i++)); do
+            [[ -f $dir/upstream-$i.txt ]] || continue
             echo "--- $run step $i: upstream's snapshot"
             cat "$dir/upstream-$i.txt"
             ((i > 0)) || cat "$dir/upstream-globals.txt"
-        fi
-        if ! compare "$dir/upstream-$i.txt" "$dir/ours-$i.txt" "$run step $i (${names[i]})"; then
+        done
+    fi
+    # Ours, and ours fed by the split when it ran: each against upstream.
+    local label what
+    for label in ours split; do
+        what=
+        [[ $label == split ]] && what="the split's "
+        for ((i = 0; i <= steps; i++)); do
+            [[ -f $dir/upstream-$i.txt && -f $dir/$label-$i.txt ]] || continue
+            if ! compare "$dir/upstream-$i.txt" "$dir/$label-$i.txt" "$run ${what}step $i (${names[i]})"; then
+                bad=$((bad + 1))
+                differing+=("${what}step $i (${names[i]})")
+            fi
+        done
+        if [[ -f $dir/upstream-globals.txt && -f $dir/$label-globals.txt ]] &&
+            ! compare "$dir/upstream-globals.txt" "$dir/$label-globals.txt" "$run ${what}kernel-global state"; then
             bad=$((bad + 1))
-            differing+=("step $i (${names[i]})")
+            differing+=("${what}kernel-global state")
         fi
     done
-    if [[ -f $dir/upstream-globals.txt && -f $dir/ours-globals.txt ]] &&
-        ! compare "$dir/upstream-globals.txt" "$dir/ours-globals.txt" "$run kernel-global state"; then
-        bad=$((bad + 1))
-        differing+=("kernel-global state")
-    fi
     return $((bad > 0))
 }
 
@@ -874,6 +950,10 @@ scenario() {
     if ! pass ours; then
         problems+=("our pass failed")
     fi
+    api_kills=0
+    if ((split)) && ! pass split; then
+        problems+=("the split's pass failed")
+    fi
     request "delete $run" || problems+=("deleting its objects failed")
     compare_passes || problems+=("${#differing[@]} steps differ: ${differing[*]}")
     if [[ -n ${CONFORMANCE_VERBOSE:-} ]]; then
@@ -881,6 +961,12 @@ scenario() {
         cat "$dir/upstream.log"
         echo "--- $run: our log"
         cat "$dir/ours.log"
+        if ((split)); then
+            echo "--- $run: the split's node log"
+            cat "$dir/split.log"
+            echo "--- $run: the split's API side log"
+            cat "$dir/api-side.log"
+        fi
     fi
     if ((${#kills[@]})); then
         report_kills
@@ -888,9 +974,10 @@ scenario() {
     local lines
     lines=$(grep -vc '^##' "$dir/upstream-0.txt" 2>/dev/null || true)
     if ((${#problems[@]} == 0)); then
-        printf 'RESULT %-40s identical (%s steps, %s lines at the start, %s excused%s)\n' \
-            "$run" "$steps" "${lines:-0}" "$excused_total" \
-            "$( ((${#kills[@]})) && echo ", ${#kills[@]} SIGKILLs converged")"
+        printf 'RESULT %-40s identical%s (%s steps, %s lines at the start, %s excused%s%s)\n' \
+            "$run" "$( ((split)) && echo ", the split too")" "$steps" "${lines:-0}" "$excused_total" \
+            "$( ((${#kills[@]})) && echo ", ${#kills[@]} SIGKILLs converged")" \
+            "$( ((api_kills)) && echo ", $api_kills API-side SIGKILLs caught up")"
     else
         local IFS=';'
         printf 'RESULT %-40s DIFFERENT: %s\n' "$run" "${problems[*]}"
@@ -1038,6 +1125,7 @@ for run in "${runs[@]}"; do
         failed=$((failed + 1))
     fi
     stop_proxy
+    stop_api_side
     cat "$work/$run.out"
     grep '^RESULT' "$work/$run.out" | sed "s/\$/ [$((SECONDS - t0))s]/" >>"$results" ||
         echo "RESULT $run ERROR (no result; see above)" >>"$results"
