@@ -537,6 +537,17 @@ async fn run_api_side(
         }
     };
     let shared = Shared::new(Cluster::new(SystemTime::now()));
+    // Beside a node's proxy (a control-plane node, host network) the
+    // default address is taken: deploy/ moves it.
+    if let Some(address) = config.metrics_bind_address {
+        let handle = kube_ipvs_proxy::telemetry::exporter::install()?;
+        server::metrics::spawn_upkeep(handle.clone(), METRICS_UPKEEP);
+        server::spawn_forever(
+            "metrics",
+            address,
+            server::metrics::router(handle),
+        );
+    }
     tracing::info!(%listen, instance = shared.instance(), "serving node views");
     let serving = match listen {
         ApiEndpoint::Unix(path) => tokio::spawn({

@@ -31,6 +31,29 @@ pub const INVALID_OBJECTS_TOTAL: &str = "kube_ipvs_proxy_invalid_objects_total";
 pub const INVALID_VIEW_CHANGES_TOTAL: &str =
     "kube_ipvs_proxy_invalid_view_changes_total";
 
+/// Ours, on the API side: node watches open now.
+pub const API_SIDE_WATCHES: &str = "kube_ipvs_proxy_api_side_watches";
+/// Ours, on the API side: updates sent to nodes, by `kind` (`full`: a
+/// whole view, to a node that starts or comes back too late to resume;
+/// `changes`).
+pub const API_SIDE_UPDATES_SENT_TOTAL: &str =
+    "kube_ipvs_proxy_api_side_updates_sent_total";
+/// Ours, on the API side: changes (a service port's or its endpoints' set
+/// or delete, a node's) sent to nodes.
+pub const API_SIDE_CHANGES_SENT_TOTAL: &str =
+    "kube_ipvs_proxy_api_side_changes_sent_total";
+/// Ours, on the API side: bytes of the messages sent to nodes (their
+/// protobuf encoding, before gRPC framing and TLS).
+pub const API_SIDE_SENT_BYTES_TOTAL: &str =
+    "kube_ipvs_proxy_api_side_sent_bytes_total";
+/// Ours, on the API side: how long bringing the views up to date with
+/// one batch of changes took.
+pub const API_SIDE_SYNC_DURATION_SECONDS: &str =
+    "kube_ipvs_proxy_api_side_sync_duration_seconds";
+/// Ours, on the API side: nodes whose view is kept (made on a node's
+/// first watch).
+pub const API_SIDE_VIEWS: &str = "kube_ipvs_proxy_api_side_views";
+
 /// Histogram of one sync's duration, labelled by `ip_family`.
 pub const SYNC_PROXY_RULES_DURATION_SECONDS: &str =
     "kubeproxy_sync_proxy_rules_duration_seconds";

@@ -40,11 +40,16 @@ struct ApiSide {
 }
 
 impl ApiSide {
+    /// Without a metrics server: tests run side by side.
     fn start(state: &Path, dir: &Path) -> Self {
+        Self::start_with(state, dir, "--metrics-bind-address=")
+    }
+
+    fn start_with(state: &Path, dir: &Path, metrics: &str) -> Self {
         let socket = dir.join("views.sock");
         let endpoint = format!("unix://{}", socket.display());
         let child = Command::new(PROXY)
-            .args(["api-server", "--listen", &endpoint, "--state"])
+            .args(["api-server", "--listen", &endpoint, metrics, "--state"])
             .arg(state)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -205,4 +210,79 @@ async fn a_node_catches_up_with_an_api_side_killed_and_started_again() {
         .collect();
     assert!(node_ports.contains(&30099), "{node_ports:?}");
     assert!(!node_ports.contains(&30080), "{node_ports:?}");
+}
+
+/// What the API side sent, as its /metrics counts it: one full view to
+/// one node with as many changes as the node received, and the watch
+/// counted as open only while the node watches.
+#[tokio::test]
+async fn the_api_side_counts_the_views_it_sends() {
+    use futures::StreamExt;
+    use kube_ipvs_proxy::source::nodeview::{watch, ApiEndpoint, Credentials};
+
+    let scratch = Scratch::new("metrics");
+    let (state, _) = nodeport_state(&scratch);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let _api = ApiSide::start_with(
+        &state,
+        &scratch.0,
+        &format!("--metrics-bind-address={addr}"),
+    );
+    let metrics = || async move {
+        tokio::task::spawn_blocking(move || {
+            testkit::http_get(addr, "/metrics", Duration::from_secs(2))
+        })
+        .await
+        .expect("the request runs")
+    };
+    let wait = Duration::from_secs(30);
+    let metric = |body: &str, name: &str| testkit::metric_sum(body, name);
+
+    let mut view = watch(
+        ApiEndpoint::Unix(scratch.0.join("views.sock")),
+        Credentials::default(),
+        "node-a".to_owned(),
+    );
+    let first = tokio::time::timeout(wait, view.next())
+        .await
+        .expect("a view")
+        .expect("the stream goes on");
+    assert!(first.full);
+    let body = metrics().await.expect("/metrics answers").1;
+    assert_eq!(metric(&body, "kube_ipvs_proxy_api_side_watches"), 1.0);
+    assert_eq!(metric(&body, "kube_ipvs_proxy_api_side_views"), 1.0);
+    assert!(
+        body.contains(
+            "kube_ipvs_proxy_api_side_updates_sent_total{kind=\"full\"} 1"
+        ),
+        "{body}"
+    );
+    assert_eq!(
+        metric(&body, "kube_ipvs_proxy_api_side_changes_sent_total"),
+        first.changes.len() as f64
+    );
+    assert!(metric(&body, "kube_ipvs_proxy_api_side_sent_bytes_total") > 0.0);
+    assert!(
+        metric(
+            &body,
+            "kube_ipvs_proxy_api_side_sync_duration_seconds_count"
+        ) >= 1.0
+    );
+
+    drop(view);
+    let deadline = Instant::now() + wait;
+    loop {
+        let body = metrics().await.expect("/metrics answers").1;
+        if metric(&body, "kube_ipvs_proxy_api_side_watches") == 0.0 {
+            // The view stays: a node that comes back resumes from it.
+            assert_eq!(metric(&body, "kube_ipvs_proxy_api_side_views"), 1.0);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the watch still counted: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -99,6 +99,11 @@ impl Cluster {
             .update(changed, &self.service_map, &self.endpoints_map);
     }
 
+    /// How many nodes have a view.
+    pub fn views(&self) -> usize {
+        self.views.nodes()
+    }
+
     /// What `node`, holding `revision` (none: starting), lacks; `None`
     /// when it lacks nothing, unless `always`. Its view is made on its
     /// first watch (the one time a node costs the cluster's size).

@@ -10,11 +10,12 @@
 use std::{
     process,
     sync::{Arc, Mutex, PoisonError},
-    time::{SystemTime, UNIX_EPOCH},
+    time::{Instant, SystemTime, UNIX_EPOCH},
 };
 
-use nodeview_protocol::v1::{
-    self, node_view_server::NodeView as NodeViewRpc,
+use nodeview_protocol::{
+    prost::Message as _,
+    v1::{self, node_view_server::NodeView as NodeViewRpc},
 };
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
@@ -22,7 +23,15 @@ use tonic::{Request, Response, Status};
 use tracing::{debug, info, warn};
 
 use super::{cluster::Cluster, tokens::TokenReviewer};
-use crate::{nodeview::wire, source::store::RecordChange};
+use crate::{
+    nodeview::wire,
+    source::store::RecordChange,
+    telemetry::{
+        API_SIDE_CHANGES_SENT_TOTAL, API_SIDE_SENT_BYTES_TOTAL,
+        API_SIDE_SYNC_DURATION_SECONDS, API_SIDE_UPDATES_SENT_TOTAL,
+        API_SIDE_VIEWS, API_SIDE_WATCHES,
+    },
+};
 
 /// The most changes one message carries; a full state at 10,000
 /// services is some forty messages.
@@ -71,7 +80,15 @@ impl Shared {
     /// Brings the views up to date and wakes the watches. The first call
     /// says the cluster is listed and watches may start.
     pub fn sync(&self) {
-        self.cluster().sync();
+        let started = Instant::now();
+        let views = {
+            let mut cluster = self.cluster();
+            cluster.sync();
+            cluster.views()
+        };
+        metrics::histogram!(API_SIDE_SYNC_DURATION_SECONDS)
+            .record(started.elapsed().as_secs_f64());
+        metrics::gauge!(API_SIDE_VIEWS).set(views as f64);
         self.generation.send_modify(|g| *g += 1);
     }
 
@@ -213,20 +230,37 @@ async fn stream_view(
     mut held: Option<u64>,
     tx: mpsc::Sender<Result<v1::ViewUpdate, Status>>,
 ) {
+    let _open = OpenWatch::new();
     let mut generation = shared.generation.subscribe();
-    if generation.wait_for(|g| *g > 0).await.is_err() {
-        return;
+    tokio::select! {
+        listed = generation.wait_for(|g| *g > 0) => if listed.is_err() {
+            return;
+        },
+        () = tx.closed() => return,
     }
     let mut first = true;
     loop {
         // Nothing new, but a node that just connected must still hear
         // that what it holds is consistent.
-        let update = shared.cluster().update_for(&node, held, first);
+        let update = {
+            let mut cluster = shared.cluster();
+            let update = cluster.update_for(&node, held, first);
+            // A node's first watch makes its view.
+            metrics::gauge!(API_SIDE_VIEWS).set(cluster.views() as f64);
+            update
+        };
         first = false;
         if let Some(update) = update {
             let revision = update.revision;
+            let kind = if update.full { "full" } else { "changes" };
+            metrics::counter!(API_SIDE_UPDATES_SENT_TOTAL, "kind" => kind)
+                .increment(1);
+            metrics::counter!(API_SIDE_CHANGES_SENT_TOTAL)
+                .increment(update.changes.len() as u64);
             for part in update.split(CHANGES_PER_MESSAGE) {
                 let message = wire::encode(&part, &shared.instance);
+                metrics::counter!(API_SIDE_SENT_BYTES_TOTAL)
+                    .increment(message.encoded_len() as u64);
                 if tx.send(Ok(message)).await.is_err() {
                     debug!(node, "node stopped watching");
                     return;
@@ -234,8 +268,32 @@ async fn stream_view(
             }
             held = Some(revision);
         }
-        if generation.changed().await.is_err() {
-            return;
+        // A node that goes away between syncs ends its watch now, not
+        // at the next sync, which a quiet cluster may not have for hours.
+        tokio::select! {
+            changed = generation.changed() => if changed.is_err() {
+                return;
+            },
+            () = tx.closed() => {
+                debug!(node, "node stopped watching");
+                return;
+            }
         }
+    }
+}
+
+/// Counts a watch as open for as long as it lives, however it ends.
+struct OpenWatch;
+
+impl OpenWatch {
+    fn new() -> Self {
+        metrics::gauge!(API_SIDE_WATCHES).increment(1.0);
+        Self
+    }
+}
+
+impl Drop for OpenWatch {
+    fn drop(&mut self) {
+        metrics::gauge!(API_SIDE_WATCHES).decrement(1.0);
     }
 }

@@ -112,6 +112,11 @@ impl Views {
         shared
     }
 
+    /// How many nodes have a view.
+    pub fn nodes(&self) -> usize {
+        self.nodes.len()
+    }
+
     /// Whether `node` has a view.
     pub fn has(&self, node: &str) -> bool {
         self.nodes.contains_key(node)

@@ -230,7 +230,10 @@ pub fn watch(
             if held.is_some() && held.as_ref().map(|h| h.revision) != before {
                 pause = FIRST_PAUSE;
             }
-            tokio::time::sleep(pause).await;
+            tokio::select! {
+                () = tokio::time::sleep(pause) => {}
+                () = tx.closed() => return,
+            }
             pause = (pause * 2).min(LONGEST_PAUSE);
         }
     });
@@ -290,7 +293,14 @@ async fn session(
     let mut stream = client.watch(request).await?.into_inner();
     info!(%endpoint, resumes_from = ?held.as_ref().map(|h| h.revision), "watching the view");
     let mut batch: Option<Update> = None;
-    while let Some(message) = stream.message().await? {
+    loop {
+        // Whoever took the view may go (a test, `plan`) while the API side
+        // is quiet: the watch ends then, not at the next change.
+        let message = tokio::select! {
+            message = stream.message() => message?,
+            () = tx.closed() => return Ok(()),
+        };
+        let Some(message) = message else { break };
         let instance = message.instance.clone();
         let (part, rejected) = wire::decode_skipping(message);
         for problem in &rejected {

@@ -12,6 +12,9 @@ use super::{
     CONNTRACK_RECONCILER_DELETED_ENTRIES_TOTAL,
     CONNTRACK_RECONCILER_SYNC_DURATION_SECONDS, ENDPOINT_CHANGES_PENDING,
     ENDPOINT_CHANGES_TOTAL, INVALID_OBJECTS_TOTAL, INVALID_VIEW_CHANGES_TOTAL, KERNEL_OPERATIONS_TOTAL,
+    API_SIDE_CHANGES_SENT_TOTAL, API_SIDE_SENT_BYTES_TOTAL,
+    API_SIDE_SYNC_DURATION_SECONDS, API_SIDE_UPDATES_SENT_TOTAL,
+    API_SIDE_VIEWS, API_SIDE_WATCHES,
     NETWORK_PROGRAMMING_DURATION_SECONDS, PROXY_HEALTHZ_TOTAL,
     PROXY_LIVEZ_TOTAL, REPAIR_DURATION_SECONDS, SERVICE_CHANGES_PENDING,
     SERVICE_CHANGES_TOTAL, SERVICE_HEALTH_LISTEN_FAILURES_TOTAL,
@@ -54,6 +57,10 @@ pub fn builder() -> Result<PrometheusBuilder, ExporterError> {
         )?
         .set_buckets_for_metric(
             Matcher::Full(REPAIR_DURATION_SECONDS.to_owned()),
+            &stage_buckets(),
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(API_SIDE_SYNC_DURATION_SECONDS.to_owned()),
             &stage_buckets(),
         )?
         .set_buckets_for_metric(
@@ -176,6 +183,24 @@ pub fn describe() {
         INVALID_VIEW_CHANGES_TOTAL,
         "Changes from the API side that could not be used"
     );
+    describe_gauge!(API_SIDE_WATCHES, "Node watches open on the API side");
+    describe_counter!(
+        API_SIDE_UPDATES_SENT_TOTAL,
+        "Updates the API side sent to nodes, full views or changes"
+    );
+    describe_counter!(
+        API_SIDE_CHANGES_SENT_TOTAL,
+        "Changes the API side sent to nodes"
+    );
+    describe_counter!(
+        API_SIDE_SENT_BYTES_TOTAL,
+        "Bytes of the messages the API side sent to nodes"
+    );
+    describe_histogram!(
+        API_SIDE_SYNC_DURATION_SECONDS,
+        "Time the API side took to bring the node views up to date"
+    );
+    describe_gauge!(API_SIDE_VIEWS, "Node views the API side keeps");
     describe_counter!(
         KERNEL_OPERATIONS_TOTAL,
         "Kernel operations by facility, operation and result"
