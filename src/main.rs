@@ -5,7 +5,7 @@
 //! is missing.
 
 use std::{
-    net::IpAddr,
+    net::{IpAddr, Ipv4Addr, SocketAddr},
     path::Path,
     process::ExitCode,
     sync::Arc,
@@ -496,9 +496,26 @@ async fn kube_client(
 /// `api-server`: one watch of the API server (or a state file) for the
 /// whole cluster; each node served its own view.
 fn api_server(args: &ApiServerArgs) -> ExitCode {
-    let config = match load(&args.config) {
+    // Its metrics address is its own: a config file shared with the
+    // nodes names theirs, which the API side would take from a
+    // control-plane node's proxy.
+    let mut proxy_args = args.config.clone();
+    let metrics = proxy_args.metrics_bind_address.take();
+    let config = match load(&proxy_args) {
         Ok(config) => config,
         Err(code) => return code,
+    };
+    let metrics = match metrics.as_deref() {
+        None => Some(API_SIDE_METRICS_ADDRESS),
+        Some("") => None,
+        Some(address) => match address.parse() {
+            Ok(address) => Some(address),
+            Err(e) => {
+                return bad_config(&anyhow::anyhow!(
+                    "--metrics-bind-address {address}: {e}"
+                ))
+            }
+        },
     };
     let listen = match ApiEndpoint::parse(&args.listen) {
         Ok(listen) => listen,
@@ -509,7 +526,7 @@ fn api_server(args: &ApiServerArgs) -> ExitCode {
         Ok(runtime) => runtime,
         Err(code) => return code,
     };
-    match runtime.block_on(run_api_side(config, listen, args)) {
+    match runtime.block_on(run_api_side(config, listen, metrics, args)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -518,9 +535,15 @@ fn api_server(args: &ApiServerArgs) -> ExitCode {
     }
 }
 
+/// Where `api-server` serves its metrics without `--metrics-bind-address`:
+/// the port after deploy/'s view port, not the node proxy's 10249.
+const API_SIDE_METRICS_ADDRESS: SocketAddr =
+    SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9444);
+
 async fn run_api_side(
     config: Config,
     listen: ApiEndpoint,
+    metrics: Option<SocketAddr>,
     args: &ApiServerArgs,
 ) -> anyhow::Result<()> {
     let source: BoxStream<'static, SourceEvent> = match &config.state_file {
@@ -537,9 +560,7 @@ async fn run_api_side(
         }
     };
     let shared = Shared::new(Cluster::new(SystemTime::now()));
-    // Beside a node's proxy (a control-plane node, host network) the
-    // default address is taken: deploy/ moves it.
-    if let Some(address) = config.metrics_bind_address {
+    if let Some(address) = metrics {
         let handle = kube_ipvs_proxy::telemetry::exporter::install()?;
         server::metrics::spawn_upkeep(handle.clone(), METRICS_UPKEEP);
         server::spawn_forever(

@@ -123,6 +123,11 @@ pub struct PlanArgs {
 /// `api-server`: the sources of the proxy (`--kubeconfig`, `--state`,
 /// `--service-proxy-name`, logging) and where to serve.
 #[derive(Debug, Clone, PartialEq, Args)]
+#[command(mut_arg("metrics_bind_address", |a| a.help(
+    "Serve the API side's metrics on IP:PORT (127.0.0.1:9444 if not \
+     given; empty: off). With --config too: the file's metricsBindAddress \
+     is the node proxies'."
+)))]
 pub struct ApiServerArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
