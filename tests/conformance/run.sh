@@ -372,7 +372,7 @@ EOF
         VM_PASS_ENV="CARGO_TARGET_DIR E2E_UPSTREAM_PROXY E2E_NODE_NAME \
 CONFORMANCE_RUNS CONFORMANCE_SYNC_TIMEOUT CONFORMANCE_FAMILIES \
 CONFORMANCE_VERBOSE CONFORMANCE_UPSTREAM_ARGS CONFORMANCE_FREEZE_UPSTREAM \
-CONFORMANCE_PORT CONFORMANCE_WORK CONFORMANCE_SPLIT \
+CONFORMANCE_PORT CONFORMANCE_WORK CONFORMANCE_SPLIT CONFORMANCE_STALL \
 CONFORMANCE_CLEANUP_UPSTREAM CONFORMANCE_CLEANUP_OURS" \
         tests/vm/run tests/conformance/run.sh --in-guest |
         tee "$hostwork/report.txt" || rc=$?
@@ -398,7 +398,39 @@ exec 9<>"$work/never"
 # Progress goes to the console as it happens; each run's own output is
 # printed when it ends.
 exec 4>&2
-log() { printf '%s conformance: %s\n' "$(date -u +%H:%M:%S)" "$*" >&4; }
+log() {
+    printf '%s conformance: %s\n' "$(date -u +%H:%M:%S)" "$*" >&4
+    : >"$work/progress"
+}
+
+# A run that logs nothing for CONFORMANCE_STALL (600) seconds is stuck
+# where no timeout of its own covers it. The watchdog prints what the
+# guest is doing then, while it is still doing it: the guest's own limit
+# would end the run hours later, with no word of where it was.
+watchdog() {
+    local quiet=0 reported=0 f
+    : >"$work/progress-seen"
+    while :; do
+        read -r -t 30 -u 9 || true
+        if [[ $work/progress -nt $work/progress-seen ]]; then
+            : >"$work/progress-seen"
+            quiet=0 reported=0
+            continue
+        fi
+        quiet=$((quiet + 30))
+        ((quiet >= ${CONFORMANCE_STALL:-600} && !reported)) || continue
+        reported=1
+        {
+            echo "=== conformance: nothing logged for ${quiet}s; the guest's processes:"
+            ps -eo pid,ppid,stat,etime,wchan:32,args
+            guest_state
+            for f in $(ls -t "$work"/*.out "$work"/*/*.log 2>/dev/null | head -n 4); do
+                echo "--- the end of $f:"
+                tail -n 30 "$f"
+            done
+        } >&4 2>&1
+    done
+}
 
 now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
 
@@ -1109,6 +1141,9 @@ boot_timeouts="$tcp $tcpfin $udp"
 log "boot state: IPVS timeouts $boot_timeouts, ${#sysctl_files[@]} sysctls"
 results=$work/results
 : >"$results"
+watchdog &
+watchdog_pid=$!
+trap 'kill "$watchdog_pid" 2>/dev/null || true' EXIT
 failed=0
 start=$SECONDS
 for run in "${runs[@]}"; do
