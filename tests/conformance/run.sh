@@ -440,7 +440,9 @@ answer=
 request() {
     exec 3<>"/dev/tcp/10.0.2.100/$CONFORMANCE_PORT"
     echo "$1" >&3
-    answer=$(cat <&3)
+    # Bounded: a connection whose end never reaches the guest would hold
+    # the run. The host settles for at most two minutes.
+    answer=$(timeout 300 cat <&3)
     exec 3<&-
     if [[ $answer == ok* ]]; then
         answer=${answer#ok }
