@@ -3,7 +3,7 @@
 //! exactly the service ports that changed.
 
 use std::{
-    collections::HashSet,
+    collections::{HashMap, HashSet},
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
     sync::Arc,
     time::SystemTime,
@@ -15,7 +15,10 @@ use kube::runtime::watcher::Event;
 use crate::{
     config::{Config, DetectLocal, NodePortAddress},
     desired::{DesiredState, NodeContext, Plan, ServiceDelta},
-    model::{EndpointsMap, NodeInfo, Protocol, ServicePortMap, ServicePortName},
+    model::{
+        EndpointsMap, NamespacedName, NodeInfo, Protocol, ServicePortMap,
+        ServicePortName,
+    },
     nodeview::{Change, Key, Received, Update},
     selection::EndpointsView,
     source::{
@@ -221,6 +224,9 @@ pub struct SyncState {
     /// Set when the API side feeds this node its view instead of the
     /// API server its objects: the trackers then stay empty.
     view: Option<ViewInput>,
+    /// Trigger times before this are from before we started, whichever
+    /// side tracked them.
+    start_time: SystemTime,
 }
 
 /// A view received from the API side, and what changed in it since the
@@ -231,6 +237,7 @@ struct ViewInput {
     services_changed: HashSet<ServicePortName>,
     endpoints_changed: HashSet<ServicePortName>,
     deleted_udp_cluster_ips: HashSet<IpAddr>,
+    last_change_trigger_times: HashMap<NamespacedName, Vec<SystemTime>>,
 }
 
 impl SyncState {
@@ -262,6 +269,7 @@ impl SyncState {
             desired: DesiredState::new(ctx),
             node_dirty: false,
             view: None,
+            start_time,
         }
     }
 
@@ -273,8 +281,26 @@ impl SyncState {
     }
 
     /// Takes a consistent update of this node's view from the API side.
-    pub fn apply_view(&mut self, update: Update) -> ChangeOutcome {
+    pub fn apply_view(&mut self, mut update: Update) -> ChangeOutcome {
         let view = self.view.get_or_insert_with(ViewInput::default);
+        // As the endpoints tracker takes them from slices: a full state
+        // carries none (the API side sends none with it), and times from
+        // before our start would count the start-up as latency.
+        let trigger_times = std::mem::take(&mut update.trigger_times);
+        if !update.full {
+            for (service, times) in trigger_times {
+                let times: Vec<SystemTime> = times
+                    .into_iter()
+                    .filter(|time| *time > self.start_time)
+                    .collect();
+                if !times.is_empty() {
+                    view.last_change_trigger_times
+                        .entry(service)
+                        .or_default()
+                        .extend(times);
+                }
+            }
+        }
         // UDP cluster IPs that go away: their conntrack entries are
         // flushed, as the service tracker reports them for a proxy.
         let touched: Vec<ServicePortName> = if update.full {
@@ -572,6 +598,9 @@ impl ViewInput {
             conntrack_cleanup_required: udp(&services.changed_ports)
                 || udp(&endpoints_changed),
             changed_ports: endpoints_changed,
+            last_change_trigger_times: std::mem::take(
+                &mut self.last_change_trigger_times,
+            ),
             ..EndpointsUpdateResult::default()
         };
         (services, endpoints)

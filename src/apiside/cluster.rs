@@ -95,8 +95,12 @@ impl Cluster {
             .iter()
             .chain(&endpoints.changed_ports)
             .collect();
-        self.views
-            .update(changed, &self.service_map, &self.endpoints_map);
+        self.views.update(
+            changed,
+            &self.service_map,
+            &self.endpoints_map,
+            &endpoints.last_change_trigger_times,
+        );
     }
 
     /// How many nodes have a view.

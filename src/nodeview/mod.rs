@@ -14,14 +14,15 @@
 
 use std::{
     borrow::Cow,
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
     sync::Arc,
+    time::SystemTime,
 };
 
 use crate::{
     model::{
-        EndpointInfo, NodeInfo, ServicePortInfo, ServicePortMap,
-        ServicePortName,
+        EndpointInfo, NamespacedName, NodeInfo, ServicePortInfo,
+        ServicePortMap, ServicePortName,
     },
     selection::{select, NodeEndpoints, NodeEndpointsMap},
 };
@@ -53,6 +54,11 @@ pub enum Change {
     Delete(Key),
 }
 
+/// Per service, the `last-change-trigger-time`s of the EndpointSlice
+/// changes behind what a node is sent, for its network programming
+/// latency (kube-proxy's `lastChangeTriggerTimes`).
+pub type TriggerTimes = BTreeMap<NamespacedName, Vec<SystemTime>>;
+
 /// What a node is sent to catch up.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Update {
@@ -65,6 +71,12 @@ pub struct Update {
     /// state at `revision`. An update split for the wire is synced in
     /// its last part only.
     pub synced: bool,
+    /// The trigger times of the endpoints changes among `changes`, in a
+    /// catch-up only: a full state is what a node starts from (or starts
+    /// over from), and its times were observed already, or are from
+    /// before the node started. Of a change merged into a later one
+    /// while the node was slow, only the later one's times come.
+    pub trigger_times: TriggerTimes,
 }
 
 impl Update {
@@ -77,6 +89,7 @@ impl Update {
             mut changes,
             revision,
             synced,
+            trigger_times,
         } = self;
         let max = max_changes.max(1);
         let mut parts = Vec::with_capacity(changes.len() / max + 1);
@@ -87,14 +100,18 @@ impl Update {
                 changes,
                 revision,
                 synced: false,
+                trigger_times: TriggerTimes::new(),
             });
             if rest.is_empty() {
                 break;
             }
             changes = rest;
         }
+        // The times count once the changes are programmed, which is
+        // after the last part at the earliest.
         if let Some(last) = parts.last_mut() {
             last.synced = synced;
+            last.trigger_times = trigger_times;
         }
         parts
     }

@@ -2,7 +2,7 @@
 
 mod proptests;
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use pretty_assertions::assert_eq;
 
@@ -58,10 +58,28 @@ impl Cluster {
 
     /// Brings the views up to date with `changed`, as a sync does.
     fn update(&mut self, changed: &[&ServicePortName]) {
+        self.update_triggered(changed, &[]);
+    }
+
+    /// The same, the changes triggered at `times` (per service).
+    fn update_triggered(
+        &mut self,
+        changed: &[&ServicePortName],
+        times: &[(&str, SystemTime)],
+    ) {
+        let mut triggers: std::collections::HashMap<_, Vec<_>> =
+            Default::default();
+        for (service, time) in times {
+            triggers
+                .entry(NamespacedName::new("ns", *service))
+                .or_default()
+                .push(*time);
+        }
         self.views.update(
             changed.iter().copied(),
             &self.services,
             &self.endpoints,
+            &triggers,
         );
     }
 
@@ -324,7 +342,7 @@ fn a_split_update_is_full_in_its_first_part_and_synced_in_its_last() {
         received.apply(part);
     }
     let mut whole = Received::default();
-    whole.apply(update);
+    whole.apply(update.clone());
     assert_eq!(received, whole);
     assert!(whole.revision.is_some());
 
@@ -333,6 +351,89 @@ fn a_split_update_is_full_in_its_first_part_and_synced_in_its_last() {
         changes: vec![],
         revision: 4,
         synced: true,
+        trigger_times: TriggerTimes::new(),
     };
     assert_eq!(empty.clone().split(3), [empty]);
+
+    // Trigger times count once the node holds what they are of: with
+    // the last part.
+    let mut times = TriggerTimes::new();
+    times.insert(NamespacedName::new("ns", "a"), vec![SystemTime::UNIX_EPOCH]);
+    let update = Update {
+        full: false,
+        trigger_times: times.clone(),
+        ..update
+    };
+    let parts = update.split(3);
+    assert!(parts[..parts.len() - 1].iter().all(|p| p.trigger_times.is_empty()));
+    assert_eq!(parts.last().unwrap().trigger_times, times);
+}
+
+/// The trigger times of a change go to each node behind it, with the
+/// port's endpoints, once; not to a node that has the change already,
+/// and never in a full state.
+#[test]
+fn trigger_times_go_with_the_endpoints_to_the_nodes_behind_them() {
+    let at = |secs| SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+    let mut cluster = Cluster::new();
+    let web = cluster.service("web", |_| {}, vec![on("node-b", "198.19.0.1")]);
+    let db = cluster.service("db", |_| {}, vec![on("node-b", "198.19.1.1")]);
+    cluster.watch("node-a", "");
+    cluster.watch("node-b", "");
+    let a0 = cluster.revision("node-a");
+    let b0 = cluster.revision("node-b");
+
+    // A new endpoint for web: node-a takes its zone's selection, node-b
+    // its own (web's endpoints are on it). Both get the time.
+    cluster.endpoints.insert(
+        web.clone(),
+        vec![on("node-b", "198.19.0.1"), on("node-c", "198.19.0.2")],
+    );
+    cluster.update_triggered(&[&web], &[("web", at(10))]);
+    let times = |update: &Update| update.trigger_times.clone();
+    let expected: TriggerTimes =
+        [(web.service.clone(), vec![at(10)])].into();
+    assert_eq!(times(&cluster.since("node-a", Some(a0))), expected);
+    assert_eq!(times(&cluster.since("node-b", Some(b0))), expected);
+    let a1 = cluster.revision("node-a");
+    assert!(cluster.since("node-a", Some(a1)).trigger_times.is_empty());
+    assert!(cluster.views.full("node-a").trigger_times.is_empty());
+
+    // A change without times (the service's own) sends none, and a node
+    // past web's change does not get web's times with db's.
+    cluster.services.insert(
+        db.clone(),
+        Arc::new(port_info(|s| s.port = 81)),
+    );
+    cluster.update(&[&db]);
+    let update = cluster.since("node-a", Some(a1));
+    assert!(
+        update.changes.iter().any(
+            |c| matches!(c, Change::Service(name, _) if **name == db)
+        ),
+        "{update:?}"
+    );
+    assert!(update.trigger_times.is_empty());
+
+    // Changed twice while node-a was slow: sent once, with the later
+    // change's time.
+    let a2 = cluster.revision("node-a");
+    for (i, secs) in [(3, 20), (4, 30)] {
+        let eps = (1..=i).map(|n| on("node-c", &format!("198.19.0.{n}")));
+        cluster.endpoints.insert(web.clone(), eps.collect());
+        cluster.update_triggered(&[&web], &[("web", at(secs))]);
+    }
+    let update = cluster.since("node-a", Some(a2));
+    assert_eq!(update.changes.len(), 1);
+    assert_eq!(
+        update.trigger_times,
+        [(web.service.clone(), vec![at(30)])].into()
+    );
+
+    // A change that leaves node-a's selection as it was sends node-a
+    // nothing, times included.
+    let a3 = cluster.revision("node-a");
+    cluster.update_triggered(&[&web], &[("web", at(40))]);
+    assert_eq!(cluster.since("node-a", Some(a3)).changes, []);
+    assert!(cluster.since("node-a", Some(a3)).trigger_times.is_empty());
 }

@@ -19,16 +19,17 @@
 use std::{
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     sync::Arc,
+    time::SystemTime,
 };
 
 use super::{
     layer::{Entry, Layer},
-    node_endpoints, Change, Key, Update,
+    node_endpoints, Change, Key, TriggerTimes, Update,
 };
 use crate::{
     model::{
-        EndpointInfo, EndpointsMap, NodeInfo, ServicePortInfo,
-        ServicePortMap, ServicePortName,
+        EndpointInfo, EndpointsMap, NamespacedName, NodeInfo,
+        ServicePortInfo, ServicePortMap, ServicePortName,
     },
     selection::NodeEndpoints,
 };
@@ -64,6 +65,16 @@ pub struct Views {
     nodes: HashMap<String, NodeState>,
     /// Per port: the watching nodes that have a selection of their own.
     owners: HashMap<Arc<ServicePortName>, BTreeSet<String>>,
+    /// Per port whose last update came with slice trigger times: those
+    /// times, and the revision after that update. A node behind it is
+    /// sent them with the port's endpoints.
+    triggers: HashMap<Arc<ServicePortName>, Trigger>,
+}
+
+#[derive(Debug)]
+struct Trigger {
+    revision: u64,
+    times: Vec<SystemTime>,
 }
 
 impl Default for Views {
@@ -100,6 +111,7 @@ impl Views {
             zones: HashMap::new(),
             nodes: HashMap::new(),
             owners: HashMap::new(),
+            triggers: HashMap::new(),
         }
     }
 
@@ -124,12 +136,14 @@ impl Views {
 
     /// Brings the `changed` service ports up to date in every layer they
     /// touch: the services, each zone, and the overlays of the nodes that
-    /// have or had a selection of their own.
+    /// have or had a selection of their own. `trigger_times` are the
+    /// trackers' for the slice changes behind them.
     pub fn update<'a>(
         &mut self,
         changed: impl IntoIterator<Item = &'a ServicePortName>,
         services: &ServicePortMap,
         endpoints: &EndpointsMap,
+        trigger_times: &HashMap<NamespacedName, Vec<SystemTime>>,
     ) {
         for name in changed {
             let name = self.name(name);
@@ -167,6 +181,20 @@ impl Views {
             }
             if !owners.is_empty() {
                 self.owners.insert(name.clone(), owners);
+            }
+            // Times from an earlier update are not this one's: a node
+            // behind both gets the port once, with the latest times.
+            match trigger_times.get(&name.service) {
+                Some(times) if svc.is_some() && !times.is_empty() => {
+                    let trigger = Trigger {
+                        revision: self.revision,
+                        times: times.clone(),
+                    };
+                    self.triggers.insert(name.clone(), trigger);
+                }
+                _ => {
+                    self.triggers.remove(&*name);
+                }
             }
             if svc.is_none() {
                 // Layers may still hold it (tombstones), which keeps it
@@ -314,14 +342,28 @@ impl Views {
             .into_iter()
             .flat_map(|z| z.since(r))
             .filter(|(name, _)| !state.own.holds(name));
+        let mut trigger_times = TriggerTimes::new();
         for (name, _) in zone_changed.chain(state.own.since(r)) {
             changes.insert(Key::Endpoints(name.clone()), endpoints(name));
+            if let Some(trigger) =
+                self.triggers.get(&**name).filter(|t| t.revision > r)
+            {
+                // A service's ports share its times: each counts once.
+                let times =
+                    trigger_times.entry(name.service.clone()).or_default();
+                for time in &trigger.times {
+                    if !times.contains(time) {
+                        times.push(*time);
+                    }
+                }
+            }
         }
         Update {
             full: false,
             changes: changes.into_values().collect(),
             revision: self.revision,
             synced: true,
+            trigger_times,
         }
     }
 
@@ -353,6 +395,7 @@ impl Views {
             changes: changes.into_values().collect(),
             revision: self.revision,
             synced: true,
+            trigger_times: TriggerTimes::new(),
         }
     }
 }

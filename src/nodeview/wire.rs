@@ -9,11 +9,12 @@ use std::{
     collections::BTreeMap,
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
     sync::Arc,
+    time::{Duration, SystemTime},
 };
 
 use nodeview_protocol::v1;
 
-use super::{Change, Key, Update};
+use super::{Change, Key, TriggerTimes, Update};
 use crate::{
     telemetry::{events::InternalEvent, INVALID_VIEW_CHANGES_TOTAL},
     model::{
@@ -74,7 +75,23 @@ pub fn encode(update: &Update, instance: &str) -> v1::ViewUpdate {
         revision: update.revision,
         synced: update.synced,
         instance: instance.to_owned(),
+        trigger_times: update
+            .trigger_times
+            .iter()
+            .map(|(service, times)| v1::TriggerTimes {
+                namespace: service.namespace.clone(),
+                name: service.name.clone(),
+                unix_nanos: times.iter().filter_map(unix_nanos).collect(),
+            })
+            .collect(),
     }
+}
+
+/// A time the wire can carry: none before 1970 or after 2262 is a trigger
+/// time of anything (the API side's conversion drops those).
+fn unix_nanos(time: &SystemTime) -> Option<i64> {
+    let since = time.duration_since(SystemTime::UNIX_EPOCH).ok()?;
+    i64::try_from(since.as_nanos()).ok()
 }
 
 fn encode_change(change: &Change) -> v1::Change {
@@ -236,13 +253,43 @@ pub fn decode_skipping(message: v1::ViewUpdate) -> (Update, Vec<WireError>) {
             decode_change(i, change).map_err(|e| rejected.push(e)).ok()
         })
         .collect();
+    let mut trigger_times = TriggerTimes::new();
+    for entry in message.trigger_times {
+        match decode_trigger_times(entry) {
+            Ok((service, times)) => {
+                trigger_times.entry(service).or_default().extend(times)
+            }
+            Err(e) => rejected.push(e),
+        }
+    }
     let update = Update {
         full: message.full,
         changes,
         revision: message.revision,
         synced: message.synced,
+        trigger_times,
     };
     (update, rejected)
+}
+
+fn decode_trigger_times(
+    entry: v1::TriggerTimes,
+) -> Result<(NamespacedName, Vec<SystemTime>), WireError> {
+    let who = || format!("trigger times of {}/{}", entry.namespace, entry.name);
+    if entry.namespace.is_empty() || entry.name.is_empty() {
+        return Err(error(who(), "trigger_times", "no namespace or name"));
+    }
+    let times = entry
+        .unix_nanos
+        .iter()
+        .map(|&nanos| {
+            let nanos = u64::try_from(nanos).map_err(|_| {
+                error(who(), "trigger_times.unix_nanos", format!("{nanos}"))
+            })?;
+            Ok(SystemTime::UNIX_EPOCH + Duration::from_nanos(nanos))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok((NamespacedName::new(&entry.namespace, &entry.name), times))
 }
 
 fn decode_change(i: usize, change: v1::Change) -> Result<Change, WireError> {

@@ -329,6 +329,9 @@ fn merge(batch: Option<Update>, part: Update) -> Update {
             batch.changes.extend(part.changes);
             batch.revision = part.revision;
             batch.synced = part.synced;
+            for (service, times) in part.trigger_times {
+                batch.trigger_times.entry(service).or_default().extend(times);
+            }
             batch
         }
         _ => part,
@@ -373,6 +376,7 @@ mod tests {
             ],
             revision: 9,
             synced,
+            trigger_times: Default::default(),
         };
         let batch = merge(Some(part(true, 2, false)), part(false, 1, true));
         assert_eq!((batch.full, batch.changes.len(), batch.synced), (true, 3, true));

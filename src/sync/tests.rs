@@ -512,3 +512,119 @@ fn a_node_fed_by_its_view_reports_deleted_udp_cluster_ips() {
     assert!(outcome.deltas[0].current.is_none());
     assert!(state.service_map().is_empty());
 }
+
+/// Fed by the API side, a node reports the trigger times of the slice
+/// changes it programs, as a proxy watching the slices does: once each,
+/// none from before its start, none from the full state it starts from.
+#[test]
+fn a_node_fed_by_its_view_reports_the_trigger_times_of_what_it_programs() {
+    use std::time::Duration;
+
+    use crate::{
+        apiside::cluster::{Cluster, NO_NODE},
+        model::{
+            convert::ANNOTATION_LAST_CHANGE_TRIGGER_TIME,
+            fixtures::{add_port, add_slice_port, endpoint, service, slice},
+        },
+        nodeview::wire,
+        source::store::Stores,
+    };
+    // 2026-01-01T00:00:00Z: the API side starts; the node 100 s later.
+    let api_start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_767_225_600);
+    let node_start = api_start + Duration::from_secs(100);
+    let at = |secs: u64| api_start + Duration::from_secs(secs);
+    let web_slice = |ips: &[&str], trigger: &str| {
+        slice("ns", "web-1", "web", |s| {
+            add_slice_port(s, "http", 8080, "TCP");
+            s.endpoints = ips.iter().map(|ip| endpoint(ip, |_| {})).collect();
+            s.metadata.annotations = Some(BTreeMap::from([(
+                ANNOTATION_LAST_CHANGE_TRIGGER_TIME.to_owned(),
+                trigger.to_owned(),
+            )]));
+        })
+    };
+    let mut stores = Stores::new(NO_NODE);
+    let mut cluster = Cluster::new(api_start);
+    let mut feed = |cluster: &mut Cluster, events: Vec<SourceEvent>| {
+        for event in events {
+            for change in stores.apply(event) {
+                cluster.apply(&change);
+            }
+        }
+        cluster.sync();
+    };
+    feed(
+        &mut cluster,
+        vec![
+            SourceEvent::Node(Event::Init),
+            SourceEvent::Node(Event::InitDone),
+            SourceEvent::Service(Event::Init),
+            SourceEvent::Service(Event::InitApply(service("ns", "web", |s| {
+                add_port(s, "http", 80, "TCP")
+            }))),
+            SourceEvent::Service(Event::InitDone),
+            SourceEvent::EndpointSlice(Event::Init),
+            SourceEvent::EndpointSlice(Event::InitApply(web_slice(
+                &["198.19.0.1"],
+                "2026-01-01T00:00:10Z",
+            ))),
+            SourceEvent::EndpointSlice(Event::InitDone),
+        ],
+    );
+    let mut state =
+        SyncState::new("node-a", NodeSettings::default(), None, node_start)
+            .fed_by_view();
+    // Through the wire, as a node receives it.
+    let mut held = None;
+    let mut next = |cluster: &mut Cluster, state: &mut SyncState| {
+        let update = cluster.update_for("node-a", held, held.is_none());
+        let update = update.expect("something to send");
+        held = Some(update.revision);
+        state.apply_view(wire::decode(wire::encode(&update, "i")).unwrap());
+        state.sync()
+    };
+    let web = NamespacedName::new("ns", "web");
+
+    // The full state it starts from: its times are the API side's, from
+    // before the node started.
+    let first = next(&mut cluster, &mut state);
+    assert_eq!(first.deltas.len(), 1);
+    assert!(first.endpoints.last_change_trigger_times.is_empty());
+
+    // A change after the node's start reaches it with its time.
+    feed(
+        &mut cluster,
+        vec![SourceEvent::EndpointSlice(Event::Apply(web_slice(
+            &["198.19.0.1", "198.19.0.2"],
+            "2026-01-01T00:03:20Z",
+        )))],
+    );
+    let outcome = next(&mut cluster, &mut state);
+    assert_eq!(outcome.endpoints.changed_ports.len(), 1);
+    assert_eq!(
+        outcome.endpoints.last_change_trigger_times,
+        [(web.clone(), vec![at(200)])].into()
+    );
+    // Reported once: the next sync has nothing more.
+    assert!(state.sync().endpoints.last_change_trigger_times.is_empty());
+
+    // A slice whose trigger is from before the node started (after the
+    // API side's start): programmed, its time not reported.
+    feed(
+        &mut cluster,
+        vec![SourceEvent::EndpointSlice(Event::Apply(web_slice(
+            &["198.19.0.2"],
+            "2026-01-01T00:00:50Z",
+        )))],
+    );
+    let outcome = next(&mut cluster, &mut state);
+    assert_eq!(outcome.endpoints.changed_ports.len(), 1);
+    assert!(outcome.endpoints.last_change_trigger_times.is_empty());
+
+    // A full state is where the node starts over: times with it, should
+    // a server send any, are not the node's to report.
+    let mut full = cluster.update_for("node-a", None, true).unwrap();
+    full.trigger_times.insert(web.clone(), vec![at(300)]);
+    state.apply_view(full);
+    assert!(state.sync().endpoints.last_change_trigger_times.is_empty());
+}

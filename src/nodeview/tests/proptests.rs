@@ -201,7 +201,7 @@ proptest! {
                 Event::Checkout => {
                     let changed = api.checkout();
                     let (services, slices) = (&api.service_map, &api.endpoints_map);
-                    views.update(&changed, services, slices);
+                    views.update(&changed, services, slices, &Default::default());
                     checkouts += 1;
                     if checkouts == late {
                         let info = node("node-b", zones[1]);

@@ -3,6 +3,33 @@ use pretty_assertions::assert_eq;
 use super::*;
 use crate::model::fixtures::{ep, port_info};
 
+#[test]
+fn trigger_times_survive_the_wire_to_the_nanosecond() {
+    let at = |nanos| SystemTime::UNIX_EPOCH + Duration::from_nanos(nanos);
+    let update = Update {
+        full: false,
+        changes: vec![],
+        revision: 2,
+        synced: true,
+        trigger_times: [
+            (NamespacedName::new("ns", "web"), vec![at(1_700_000_000_123_456_789), at(5)]),
+            (NamespacedName::new("ns", "db"), vec![at(1_700_000_000_000_000_001)]),
+        ]
+        .into(),
+    };
+    assert_eq!(decode(encode(&update, "i")).unwrap(), update);
+    // A time the wire cannot carry is left out, not wrapped around.
+    let before_1970 = Update {
+        trigger_times: [(
+            NamespacedName::new("ns", "web"),
+            vec![SystemTime::UNIX_EPOCH - Duration::from_secs(1), at(7)],
+        )]
+        .into(),
+        ..update
+    };
+    assert_eq!(encode(&before_1970, "i").trigger_times[0].unix_nanos, [7]);
+}
+
 fn name() -> Arc<ServicePortName> {
     Arc::new(ServicePortName::new("ns", "web", "http", Protocol::Tcp))
 }
@@ -62,6 +89,14 @@ fn an_update_survives_the_wire_but_for_what_the_node_does_not_read() {
         ],
         revision: 7,
         synced: true,
+        trigger_times: [(
+            NamespacedName::new("ns", "web"),
+            vec![
+                SystemTime::UNIX_EPOCH + Duration::from_nanos(1_700_000_000_123_456_789),
+                SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_001),
+            ],
+        )]
+        .into(),
     };
     let message = encode(&update, "instance-1");
     assert_eq!(message.instance, "instance-1");
@@ -130,6 +165,7 @@ fn a_malformed_message_is_an_error_naming_the_entry_and_field() {
             )],
             revision: 1,
             synced: true,
+            trigger_times: TriggerTimes::new(),
         },
         "i",
     );
@@ -178,6 +214,24 @@ fn a_malformed_message_is_an_error_naming_the_entry_and_field() {
         "update from the API side, endpoints ns/web:http: ipv4: no endpoint 3"
     );
 
+    let mut message = good.clone();
+    message.trigger_times = vec![v1::TriggerTimes {
+        namespace: "ns".into(),
+        name: "web".into(),
+        unix_nanos: vec![1, -5],
+    }];
+    let err = decode(message).unwrap_err();
+    assert_eq!(
+        (err.entry.as_str(), err.field, err.problem.as_str()),
+        ("trigger times of ns/web", "trigger_times.unix_nanos", "-5")
+    );
+    let mut message = good.clone();
+    message.trigger_times = vec![v1::TriggerTimes {
+        namespace: "ns".into(),
+        ..Default::default()
+    }];
+    assert_eq!(decode(message).unwrap_err().field, "trigger_times");
+
     let mut message = good;
     message.changes[0].change = Some(v1::change::Change::Deleted(v1::Key {
         kind: 0,
@@ -200,6 +254,7 @@ fn a_malformed_change_is_left_out_and_counted_the_rest_taken() {
             ],
             revision: 3,
             synced: true,
+            trigger_times: TriggerTimes::new(),
         },
         "i",
     );

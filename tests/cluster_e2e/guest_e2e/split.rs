@@ -15,7 +15,7 @@ use serde_json::json;
 
 use super::{env_path, Guest, GuestCluster, PROXY};
 use crate::scenarios::{
-    expect_serving, only, programming, serving, Cluster, Node,
+    expect_serving, only, programming, serving, wait_for, Cluster, Node,
 };
 
 /// The API side, killed when dropped.
@@ -97,6 +97,12 @@ fn a_node_fed_by_the_split_outlives_its_api_side() -> Result<()> {
     let one = c.add_pod("split-1", "split", &[("http", 8080)])?;
     let one = format!("{one}:8080");
     expect_serving(&c, "one pod, through the split", &vs, &[&one], before)?;
+    // The slice's trigger time came through the split: the node reports
+    // the change's network programming latency as a proxy watching the
+    // slices would.
+    wait_for(&c, "a network programming observation", || {
+        Ok(programming(&Guest)?.0 > before.0)
+    })?;
 
     api.kill();
     // A change the node cannot hear of while its API side is away.
@@ -132,5 +138,8 @@ fn a_node_fed_by_the_split_outlives_its_api_side() -> Result<()> {
     let before = programming(&Guest)?;
     c.remove_pod("split-1")?;
     expect_serving(&c, "a pod gone after the restart", &vs, &[&two], before)?;
+    wait_for(&c, "a network programming observation", || {
+        Ok(programming(&Guest)?.0 > before.0)
+    })?;
     Ok(())
 }
