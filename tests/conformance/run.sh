@@ -403,6 +403,12 @@ log() {
     : >"$work/progress"
 }
 
+# What the run is waiting for, for the watchdog to say when it is stuck.
+doing() {
+    printf '%s %s %s: %s\n' "$(date -u +%H:%M:%S)" "${run:-}" "${proxy_label:-}" "$*" \
+        >"$work/doing"
+}
+
 # A run that logs nothing for CONFORMANCE_STALL (600) seconds is stuck
 # where no timeout of its own covers it. The watchdog prints what the
 # guest is doing then, while it is still doing it: the guest's own limit
@@ -420,6 +426,7 @@ watchdog() {
         quiet=$((quiet + 30))
         ((quiet >= ${CONFORMANCE_STALL:-600} && !reported)) || continue
         reported=1
+        # Most useful last: a CI log is often read from its tail only.
         {
             echo "=== conformance: nothing logged for ${quiet}s; the guest's processes:"
             ps -eo pid,ppid,stat,etime,wchan:32,args
@@ -428,7 +435,18 @@ watchdog() {
                 echo "--- the end of $f:"
                 tail -n 30 "$f"
             done
+            echo "=== conformance: the newest processes (pid ppid state elapsed wchan):"
+            ps -eo pid,ppid,stat,etime,wchan:24,args --sort=start_time |
+                awk '$6 !~ /^\[/' | tail -n 12 | cut -c1-150
+            echo "=== conformance: stuck for ${quiet}s at: $(cat "$work/doing" 2>/dev/null)"
         } >&4 2>&1
+        # A stuck run would hold everything after it until the guest's
+        # limit: it ends here, failed, with the report above.
+        if [[ ${CONFORMANCE_STALL_ABORT:-1} == 1 ]]; then
+            echo "=== conformance: ending the run" >&4
+            kill -TERM "$main_pid" 2>/dev/null || true
+            return
+        fi
     done
 }
 
@@ -438,6 +456,7 @@ now_ms() { echo $((${EPOCHREALTIME/./} / 1000)); }
 # left in $answer.
 answer=
 request() {
+    doing "asking the host: $1"
     exec 3<>"/dev/tcp/10.0.2.100/$CONFORMANCE_PORT"
     echo "$1" >&3
     # Bounded: a connection whose end never reaches the guest would hold
@@ -578,7 +597,18 @@ start_api_side() {
 
 stop_api_side() {
     [[ -n $api_pid ]] || return 0
+    doing "stopping the API side with SIG${1:-TERM}"
     kill "-${1:-TERM}" "$api_pid" 2>/dev/null || true
+    # Bounded, as for the proxy: `wait` alone would hold the run for as
+    # long as the process is stuck.
+    for _ in $(seq 50); do
+        kill -0 "$api_pid" 2>/dev/null || break
+        sleep 0.2
+    done
+    if kill -0 "$api_pid" 2>/dev/null; then
+        echo "the API side (pid $api_pid) still there 10s after SIG${1:-TERM}; killed"
+        kill -KILL "$api_pid" 2>/dev/null || true
+    fi
     wait "$api_pid" 2>/dev/null || true
     api_pid=
 }
@@ -586,6 +616,7 @@ stop_api_side() {
 stop_proxy() {
     local signal=${1:-TERM}
     [[ -n $proxy_pid ]] || return 0
+    doing "stopping $proxy_label with SIG$signal"
     kill "-$signal" "$proxy_pid" 2>/dev/null || true
     for _ in $(seq 50); do
         kill -0 "$proxy_pid" 2>/dev/null || break
@@ -642,6 +673,7 @@ wait_synced() {
     local i=$1 out=$2 still=1 args=()
     [[ ${3:-} == node ]] && still=2
     ((fresh)) && args+=(--fresh)
+    doing "waiting for step $i to be synced"
     if ! wait_out=$("$bin/conformance" wait "$i" "$out" --pid "$proxy_pid" \
         --still "$still" --timeout "$sync_timeout" --families "$families" "${args[@]}"); then
         echo "$proxy_label, step $i: $wait_out; the end of its log:"
@@ -694,6 +726,7 @@ compare() {
 run_cleanup() {
     local binary=$ours
     [[ $1 == upstream ]] && binary=$upstream
+    doing "$1 --cleanup on $2's state"
     if ! "$binary" --cleanup --config "$config" >"$dir/cleanup.log" 2>&1; then
         echo "$1 --cleanup failed on $2's state:"
         tail -n 20 "$dir/cleanup.log"
@@ -853,6 +886,7 @@ kill_during_step() {
     ) &
     requester=$!
     if [[ -n $watcher ]]; then
+        doing "step $i: waiting for ours to start its sync (watcher $watcher, requester $requester)"
         # Polled with a builtin: a process per poll would be late.
         until [[ -e $seen ]] || ! kill -0 "$watcher" 2>/dev/null; do
             read -r -t 0.002 -u 9 || true
@@ -862,9 +896,11 @@ kill_during_step() {
     ((ms == 0)) || read -r -t "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))" -u 9 || true
     stop_proxy KILL
     process=$(sync_stage)
+    doing "step $i: the kernel's state at the SIGKILL"
     at=$(snapshot)
     start_proxy
     restarted=$(now_ms)
+    doing "step $i: waiting for the host to apply it (requester $requester)"
     wait "$requester" || true
     applied=$(now_ms)
     answer=$(<"$work/step.answer")
@@ -882,6 +918,7 @@ kill_during_step() {
         kernel="a state between the two"
     fi
     local deadline=$((SECONDS + sync_timeout))
+    doing "step $i: waiting for ours to converge after the SIGKILL"
     while :; do
         now=$(snapshot)
         [[ $now == "$(<"$dir/upstream-$i.txt")" ]] && break
@@ -923,6 +960,7 @@ kill_api_side_during_step() {
     start_api_side
     api_kills=$((api_kills + 1))
     log "$run: the API side killed ${ms}ms into step $i and started again"
+    doing "step $i: waiting for the host to apply it (requester $requester)"
     wait "$requester" || true
     answer=$(<"$work/step.answer")
     if [[ $answer != ok* ]]; then
@@ -1143,6 +1181,7 @@ boot_timeouts="$tcp $tcpfin $udp"
 log "boot state: IPVS timeouts $boot_timeouts, ${#sysctl_files[@]} sysctls"
 results=$work/results
 : >"$results"
+main_pid=$$
 watchdog &
 watchdog_pid=$!
 trap 'kill "$watchdog_pid" 2>/dev/null || true' EXIT
