@@ -86,7 +86,7 @@ vm-kernel:
 
 # Upstream kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
 # kube-proxy, kubelet and etcd, built from the k8s.io/kubernetes Go module
-# into target/k8s/bin (the first build takes about 20 minutes on 2 cores;
+# into target/k8s/bin (the first build takes about 4 minutes on 2 cores;
 # then nothing).
 e2e-k8s:
 	tests/e2e/build-k8s.sh
