@@ -595,6 +595,18 @@ start_api_side() {
     api_pid=$!
 }
 
+# running PID: whether the child PID has not exited. Not `kill -0`: a
+# child that exited stays a zombie until bash reaps it, which a loop of
+# builtins (the polls below that start no process) never lets it do, and
+# `kill -0` still finds a zombie: such a loop waited forever on a watcher
+# that had long ended.
+running() {
+    local stat
+    { read -r stat <"/proc/$1/stat"; } 2>/dev/null || return 1
+    stat=${stat##*) }
+    [[ ${stat%% *} != Z ]]
+}
+
 stop_api_side() {
     [[ -n $api_pid ]] || return 0
     doing "stopping the API side with SIG${1:-TERM}"
@@ -602,10 +614,10 @@ stop_api_side() {
     # Bounded, as for the proxy: `wait` alone would hold the run for as
     # long as the process is stuck.
     for _ in $(seq 50); do
-        kill -0 "$api_pid" 2>/dev/null || break
+        running "$api_pid" || break
         sleep 0.2
     done
-    if kill -0 "$api_pid" 2>/dev/null; then
+    if running "$api_pid"; then
         echo "the API side (pid $api_pid) still there 10s after SIG${1:-TERM}; killed"
         kill -KILL "$api_pid" 2>/dev/null || true
     fi
@@ -619,17 +631,17 @@ stop_proxy() {
     doing "stopping $proxy_label with SIG$signal"
     kill "-$signal" "$proxy_pid" 2>/dev/null || true
     for _ in $(seq 50); do
-        kill -0 "$proxy_pid" 2>/dev/null || break
+        running "$proxy_pid" || break
         sleep 0.2
     done
     kill -9 "$proxy_pid" 2>/dev/null || true
     # A process stuck in the kernel outlives SIGKILL until its call
     # returns: `wait` would hold the run until the guest's timeout.
     for _ in $(seq 150); do
-        kill -0 "$proxy_pid" 2>/dev/null || break
+        running "$proxy_pid" || break
         sleep 0.2
     done
-    if kill -0 "$proxy_pid" 2>/dev/null; then
+    if running "$proxy_pid"; then
         echo "$proxy_label (pid $proxy_pid) still there 30s after SIGKILL"
         guest_state "$proxy_pid"
         proxy_pid=
@@ -871,8 +883,10 @@ kill_during_step() {
         # Aimed at ours' first sync of the step: its start is in the log.
         ms=${ms#s}
         rm -f "$seen"
+        # Marked as grep matches: after the pipeline, under pipefail, it
+        # would take tail's status, whom the next line kills with SIGPIPE.
         (timeout "$sync_timeout" tail -n0 -f "$dir/ours.log" |
-            grep -q -m1 'sync starting' && : >"$seen") &
+            { grep -q -m1 'sync starting' && : >"$seen"; } || true) &
         watcher=$!
         sleep 0.3
     fi
@@ -888,9 +902,11 @@ kill_during_step() {
     if [[ -n $watcher ]]; then
         doing "step $i: waiting for ours to start its sync (watcher $watcher, requester $requester)"
         # Polled with a builtin: a process per poll would be late.
-        until [[ -e $seen ]] || ! kill -0 "$watcher" 2>/dev/null; do
+        until [[ -e $seen ]] || ! running "$watcher"; do
             read -r -t 0.002 -u 9 || true
         done
+        [[ -e $seen ]] ||
+            log "$run: ours started no sync within ${sync_timeout}s of step $i's request; killed now"
     fi
     # No sleep process either: starting one takes ~0.1 s in the guest.
     ((ms == 0)) || read -r -t "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))" -u 9 || true
@@ -922,7 +938,7 @@ kill_during_step() {
     while :; do
         now=$(snapshot)
         [[ $now == "$(<"$dir/upstream-$i.txt")" ]] && break
-        if ! kill -0 "$proxy_pid" 2>/dev/null; then
+        if ! running "$proxy_pid"; then
             proxy_died
             return 1
         fi
