@@ -607,48 +607,43 @@ running() {
     [[ ${stat%% *} != Z ]]
 }
 
-stop_api_side() {
-    [[ -n $api_pid ]] || return 0
-    doing "stopping the API side with SIG${1:-TERM}"
-    kill "-${1:-TERM}" "$api_pid" 2>/dev/null || true
-    # Bounded, as for the proxy: `wait` alone would hold the run for as
-    # long as the process is stuck.
+# end_process PID SIGNAL WHAT: PID stopped with SIGNAL, with SIGKILL after
+# 10 s; fails, with what the guest is doing, if it outlives that too.
+end_process() {
+    local pid=$1 signal=$2 what=$3
+    doing "stopping $what with SIG$signal"
+    kill "-$signal" "$pid" 2>/dev/null || true
     for _ in $(seq 50); do
-        running "$api_pid" || break
+        running "$pid" || break
         sleep 0.2
     done
-    if running "$api_pid"; then
-        echo "the API side (pid $api_pid) still there 10s after SIG${1:-TERM}; killed"
-        kill -KILL "$api_pid" 2>/dev/null || true
+    kill -9 "$pid" 2>/dev/null || true
+    # A process stuck in the kernel outlives SIGKILL until its call
+    # returns: `wait` would hold the run until the guest's timeout.
+    for _ in $(seq 150); do
+        running "$pid" || break
+        sleep 0.2
+    done
+    if running "$pid"; then
+        echo "$what (pid $pid) still there 30s after SIGKILL"
+        guest_state "$pid"
+        return 1
     fi
-    wait "$api_pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+}
+
+stop_api_side() {
+    [[ -n $api_pid ]] || return 0
+    end_process "$api_pid" "${1:-TERM}" "the API side" || true
     api_pid=
 }
 
 stop_proxy() {
-    local signal=${1:-TERM}
+    local rc=0
     [[ -n $proxy_pid ]] || return 0
-    doing "stopping $proxy_label with SIG$signal"
-    kill "-$signal" "$proxy_pid" 2>/dev/null || true
-    for _ in $(seq 50); do
-        running "$proxy_pid" || break
-        sleep 0.2
-    done
-    kill -9 "$proxy_pid" 2>/dev/null || true
-    # A process stuck in the kernel outlives SIGKILL until its call
-    # returns: `wait` would hold the run until the guest's timeout.
-    for _ in $(seq 150); do
-        running "$proxy_pid" || break
-        sleep 0.2
-    done
-    if running "$proxy_pid"; then
-        echo "$proxy_label (pid $proxy_pid) still there 30s after SIGKILL"
-        guest_state "$proxy_pid"
-        proxy_pid=
-        return 1
-    fi
-    wait "$proxy_pid" 2>/dev/null || true
+    end_process "$proxy_pid" "${1:-TERM}" "$proxy_label" || rc=1
     proxy_pid=
+    return $rc
 }
 
 # guest_state [PID]: what the guest's processes are doing, for a run that
