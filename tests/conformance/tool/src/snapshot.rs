@@ -119,9 +119,12 @@ pub fn ipsets(list: &str) -> Vec<String> {
     sorted(out)
 }
 
+/// The one chain whose rules upstream writes in no fixed order.
+const UNORDERED_CHAIN: &str = "KUBE-IPVS-OUT-FILTER";
+
 /// One table of an `iptables-save` of all tables: the KUBE-* chains
-/// (declarations by name, then each chain's rules in order) and the
-/// built-in chains' jumps to them.
+/// (declarations by name, then each chain's rules in order, but
+/// KUBE-IPVS-OUT-FILTER's sorted) and the built-in chains' jumps to them.
 pub fn iptables_table(save: &str, table: &str) -> Vec<String> {
     let mut in_table = false;
     let mut decls = Vec::new();
@@ -140,7 +143,13 @@ pub fn iptables_table(save: &str, table: &str) -> Vec<String> {
             let chain = rest.split_whitespace().next().unwrap_or("");
             if chain.starts_with("KUBE-") || line.contains(" -j KUBE-") {
                 let normal: Vec<&str> = line.split_whitespace().collect();
-                rules.push((chain.to_owned(), n, normal.join(" ")));
+                // Upstream appends these DROPs while it ranges over its
+                // service map, so their order changes from one sync to
+                // the next; each matches its own address, protocol and
+                // port, so the order means nothing and they compare as
+                // a set.
+                let position = if chain == UNORDERED_CHAIN { 0 } else { n };
+                rules.push((chain.to_owned(), position, normal.join(" ")));
             }
         }
     }
@@ -238,5 +247,31 @@ mod tests {
                 "-A KUBE-FORWARD -m mark --mark 0x4000/0x4000 -j ACCEPT",
             ]
         );
+    }
+
+    #[test]
+    fn out_filter_drops_compare_in_any_order() {
+        let drop = |addr: &str| {
+            format!(
+                "-A KUBE-IPVS-OUT-FILTER -s {addr}/32 -m ipvs --vproto 6 \
+                 --vaddr {addr} --vport 80 -j DROP"
+            )
+        };
+        let save = |first: &str, second: &str| {
+            format!(
+                "*filter\n:KUBE-IPVS-OUT-FILTER - [0:0]\n:KUBE-FORWARD - [0:0]\n\
+                 -A KUBE-FORWARD -j DROP\n-A KUBE-FORWARD -j ACCEPT\n\
+                 {}\n{}\nCOMMIT\n",
+                drop(first),
+                drop(second)
+            )
+        };
+        let one = iptables_table(&save("198.18.0.9", "198.18.0.1"), "filter");
+        let other = iptables_table(&save("198.18.0.1", "198.18.0.9"), "filter");
+        assert_eq!(one, other);
+        // Every other chain keeps its order.
+        assert_eq!(one[2], "-A KUBE-FORWARD -j DROP");
+        assert_eq!(one[3], "-A KUBE-FORWARD -j ACCEPT");
+        assert_eq!(one.len(), 6);
     }
 }
