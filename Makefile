@@ -63,6 +63,16 @@ bench-ipsets:
 bench-vs-upstream:
 	tests/vm/bench-vs-upstream.sh
 
+# The API/node split against N proxies that each watch the API server, at
+# the real API server of a loopback control plane of its own (issue 16):
+# watches, bytes per change and node, the API server's and the API
+# side's CPU and memory, write-to-every-node latency
+# (tests/e2e/bench-split-vs-direct.sh, benches/split_vs_direct.rs).
+# BENCH_SPLIT_SERVICES (10000), BENCH_SPLIT_NODES (100),
+# BENCH_SPLIT_CHANGES (50).
+bench-split-vs-direct:
+	tests/e2e/bench-split-vs-direct.sh
+
 # ipvs-sys against ipvsadm -R / -Sn on the same rules, in the guest.
 # BENCH_SERVICES (default 10000) x BENCH_DESTS (10); see
 # ipvs-sys/benches/vs_ipvsadm.rs.
