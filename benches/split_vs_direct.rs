@@ -26,7 +26,7 @@
 //! the sizes.
 
 use std::{
-    net::Ipv4Addr,
+    net::{Ipv4Addr, SocketAddr},
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::atomic::Ordering,
@@ -55,6 +55,7 @@ use kube_ipvs_proxy::{
     sync::{NodeSettings, SyncState},
 };
 use serde_json::json;
+use testkit::client::{http_get, metric_sum};
 use tokio::sync::mpsc;
 
 mod counting;
@@ -270,41 +271,23 @@ async fn apiserver_metrics(
             && line.contains("verb=\"WATCH\"")
         {
             metrics.watches += value();
-        } else if line.starts_with("apiserver_watch_events_sizes_sum{") {
-            metrics.watch_bytes += value();
         }
     }
+    metrics.watch_bytes = metric_sum(&text, "apiserver_watch_events_sizes_sum");
     Ok(metrics)
 }
 
-/// One of the API side's own counters, from its metrics address.
-async fn api_side_counter(address: &str, name: &str) -> anyhow::Result<f64> {
-    let text = reqwest_free_get(address, "/metrics").await?;
-    Ok(text
-        .lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-        .sum())
-}
-
-/// A plain HTTP/1.0 GET on loopback, without another client library.
-async fn reqwest_free_get(address: &str, path: &str) -> anyhow::Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(address)
-        .await
-        .with_context(|| format!("connecting to {address}"))?;
-    stream
-        .write_all(
-            format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n")
-                .as_bytes(),
-        )
-        .await?;
-    let mut body = String::new();
-    stream.read_to_string(&mut body).await?;
-    Ok(body
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default())
+/// One of the API side's own metrics, summed over its label sets.
+async fn api_side_metric(
+    address: SocketAddr,
+    name: &str,
+) -> anyhow::Result<f64> {
+    let (status, text) = tokio::task::spawn_blocking(move || {
+        http_get(address, "/metrics", Duration::from_secs(10))
+    })
+    .await??;
+    ensure!(status == 200, "the API side's /metrics answered {status}");
+    Ok(metric_sum(&text, name))
 }
 
 /// What a node tells the bench.
@@ -476,15 +459,15 @@ impl Run<'_> {
 
     /// Starts the nodes, waits for all of them to sync, then makes the
     /// changes one at a time, each seen by every node before the next.
-    async fn measure(
+    async fn measure<F>(
         &self,
         first_change: usize,
-        spawn: impl Fn(
-            usize,
-            mpsc::UnboundedSender<Seen>,
-        ) -> tokio::task::JoinHandle<anyhow::Result<()>>,
-        api_side: Option<(u32, &str)>,
-    ) -> anyhow::Result<Figures> {
+        node: impl Fn(usize, mpsc::UnboundedSender<Seen>) -> F,
+        api_side: Option<(u32, SocketAddr)>,
+    ) -> anyhow::Result<Figures>
+    where
+        F: std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let side_rss_alone = match api_side {
             Some((pid, _)) => rss_of(pid)?.0,
@@ -493,8 +476,16 @@ impl Run<'_> {
         let heap_before = LIVE.load(Ordering::Relaxed);
         let cpu_before = process_cpu();
         let started = Instant::now();
-        let tasks: Vec<_> =
-            (0..self.nodes).map(|i| spawn(i, tx.clone())).collect();
+        let tasks: Vec<_> = (0..self.nodes)
+            .map(|i| {
+                let (running, tx) = (node(i, tx.clone()), tx.clone());
+                tokio::spawn(async move {
+                    if let Err(e) = running.await {
+                        let _ = tx.send(Seen::Failed(i, format!("{e:#}")));
+                    }
+                })
+            })
+            .collect();
         let mut synced = 0;
         while synced < self.nodes {
             match tokio::time::timeout(SYNC_TIMEOUT, rx.recv()).await {
@@ -518,7 +509,7 @@ impl Run<'_> {
         let side_before = match api_side {
             Some((pid, address)) => Some((
                 cpu_of(pid)?,
-                api_side_counter(
+                api_side_metric(
                     address,
                     "kube_ipvs_proxy_api_side_sent_bytes_total",
                 )
@@ -563,7 +554,7 @@ impl Run<'_> {
             (Some((pid, address)), Some((cpu, bytes))) => Some((
                 cpu_of(pid)? - cpu,
                 rss_of(pid)?.0,
-                api_side_counter(
+                api_side_metric(
                     address,
                     "kube_ipvs_proxy_api_side_sent_bytes_total",
                 )
@@ -605,12 +596,10 @@ fn percentile_ms(sorted: &[Duration], q: f64) -> f64 {
 fn start_api_side(
     bin: &Path,
     dir: &Path,
-) -> anyhow::Result<(Child, PathBuf, String)> {
+) -> anyhow::Result<(Child, PathBuf, SocketAddr)> {
     let socket = dir.join("views.sock");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let metrics = format!("127.0.0.1:{port}");
+    // A free port: bound, read, let go for the API side to take.
+    let metrics = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let log = std::fs::File::create(dir.join("api-side.log"))?;
     let child = Command::new(bin)
         .arg("api-server")
@@ -619,7 +608,7 @@ fn start_api_side(
         .arg("--listen")
         .arg(format!("unix://{}", socket.display()))
         .arg("--metrics-bind-address")
-        .arg(&metrics)
+        .arg(metrics.to_string())
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -667,30 +656,17 @@ async fn main() -> anyhow::Result<()> {
     std::fs::create_dir_all(&dir)?;
     let (mut child, socket, metrics) = start_api_side(&bin, &dir)?;
     let side_pid = child.id();
-    let waited = Instant::now();
-    while !socket.exists() {
-        if let Some(status) = child.try_wait()? {
-            bail!(
-                "the API side exited ({status}); see {}",
-                dir.join("api-side.log").display()
-            );
-        }
-        ensure!(
-            waited.elapsed() < SYNC_TIMEOUT,
-            "the API side did not listen"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    // The API side has its first sync, so that the nodes' figures and
+    // Listening, and its first sync made, so that the nodes' figures and
     // its RSS before them leave its own listing out.
+    let waited = Instant::now();
     loop {
-        let synced = api_side_counter(
-            &metrics,
+        let synced = api_side_metric(
+            metrics,
             "kube_ipvs_proxy_api_side_sync_duration_seconds_count",
         )
         .await
         .unwrap_or(0.0);
-        if synced > 0.0 {
+        if synced > 0.0 && socket.exists() {
             break;
         }
         if let Some(status) = child.try_wait()? {
@@ -705,17 +681,8 @@ async fn main() -> anyhow::Result<()> {
     let split = run
         .measure(
             0,
-            |i, tx| {
-                let socket = socket.clone();
-                tokio::spawn(async move {
-                    let result = split_node(i, socket, tx.clone()).await;
-                    if let Err(e) = &result {
-                        let _ = tx.send(Seen::Failed(i, format!("{e:#}")));
-                    }
-                    result
-                })
-            },
-            Some((side_pid, &metrics)),
+            |i, tx| split_node(i, socket.clone(), tx),
+            Some((side_pid, metrics)),
         )
         .await;
     let side_peak = rss_of(side_pid).map(|r| r.1).unwrap_or(0);
@@ -728,21 +695,7 @@ async fn main() -> anyhow::Result<()> {
     // API side, and the API server's gauge follows within moments.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    let direct = run
-        .measure(
-            changes,
-            |i, tx| {
-                tokio::spawn(async move {
-                    let result = direct_node(i, tx.clone()).await;
-                    if let Err(e) = &result {
-                        let _ = tx.send(Seen::Failed(i, format!("{e:#}")));
-                    }
-                    result
-                })
-            },
-            None,
-        )
-        .await?;
+    let direct = run.measure(changes, direct_node, None).await?;
 
     // Each row: what N direct proxies cost, what the split costs (NaN
     // where the direct way has no such part), and their ratio.
