@@ -18,9 +18,19 @@ use kube_ipvs_proxy::{
     model::Protocol,
 };
 
-/// Runs `scenario` on a fresh connection (with `dump_connections` for the
-/// full dump) against a flushed table.
-fn with_kernel<F, Fut>(dump_connections: usize, scenario: F)
+/// How a handle reads the whole table back.
+#[derive(Clone, Copy)]
+enum Reads {
+    /// Real servers from /proc/net/ip_vs, as the proxy reads them.
+    Text,
+    /// One netlink dump per virtual server over this many connections,
+    /// as on a kernel without the text table.
+    Netlink(usize),
+}
+
+/// Runs `scenario` on a fresh connection reading as `reads` says,
+/// against a flushed table.
+fn with_kernel<F, Fut>(reads: Reads, scenario: F)
 where
     F: FnOnce(NetlinkIpvs) -> Fut,
     Fut: Future<Output = ()>,
@@ -33,8 +43,14 @@ where
         .build()
         .expect("tokio runtime");
     runtime.block_on(async {
-        let ipvs = NetlinkIpvs::with_dump_connections(dump_connections)
-            .expect("netlink connection");
+        let ipvs = match reads {
+            Reads::Text => NetlinkIpvs::new(),
+            Reads::Netlink(connections) => {
+                NetlinkIpvs::with_dump_connections(connections)
+                    .map(NetlinkIpvs::without_text_table)
+            }
+        }
+        .expect("netlink connection");
         scenario(ipvs).await;
     });
     ipvsadm(&["-C"]);
@@ -66,7 +82,7 @@ fn ipvsadm(args: &[&str]) -> String {
 }
 
 macro_rules! contract_tests {
-    ($($name:ident),* $(,)?) => {$(
+    ($reads:expr; $($name:ident),* $(,)?) => {$(
         #[test]
         #[cfg_attr(
             not(feature = "kernel-tests"),
@@ -74,41 +90,113 @@ macro_rules! contract_tests {
         )]
         fn $name() {
             #[cfg(feature = "kernel-tests")]
-            with_kernel(1, |mut ipvs| async move {
+            with_kernel($reads, |mut ipvs| async move {
                 contract::$name(&mut ipvs).await
             });
         }
     )*};
 }
 
+macro_rules! every_contract_test {
+    ($reads:expr) => {
+        contract_tests!(
+            $reads;
+            programs_services_and_real_servers,
+            duplicates_are_refused_with_eexist,
+            missing_objects_are_not_found,
+            updates_change_settings_and_keep_real_servers,
+            deletes_remove_services_with_their_real_servers,
+            a_failure_does_not_stop_the_batch,
+            unknown_scheduler_is_not_found,
+            real_server_of_the_other_family_is_invalid,
+            weight_above_int_max_is_refused,
+        );
+    };
+}
+
 /// Named `ipvs_contract::*` so that a filter on `ipvs` selects them.
 mod ipvs_contract {
     #[cfg(feature = "kernel-tests")]
-    use super::{contract, with_kernel};
+    use super::{contract, with_kernel, Reads};
 
-    contract_tests!(
-        programs_services_and_real_servers,
-        duplicates_are_refused_with_eexist,
-        missing_objects_are_not_found,
-        updates_change_settings_and_keep_real_servers,
-        deletes_remove_services_with_their_real_servers,
-        a_failure_does_not_stop_the_batch,
-        unknown_scheduler_is_not_found,
-        real_server_of_the_other_family_is_invalid,
-        weight_above_int_max_is_refused,
-    );
+    every_contract_test!(Reads::Text);
+
+    /// The same over netlink alone, the real-server dumps shared by
+    /// several connections.
+    mod over_netlink {
+        #[cfg(feature = "kernel-tests")]
+        use super::super::{contract, with_kernel, Reads};
+
+        every_contract_test!(Reads::Netlink(3));
+    }
 }
 
-/// The full dump over several connections reads the same table.
+/// Both ways of reading the table read the same: a few hundred virtual
+/// servers of both families and every protocol, with and without real
+/// servers, and a fwmark service neither lists.
 #[test]
 #[cfg_attr(
     not(feature = "kernel-tests"),
     ignore = "needs the real-kernel guest: run `make vm-test`"
 )]
-fn ipvs_dump_over_several_connections() {
-    #[cfg(feature = "kernel-tests")]
-    with_kernel(3, |mut ipvs| async move {
-        contract::programs_services_and_real_servers(&mut ipvs).await
+fn ipvs_text_and_netlink_read_the_same_table() {
+    with_kernel(Reads::Text, |mut ipvs| async move {
+        ipvsadm(&["-A", "-f", "7", "-s", "rr"]);
+        ipvsadm(&["-a", "-f", "7", "-r", "198.19.9.1:0", "-m"]);
+        let mut ops = Vec::new();
+        for i in 0..300u16 {
+            let v6 = i % 3 == 0;
+            let address = if v6 {
+                format!("2001:db8::{i:x}")
+            } else {
+                format!("198.18.{}.{}", i / 250, i % 250 + 1)
+            };
+            let backend = |j: u16| {
+                if v6 {
+                    format!("2001:db8:1::{j:x}")
+                } else {
+                    format!("198.19.{}.{}", j / 250, j % 250 + 1)
+                }
+            };
+            let protocol = [Protocol::Tcp, Protocol::Udp, Protocol::Sctp]
+                [usize::from(i % 3)];
+            let key = VirtualServerKey {
+                address: ip(&address),
+                port: 1000 + i,
+                protocol,
+            };
+            let persistence = (i % 4 == 0).then_some(10800);
+            let scheduler = if i % 5 == 0 { "mh" } else { "rr" };
+            ops.push(IpvsOp::AddService(ServiceSpec::new(
+                key,
+                scheduler,
+                persistence,
+            )));
+            for j in 0..i % 7 {
+                ops.push(IpvsOp::AddDest(
+                    key,
+                    DestSpec {
+                        key: DestKey {
+                            address: ip(&backend(i * 7 + j)),
+                            port: 8000 + j,
+                        },
+                        weight: u32::from(j % 2),
+                    },
+                ));
+            }
+        }
+        let results = ipvs.apply(&ops).await;
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+        let text = ipvs.dump().await.expect("read with the text table");
+        let mut netlink = NetlinkIpvs::new()
+            .expect("netlink connection")
+            .without_text_table();
+        let dumped = netlink.dump().await.expect("read over netlink");
+        assert_eq!(text.services.len(), 300);
+        let dests: usize =
+            text.services.values().map(|entry| entry.dests.len()).sum();
+        assert_eq!(dests, (0..300).map(|i| i % 7).sum::<usize>());
+        assert_eq!(text, dumped);
     });
 }
 
@@ -120,7 +208,7 @@ fn ipvs_dump_over_several_connections() {
     ignore = "needs the real-kernel guest: run `make vm-test`"
 )]
 fn ipvs_dump_skips_fwmark_services() {
-    with_kernel(1, |mut ipvs| async move {
+    with_kernel(Reads::Text, |mut ipvs| async move {
         ipvsadm(&["-A", "-f", "7", "-s", "rr"]);
         ipvsadm(&["-a", "-f", "7", "-r", "198.19.9.1:0", "-m"]);
         let key = tcp("198.18.9.1", 80);
@@ -142,7 +230,7 @@ fn ipvs_dump_skips_fwmark_services() {
     ignore = "needs the real-kernel guest: run `make vm-test`"
 )]
 fn ipvs_as_ipvsadm_sees_it_is_what_kube_proxy_programs() {
-    with_kernel(1, |mut ipvs| async move {
+    with_kernel(Reads::Text, |mut ipvs| async move {
         let sticky =
             ServiceSpec::new(tcp("198.18.10.1", 80), "rr", Some(10800));
         let maglev = ServiceSpec::new(tcp("198.18.10.2", 80), "mh", None);
@@ -184,7 +272,7 @@ fn ipvs_as_ipvsadm_sees_it_is_what_kube_proxy_programs() {
 )]
 fn ipvs_timeouts_as_ipvsadm_lists_them() {
     use kube_ipvs_proxy::kernel::ipvs::ConnTimeouts;
-    with_kernel(1, |ipvs| async move {
+    with_kernel(Reads::Text, |ipvs| async move {
         let before = ipvs.timeouts().await.expect("read the timeouts");
         let all = ConnTimeouts {
             tcp: Some(901),

@@ -8,6 +8,7 @@
 pub mod contract;
 #[cfg(any(test, feature = "test-support"))]
 mod model;
+mod proc_table;
 mod real;
 #[cfg(test)]
 mod tests;

@@ -11,8 +11,8 @@ use ipvs_sys::{
 use tracing::warn;
 
 use super::{
-    DestKey, DestSpec, DestState, Ipvs, IpvsOp, IpvsTable, ServiceEntry,
-    ServiceSpec, VirtualServerKey,
+    proc_table::ProcTable, DestKey, DestSpec, DestState, Ipvs, IpvsOp,
+    IpvsTable, ServiceEntry, ServiceSpec, VirtualServerKey,
 };
 use crate::{
     kernel::{read_thread, DetachedRead, ErrorKind, KernelError},
@@ -31,6 +31,10 @@ const TABLE_OBJECT: &str = "IPVS table";
 /// [`Ipvs::dump_detached`] reads over a connection of its own that runs,
 /// with the read, on the reads' thread: a repair's read never queues
 /// behind writes, nor holds up the sync loop.
+///
+/// Where the kernel has `/proc/net/ip_vs`, full reads take the real
+/// servers from it instead, in one pass (see [`super::proc_table`]), and
+/// dump over netlink only the virtual servers it did not list.
 #[derive(Debug, Clone)]
 pub struct NetlinkIpvs {
     handle: Handle,
@@ -38,6 +42,7 @@ pub struct NetlinkIpvs {
     dumpers: Vec<Handle>,
     /// The detached reads' connection.
     reader: Handle,
+    text: Option<ProcTable>,
 }
 
 impl NetlinkIpvs {
@@ -65,7 +70,15 @@ impl NetlinkIpvs {
             handle,
             dumpers,
             reader: open_reader()?,
+            text: ProcTable::open(),
         })
+    }
+
+    /// Full reads over netlink alone, one real-server dump per virtual
+    /// server, as on a kernel without `/proc/net/ip_vs`.
+    pub fn without_text_table(mut self) -> Self {
+        self.text = None;
+        self
     }
 
     pub fn handle(&self) -> &Handle {
@@ -180,17 +193,48 @@ async fn dump_table(dumpers: &[Handle]) -> Result<IpvsTable, KernelError> {
     Ok(table)
 }
 
+/// Every virtual server over `handle`, with the real servers `text`
+/// lists; those it does not list whole (added since, or a line it could
+/// not read) are dumped over netlink. The text is read first: a virtual
+/// server deleted between the two reads is then left out, and one added
+/// between is read whole.
+async fn dump_with_text(
+    handle: &Handle,
+    text: &ProcTable,
+) -> Result<IpvsTable, KernelError> {
+    let mut listed = text.read().await?;
+    for line in &listed.unreadable {
+        warn!("skipping an unreadable line of /proc/net/ip_vs: {line}");
+    }
+    let mut table = IpvsTable::default();
+    for spec in list_services(handle).await? {
+        let dests = match listed.dests.remove(&spec.key) {
+            Some(dests) => dests,
+            None => list_dests(handle, &spec.key).await?,
+        };
+        table.services.insert(spec.key, ServiceEntry { spec, dests });
+    }
+    Ok(table)
+}
+
 impl Ipvs for NetlinkIpvs {
     async fn dump(&mut self) -> Result<IpvsTable, KernelError> {
-        dump_table(&self.dumpers).await
+        match &self.text {
+            Some(text) => dump_with_text(&self.handle, text).await,
+            None => dump_table(&self.dumpers).await,
+        }
     }
 
     fn dump_detached(
         &self,
     ) -> impl DetachedRead<IpvsTable> + use<> {
         let reader = self.reader.clone();
+        let text = self.text.clone();
         read_thread::run(async move {
-            dump_table(std::slice::from_ref(&reader)).await
+            match text {
+                Some(text) => dump_with_text(&reader, &text).await,
+                None => dump_table(std::slice::from_ref(&reader)).await,
+            }
         })
     }
 
