@@ -16,6 +16,13 @@ const METRICS: &str = "127.0.0.1:10249";
 const LAST_SYNC: &str = "kubeproxy_sync_proxy_rules_last_timestamp_seconds";
 const SYNC_DURATION: &str = "kubeproxy_sync_proxy_rules_duration_seconds";
 
+/// A process's CPU time, in user space and in the kernel.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuTimes {
+    pub user: Duration,
+    pub system: Duration,
+}
+
 pub struct Proxy {
     child: Child,
     log: PathBuf,
@@ -80,9 +87,16 @@ impl Proxy {
         lines[lines.len().saturating_sub(30)..].join("\n")
     }
 
-    /// utime + stime of every thread, living or gone, in clock ticks
-    /// (fields 14 and 15 of /proc/PID/stat).
+    /// utime + stime of every thread, living or gone.
     pub fn cpu(&self) -> anyhow::Result<Duration> {
+        let times = self.cpu_times()?;
+        Ok(times.user + times.system)
+    }
+
+    /// The CPU every thread, living or gone, spent in the process and in
+    /// the kernel for it (fields 14 and 15 of /proc/PID/stat): the
+    /// kernel's share is where its IPVS costs show.
+    pub fn cpu_times(&self) -> anyhow::Result<CpuTimes> {
         let stat =
             std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))?;
         // The command name may hold spaces; the fields follow its ')'.
@@ -92,15 +106,18 @@ impl Proxy {
             .context("malformed /proc/PID/stat")?;
         let fields: Vec<&str> = rest.split_whitespace().collect();
         // Field 3 (state) is the first after the name.
-        let tick = |n: usize| -> anyhow::Result<u64> {
-            fields
+        let time = |n: usize| -> anyhow::Result<Duration> {
+            let ticks: u64 = fields
                 .get(n - 3)
                 .context("short /proc/PID/stat")?
                 .parse()
-                .context("/proc/PID/stat field")
+                .context("/proc/PID/stat field")?;
+            Ok(Duration::from_secs_f64(ticks as f64 / clock_ticks()))
         };
-        let ticks = tick(14)? + tick(15)?;
-        Ok(Duration::from_secs_f64(ticks as f64 / clock_ticks()))
+        Ok(CpuTimes {
+            user: time(14)?,
+            system: time(15)?,
+        })
     }
 
     /// A field of /proc/PID/status in KiB (`VmHWM`, `VmRSS`).

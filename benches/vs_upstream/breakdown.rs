@@ -1,7 +1,13 @@
 //! Where a churn's time went, from ours' stage histograms (upstream has
 //! none), read off `/metrics` before and after the churn.
 
-use crate::{churn::Scrape, measure::Results, proxy::metrics_text};
+use std::time::Duration;
+
+use crate::{
+    churn::Scrape,
+    measure::Results,
+    proxy::{metrics_text, CpuTimes},
+};
 
 /// Ours: the stages of a change on its way to the kernel, and the repair.
 const STAGES: &str = "kube_ipvs_proxy_change_stage_duration_seconds";
@@ -67,8 +73,8 @@ pub fn breakdown(results: &Results, before: &str) {
 
 /// Each minute of a churn between its scrapes: the `total` and `queue`
 /// stages' p99 and the `sync` stage's, the repair reads that ended in
-/// it and their longest, and the proxy's CPU: which part of the proxy a
-/// bad minute's tail came from.
+/// it and their longest, and the proxy's CPU in user space and in the
+/// kernel: which part of the proxy a bad minute's tail came from.
 pub fn each_minute(scrapes: &[Scrape]) -> Vec<String> {
     scrapes
         .windows(2)
@@ -85,12 +91,16 @@ pub fn each_minute(scrapes: &[Scrape]) -> Vec<String> {
             let count = reads.last().map_or(0.0, |b| b.1);
             let longest = quantile(&reads, 1.0)
                 .map_or("-".to_owned(), |v| format!("{:.0}", v * 1e3));
+            let spent = |f: fn(&CpuTimes) -> Duration| {
+                f(&after.cpu).saturating_sub(f(&before.cpu)).as_secs_f64()
+            };
             format!(
-                "{}/{}/{} reads {count:.0} ({longest}) cpu {:.1}",
+                "{}/{}/{} reads {count:.0} ({longest}) cpu {:.1}+{:.1}",
                 p99("total"),
                 p99("queue"),
                 p99("sync"),
-                after.cpu.saturating_sub(before.cpu).as_secs_f64(),
+                spent(|t| t.user),
+                spent(|t| t.system),
             )
         })
         .collect()

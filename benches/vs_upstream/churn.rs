@@ -35,7 +35,7 @@ use crate::{
     api, ipvs,
     measure::Addresses,
     objects,
-    proxy::{metrics_text, Proxy},
+    proxy::{metrics_text, CpuTimes, Proxy},
     Settings,
 };
 
@@ -66,14 +66,14 @@ pub struct Churn {
 
 pub struct Scrape {
     pub metrics: String,
-    pub cpu: Duration,
+    pub cpu: CpuTimes,
 }
 
 impl Scrape {
     fn take(proxy: &Proxy) -> anyhow::Result<Self> {
         Ok(Self {
             metrics: metrics_text().unwrap_or_default(),
-            cpu: proxy.cpu()?,
+            cpu: proxy.cpu_times()?,
         })
     }
 }

@@ -191,7 +191,7 @@ pub async fn run(
         if costs.len() >= 2 {
             eprintln!(
                 "{proxy_name} {n}: by minute, p99 of total/queue/sync (ms), \
-                 repair reads ended (longest, ms), CPU (s): {}",
+                 repair reads ended (longest, ms), CPU user+system (s): {}",
                 costs.join(" | ")
             );
         }
