@@ -24,6 +24,11 @@
 //!      BENCH_CHURN_SAMPLE (10) timed the same way from its request to
 //!      the kernel (p50, p99, max; churn.rs), then the proxy's CPU time
 //!      for the minute and what it needed to catch up;
+//!
+//!   BENCH_TRASH_PREFILL=N puts N deleted real servers in the kernel's
+//!   trash just before the churn (trash.rs), as minutes of churn leave
+//!   it, so that the churn's first minute starts where its later ones
+//!   are.
 //!   5. the proxy's CPU seconds (utime + stime) and peak RSS (VmHWM).
 //!
 //!   It prints `RESULT proxy services metric value` lines.
@@ -55,6 +60,7 @@ mod objects;
 #[path = "../guest_sync/proxy.rs"]
 mod proxy;
 mod report;
+mod trash;
 
 fn setting(name: &str, default: u64) -> anyhow::Result<u64> {
     match std::env::var(name) {
@@ -72,6 +78,9 @@ pub struct Settings {
     /// up after the churn.
     pub change_timeout: Duration,
     pub cold_timeout: Duration,
+    /// Deleted real servers put in the kernel's trash just before the
+    /// churn (trash.rs); 0 leaves it as the run left it.
+    pub trash_prefill: u32,
 }
 
 impl Settings {
@@ -89,6 +98,8 @@ impl Settings {
                 "BENCH_COLD_TIMEOUT",
                 3600,
             )?),
+            trash_prefill: u32::try_from(setting("BENCH_TRASH_PREFILL", 0)?)
+                .context("BENCH_TRASH_PREFILL")?,
         })
     }
 }

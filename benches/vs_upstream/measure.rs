@@ -17,7 +17,7 @@ use crate::{
     breakdown::{breakdown, each_minute, single},
     churn, ipvs, objects,
     proxy::{metrics_text, scrape, Proxy},
-    Settings,
+    trash, Settings,
 };
 
 const POLL: Duration = Duration::from_millis(2);
@@ -160,6 +160,9 @@ pub async fn run(
         results.print("new_service_ms", median_ms(&mut samples));
         single(&results, &metrics_before, "new_service");
 
+        if settings.trash_prefill > 0 {
+            trash::fill(&handle, settings.trash_prefill).await?;
+        }
         let cpu_before = proxy.cpu()?;
         let metrics_before = metrics_text().unwrap_or_default();
         let profile = Profile::start(proxy_name, n, proxy.pid())?;
