@@ -76,6 +76,7 @@ impl NetlinkIpvs {
 
     /// Full reads over netlink alone, one real-server dump per virtual
     /// server, as on a kernel without `/proc/net/ip_vs`.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn without_text_table(mut self) -> Self {
         self.text = None;
         self
