@@ -345,6 +345,7 @@ async fn measure(n: usize, changes: usize) -> Measured {
         backend,
         settings,
         reporter,
+        tokio::runtime::Handle::current(),
     ));
     let synced = |health: &ProxyHealth| {
         health

@@ -4,6 +4,7 @@
 //! trackers (`tracker`); a sync checks the changes out and turns them into
 //! the desired kernel state (`desired`), which backends apply.
 
+mod runtime_thread;
 mod selection;
 mod tracker;
 

@@ -141,10 +141,10 @@ fn run(args: &RunArgs) -> ExitCode {
     if let Some(path) = &args.write_config_to {
         return write_config(&config, path);
     }
-    // One thread: under churn a second worker cost more CPU in wake-ups
-    // and stealing than it saved, and what would compete with the sync
-    // loop (a repair's whole-kernel read) has a thread of its own
-    // (kernel/read_thread.rs).
+    // One thread for the sync loop: under churn a second worker cost more
+    // CPU in wake-ups and stealing than it saved. What would compete with
+    // the loop has a runtime on a thread of its own (runtime_thread.rs):
+    // a repair's whole-kernel reads, and the watches' reading and decoding.
     let runtime =
         match runtime(&mut tokio::runtime::Builder::new_current_thread()) {
             Ok(runtime) => runtime,
@@ -267,15 +267,25 @@ async fn run_proxy(config: Config, mode: Mode) -> anyhow::Result<()> {
             Source::objects(source::file::watch(path.clone(), STATE_FILE_POLL))
         }
         (None, None) => {
-            let client = kube_client(config.kubeconfig.as_deref()).await?;
+            let kube_config = kube_config(config.kubeconfig.as_deref()).await?;
+            // The watches' client is built on the sources' runtime, so
+            // that its connections (TLS, HTTP) are driven there, beside
+            // the sync loop rather than on its thread; the events' client
+            // stays here.
+            let sources =
+                source::thread::handle().map_err(anyhow::Error::msg)?;
+            let watch_client = {
+                let _sources = sources.enter();
+                client_from(kube_config.clone())?
+            };
             let watch = source::kube::watch(
-                client.clone(),
+                watch_client,
                 &node_name,
                 config.service_proxy_name.as_deref(),
             )?
             .boxed();
             // Upstream's birth cry, once its informers are started.
-            let sink = EventSink::spawn(client, &node_name);
+            let sink = EventSink::spawn(client_from(kube_config)?, &node_name);
             sink.starting();
             events = Some(sink);
             Source::Objects(watch)
@@ -299,7 +309,9 @@ async fn run_proxy(config: Config, mode: Mode) -> anyhow::Result<()> {
         min_sync_period: config.ipvs.min_sync_period,
         sync_period: config.ipvs.sync_period,
     };
-    daemon::run(source, state, backend, settings, reporter).await?;
+    let sources = source::thread::handle().map_err(anyhow::Error::msg)?;
+    daemon::run(source, state, backend, settings, reporter, sources.clone())
+        .await?;
     Ok(())
 }
 
@@ -471,7 +483,13 @@ fn start_servers(
 async fn kube_client(
     kubeconfig: Option<&Path>,
 ) -> anyhow::Result<kube::Client> {
-    let config = match kubeconfig {
+    client_from(kube_config(kubeconfig).await?)
+}
+
+async fn kube_config(
+    kubeconfig: Option<&Path>,
+) -> anyhow::Result<kube::Config> {
+    Ok(match kubeconfig {
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("--kubeconfig {}", path.display()))?;
@@ -485,7 +503,11 @@ async fn kube_client(
         None => kube::Config::infer()
             .await
             .context("no --kubeconfig, and no in-cluster or default config")?,
-    };
+    })
+}
+
+/// A client whose tasks run on the runtime this is called in.
+fn client_from(config: kube::Config) -> anyhow::Result<kube::Client> {
     // Every request counted and timed for the rest_client_* metrics.
     let metrics = RestClientMetricsLayer::for_url(&config.cluster_url);
     Ok(kube::client::ClientBuilder::try_from(config)?

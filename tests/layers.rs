@@ -28,6 +28,7 @@ const LAYERS: &[&[&str]] = &[
         "runner",
         "endpointslice",
         "oom",
+        "runtime_thread",
     ],
     &["telemetry", "selection"],
     &["tracker", "desired", "source", "nodeview"],

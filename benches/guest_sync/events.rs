@@ -106,6 +106,10 @@ pub async fn run(settings: &Settings) -> anyhow::Result<EventsSide> {
             sync_period: Duration::from_secs(600),
         },
         reporter,
+        // Where the binary decodes its watch events.
+        kube_ipvs_proxy::source::thread::handle()
+            .map_err(|e| anyhow::anyhow!(e))?
+            .clone(),
     ));
 
     let started = SystemTime::now();

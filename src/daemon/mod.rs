@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use futures::{stream::BoxStream, Stream};
 use tokio::{
+    runtime::Handle,
     sync::mpsc::{self, UnboundedReceiver},
     task::{JoinError, JoinHandle},
     time::{Instant, Interval, MissedTickBehavior},
@@ -80,20 +81,23 @@ impl Source {
 
 /// Runs until the source ends or a change requires a restart. `reporter`
 /// hears of queued and applied updates (health, sync metrics, health
-/// check node ports).
+/// check node ports). The source is read, decoded and turned into changes
+/// on `feeder_runtime` (the proxy gives it [`crate::source::thread`]'s, so
+/// that it runs beside the syncs; tests with a paused clock their own).
 pub async fn run<B>(
     source: Source,
     state: SyncState,
     backend: B,
     settings: LoopSettings,
     reporter: SyncReporter,
+    feeder_runtime: Handle,
 ) -> Result<(), DaemonError>
 where
     B: Backend,
 {
     let (input, inputs) = mpsc::unbounded_channel();
     let feeder = match source {
-        Source::Objects(events) => tokio::spawn(
+        Source::Objects(events) => feeder_runtime.spawn(
             feeder::feed(
                 events,
                 state.node_name().to_owned(),
@@ -102,7 +106,7 @@ where
             )
             .instrument(info_span!("source")),
         ),
-        Source::View(updates) => tokio::spawn(
+        Source::View(updates) => feeder_runtime.spawn(
             feeder::feed_view(updates, input).instrument(info_span!("view")),
         ),
     };

@@ -211,7 +211,14 @@ async fn run_source_for(backend: Recording, source: Source, for_: Duration) {
         min_sync_period: Duration::from_secs(1),
         sync_period: Duration::from_secs(30),
     };
-    let run = run(source, state, backend, settings, SyncReporter::default());
+    let run = run(
+        source,
+        state,
+        backend,
+        settings,
+        SyncReporter::default(),
+        Handle::current(),
+    );
     assert!(tokio::time::timeout(for_, run).await.is_err());
 }
 
@@ -397,6 +404,7 @@ async fn the_end_of_the_source_ends_the_loop() {
         backend,
         settings,
         SyncReporter::default(),
+        Handle::current(),
     )
     .await;
     assert!(matches!(ended, Err(DaemonError::SourceEnded)), "{ended:?}");

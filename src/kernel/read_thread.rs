@@ -36,20 +36,7 @@ pub(crate) fn handle() -> Result<&'static Handle, KernelError> {
 }
 
 fn start() -> Result<Handle, String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .thread_name("kernel-reads")
-        .build()
-        .map_err(|e| format!("cannot start the reads' runtime: {e}"))?;
-    let handle = runtime.handle().clone();
-    std::thread::Builder::new()
-        .name("kernel-reads".into())
-        .spawn(move || {
-            lower_priority();
-            runtime.block_on(std::future::pending::<()>())
-        })
-        .map_err(|e| format!("cannot start the reads' thread: {e}"))?;
-    Ok(handle)
+    crate::runtime_thread::start("kernel-reads", lower_priority)
 }
 
 /// The nice value of the reads' thread, at least.

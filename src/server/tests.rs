@@ -923,6 +923,7 @@ async fn the_daemon_reports_queued_and_applied_syncs() {
             sync_period: SYNC_PERIOD,
         },
         reporter,
+        tokio::runtime::Handle::current(),
     ));
     let mut synced = false;
     for _ in 0..500 {

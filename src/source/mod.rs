@@ -14,6 +14,7 @@ pub mod nodeview;
 pub mod pods;
 pub mod recorder;
 pub mod store;
+pub mod thread;
 
 use ::kube::runtime::watcher::Event;
 use k8s_openapi::api::{
