@@ -25,7 +25,7 @@ use tokio::{
     task::{JoinError, JoinHandle},
     time::{Instant, Interval, MissedTickBehavior},
 };
-use tracing::{error, info_span, warn, Instrument};
+use tracing::{debug, error, info_span, warn, Instrument};
 
 use crate::{
     backend::{Backend, Observation, RepairStep, SyncBatch},
@@ -316,8 +316,19 @@ impl<B: Backend> SyncLoop<B> {
             outcome: &outcome,
             state: &self.state,
         };
+        let cpu = thread_cpu();
         match self.backend.apply(batch).instrument(span.clone()).await {
             Ok(()) => {
+                // Wall time well above the loop's CPU time is time spent
+                // waiting: on the kernel's locks, or for a CPU.
+                span.in_scope(|| {
+                    debug!(
+                        wall = ?started.elapsed(),
+                        cpu = ?thread_cpu().saturating_sub(cpu),
+                        deltas = outcome.deltas.len(),
+                        "sync applied"
+                    )
+                });
                 self.reporter
                     .synced(&self.state, &outcome, started.elapsed());
                 changes.applied();
@@ -342,6 +353,7 @@ impl<B: Backend> SyncLoop<B> {
     fn repair_event(&mut self, event: RepairEvent<B::Observed>) {
         match event {
             RepairEvent::Due => {
+                debug!("repair round: reading the kernel");
                 let read = self.backend.begin_repair();
                 self.repair = Repair::Reading {
                     started: Instant::now(),
@@ -352,9 +364,11 @@ impl<B: Backend> SyncLoop<B> {
             }
             RepairEvent::Read(read) => {
                 if let Repair::Reading { started, .. } = &self.repair {
+                    let duration = started.elapsed();
+                    debug!(?duration, "repair round: the kernel read");
                     RepairTimed {
                         part: RepairPart::Read,
-                        duration: started.elapsed(),
+                        duration,
                     }
                     .emit();
                 }
@@ -393,9 +407,25 @@ impl<B: Backend> SyncLoop<B> {
         }
         .emit();
         if step == RepairStep::Done {
+            debug!("repair round: done");
             self.repair = Repair::Waiting(Instant::now() + self.sync_period);
         }
     }
+}
+
+/// The calling thread's CPU time so far; zero where the clock cannot be
+/// read.
+fn thread_cpu() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only the timespec it is given.
+    let read = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    if read != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
 /// The next tick, or never without a poller.

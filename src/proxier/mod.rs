@@ -357,7 +357,13 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
         ));
         let mut report = ApplyReport::default();
         self.retry_suspects(&mut ops, &mut report).await;
+        let start = Instant::now();
         let removing = self.read_removing(&ops.ipvs, &mut report).await;
+        debug!(
+            services = removing.services.len(),
+            elapsed = ?start.elapsed(),
+            "real servers read before removals"
+        );
         ops.ipvs = graceful::route(
             &mut self.graceful,
             std::mem::take(&mut ops.ipvs),
