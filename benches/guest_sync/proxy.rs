@@ -99,25 +99,7 @@ impl Proxy {
     pub fn cpu_times(&self) -> anyhow::Result<CpuTimes> {
         let stat =
             std::fs::read_to_string(format!("/proc/{}/stat", self.pid()))?;
-        // The command name may hold spaces; the fields follow its ')'.
-        let rest = stat
-            .rsplit_once(')')
-            .map(|(_, r)| r)
-            .context("malformed /proc/PID/stat")?;
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        // Field 3 (state) is the first after the name.
-        let time = |n: usize| -> anyhow::Result<Duration> {
-            let ticks: u64 = fields
-                .get(n - 3)
-                .context("short /proc/PID/stat")?
-                .parse()
-                .context("/proc/PID/stat field")?;
-            Ok(Duration::from_secs_f64(ticks as f64 / clock_ticks()))
-        };
-        Ok(CpuTimes {
-            user: time(14)?,
-            system: time(15)?,
-        })
+        Ok(stat_times(&stat)?.1)
     }
 
     /// A field of /proc/PID/status in KiB (`VmHWM`, `VmRSS`).
@@ -138,6 +120,31 @@ impl Drop for Proxy {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A /proc stat line's command name and CPU times.
+pub fn stat_times(stat: &str) -> anyhow::Result<(String, CpuTimes)> {
+    // The command name may hold spaces; the fields follow its ')'.
+    let (head, rest) =
+        stat.rsplit_once(')').context("malformed /proc/PID/stat")?;
+    let name = head.split_once('(').map_or("", |(_, n)| n).to_owned();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // Field 3 (state) is the first after the name.
+    let time = |n: usize| -> anyhow::Result<Duration> {
+        let ticks: u64 = fields
+            .get(n - 3)
+            .context("short /proc/PID/stat")?
+            .parse()
+            .context("/proc/PID/stat field")?;
+        Ok(Duration::from_secs_f64(ticks as f64 / clock_ticks()))
+    };
+    Ok((
+        name,
+        CpuTimes {
+            user: time(14)?,
+            system: time(15)?,
+        },
+    ))
 }
 
 fn clock_ticks() -> f64 {

@@ -25,10 +25,11 @@
 //!      the kernel (p50, p99, max; churn.rs), then the proxy's CPU time
 //!      for the minute and what it needed to catch up;
 //!
-//!   BENCH_TRASH_PREFILL=N puts N deleted real servers in the kernel's
-//!   trash just before the churn (trash.rs), as minutes of churn leave
-//!   it, so that the churn's first minute starts where its later ones
-//!   are.
+//!   BENCH_TRASH_WARMUP=S first deletes real servers of the bench's own
+//!   at the churn's rate for S seconds (trash.rs): the kernel's list of
+//!   deleted real servers, which every add walks, is then as a churn of
+//!   S seconds leaves it (180 s is its steady state), so that the
+//!   churn's first minute starts where its later ones are.
 //!   5. the proxy's CPU seconds (utime + stime) and peak RSS (VmHWM).
 //!
 //!   It prints `RESULT proxy services metric value` lines.
@@ -78,9 +79,10 @@ pub struct Settings {
     /// up after the churn.
     pub change_timeout: Duration,
     pub cold_timeout: Duration,
-    /// Deleted real servers put in the kernel's trash just before the
-    /// churn (trash.rs); 0 leaves it as the run left it.
-    pub trash_prefill: u32,
+    /// How long real servers are deleted at the churn's rate just
+    /// before the churn (trash.rs); zero leaves the kernel's trash as the
+    /// run left it.
+    pub trash_warmup: Duration,
 }
 
 impl Settings {
@@ -98,8 +100,10 @@ impl Settings {
                 "BENCH_COLD_TIMEOUT",
                 3600,
             )?),
-            trash_prefill: u32::try_from(setting("BENCH_TRASH_PREFILL", 0)?)
-                .context("BENCH_TRASH_PREFILL")?,
+            trash_warmup: Duration::from_secs(setting(
+                "BENCH_TRASH_WARMUP",
+                0,
+            )?),
         })
     }
 }

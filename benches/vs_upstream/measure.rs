@@ -2,8 +2,9 @@
 //! what it cost; printed as `RESULT` lines.
 
 use std::{
+    collections::BTreeMap,
     net::IpAddr,
-    path::PathBuf,
+    path::Path,
     process::Command,
     time::{Duration, Instant},
 };
@@ -16,7 +17,7 @@ use crate::{
     api,
     breakdown::{breakdown, each_minute, single},
     churn, ipvs, objects,
-    proxy::{metrics_text, scrape, Proxy},
+    proxy::{metrics_text, scrape, stat_times, Proxy},
     trash, Settings,
 };
 
@@ -94,7 +95,15 @@ pub async fn run(
 
     let mut command = Command::new(binary);
     command.arg("--config").arg(config).env("NO_COLOR", "1");
-    let log = PathBuf::from(format!("/tmp/{proxy_name}-{n}.proxy.log"));
+    // In the guest's results share where there is one, so that the
+    // whole log outlives the guest (tests/vm/run's VM_KEEP=1).
+    let logs = Path::new("/run/vm");
+    let logs = if logs.is_dir() {
+        logs
+    } else {
+        Path::new("/tmp")
+    };
+    let log = logs.join(format!("{proxy_name}-{n}.proxy.log"));
     let start = Instant::now();
     let mut proxy = Proxy::spawn(command, log)?;
     let outcome = async {
@@ -160,10 +169,12 @@ pub async fn run(
         results.print("new_service_ms", median_ms(&mut samples));
         single(&results, &metrics_before, "new_service");
 
-        if settings.trash_prefill > 0 {
-            trash::fill(&handle, settings.trash_prefill).await?;
+        if !settings.trash_warmup.is_zero() {
+            trash::warm_up(&handle, settings.churn_rate, settings.trash_warmup)
+                .await?;
         }
         let cpu_before = proxy.cpu()?;
+        let threads_before = thread_cpu(proxy.pid())?;
         let metrics_before = metrics_text().unwrap_or_default();
         let profile = Profile::start(proxy_name, n, proxy.pid())?;
         let churn =
@@ -173,6 +184,21 @@ pub async fn run(
             profile.stop()?;
         }
         breakdown(&results, &metrics_before);
+        let threads: Vec<String> = thread_cpu(proxy.pid())?
+            .into_iter()
+            .map(|(name, after)| {
+                let before =
+                    threads_before.get(&name).copied().unwrap_or_default();
+                format!(
+                    "{name} {:.1}",
+                    after.saturating_sub(before).as_secs_f64()
+                )
+            })
+            .collect();
+        eprintln!(
+            "{proxy_name} {n}: churn CPU by thread (s): {}",
+            threads.join(", ")
+        );
         let minutes = churn.each_minute();
         if minutes.len() >= 2 {
             let series: Vec<String> = minutes
@@ -353,4 +379,20 @@ pub fn percentile_ms(sorted: &[Duration], q: f64) -> f64 {
     }
     let rank = (q * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1].as_secs_f64() * 1e3
+}
+
+/// The CPU of each of `pid`'s living threads, user and system together,
+/// summed by thread name: which of the proxy's threads a cost is on.
+fn thread_cpu(pid: u32) -> anyhow::Result<BTreeMap<String, Duration>> {
+    let mut by_name = BTreeMap::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        // A thread that ended since the listing is not counted.
+        let Ok(stat) = std::fs::read_to_string(task?.path().join("stat"))
+        else {
+            continue;
+        };
+        let (name, times) = stat_times(&stat)?;
+        *by_name.entry(name).or_default() += times.user + times.system;
+    }
+    Ok(by_name)
 }

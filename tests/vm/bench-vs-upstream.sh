@@ -9,7 +9,7 @@
 #   BENCH_SIZES="1000 10000" tests/vm/bench-vs-upstream.sh
 #
 # Also BENCH_PROXIES ("upstream ours"), BENCH_KEEP_RESULTS, BENCH_REPS,
-# BENCH_CHURN_RATE, BENCH_CHURN_SECONDS, BENCH_CHURN_SAMPLE, BENCH_TRASH_PREFILL,
+# BENCH_CHURN_RATE, BENCH_CHURN_SECONDS, BENCH_CHURN_SAMPLE, BENCH_TRASH_WARMUP,
 # BENCH_CHANGE_TIMEOUT, BENCH_COLD_TIMEOUT (see the
 # bench), BENCH_SYNC_PERIOD (both proxies' syncPeriod, 30s by default),
 # BENCH_PERF (a perf profile of the churn; with VM_KEEP=1 it stays in the
@@ -88,7 +88,7 @@ EOF
             VM_MEM=${VM_MEM:-3072} VM_TIMEOUT=${VM_TIMEOUT:-7200} \
             VM_PASS_ENV="${VM_PASS_ENV:-} KUBECONFIG BENCH_REPS BENCH_PERF \
 BENCH_CHURN_RATE BENCH_CHURN_SECONDS BENCH_CHURN_SAMPLE BENCH_CHANGE_TIMEOUT \
-BENCH_COLD_TIMEOUT BENCH_TRASH_PREFILL" \
+BENCH_COLD_TIMEOUT BENCH_TRASH_WARMUP" \
             "$VM_SRC/run" "$bench" measure "$proxy" "$n" "$binary" "$config" \
             2>&1 | tee "$out/$proxy-$n.log" || rc=$?
         sed -i "/^RESULT $proxy $n /d" "$results"
