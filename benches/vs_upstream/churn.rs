@@ -10,10 +10,15 @@
 //! all at once. So once a service has a timed change pending, every later
 //! change to it is followed too.
 //!
-//! The observer must not compete with the proxy it watches: it polls a
-//! service again after a tenth of its oldest timed change's age (5 ms to
-//! 1 s), which bounds the error to about a tenth and the reads to a few
-//! hundred a second even when a proxy falls minutes behind.
+//! The observer must not compete with the proxy it watches: each read is
+//! a generic netlink dump, which the kernel serialises with the proxy's
+//! own IPVS requests. It polls a service again after a tenth of its
+//! oldest timed change's age (5 ms to 1 s), which bounds the error to
+//! about a tenth, and reads at most READ_RATE services a second, the
+//! most overdue first, so that its load cannot grow with a proxy's lag.
+//! A healthy proxy's changes are seen within tens of milliseconds, well
+//! under the cap. The run prints how many reads it made (about 50 a
+//! second at 10,000 services under TCG with the proxy seconds behind).
 
 use std::{
     collections::{HashMap, HashSet},
@@ -45,6 +50,8 @@ const IN_FLIGHT: usize = 64;
 /// Real-server reads in flight per polling round.
 const READS: usize = 16;
 const POLL: Duration = Duration::from_millis(5);
+/// Real-server reads a second at most, over all services.
+const READ_RATE: f64 = 100.0;
 const MAX_POLL: Duration = Duration::from_secs(1);
 
 pub struct Churn {
@@ -142,11 +149,19 @@ pub async fn run(
     let mut latencies = Vec::new();
     let mut written: Option<(usize, Instant)> = None;
     let mut last_seen = Instant::now();
+    // A token bucket: a round reads as many services as it has tokens.
+    let mut tokens = READS as f64;
+    let mut refilled = Instant::now();
+    let mut reads = 0usize;
     loop {
         if let Some(w) = writer.take_if(|w| w.is_finished()) {
             written = Some((w.await??, Instant::now()));
         }
         let now = Instant::now();
+        tokens = (tokens
+            + now.duration_since(refilled).as_secs_f64() * READ_RATE)
+            .min(READS as f64);
+        refilled = now;
         let due: Vec<(usize, Vec<Change>)> = {
             let mut shared = lock(&shared);
             // Untimed changes alone are not worth a read.
@@ -154,13 +169,20 @@ pub async fn run(
             if written.is_some() && shared.followed.is_empty() {
                 break;
             }
-            shared
+            let mut due: Vec<(Instant, usize)> = shared
                 .followed
                 .iter()
                 .filter(|(_, f)| f.next_check <= now)
-                .map(|(k, f)| (*k, f.changes.clone()))
+                .map(|(k, f)| (f.next_check, *k))
+                .collect();
+            due.sort_unstable();
+            due.truncate(tokens as usize);
+            due.into_iter()
+                .map(|(_, k)| (k, shared.followed[&k].changes.clone()))
                 .collect()
         };
+        tokens -= due.len() as f64;
+        reads += due.len();
         let checks = futures::stream::iter(due)
             .map(|(k, changes)| async move {
                 let dests = ipvs::real_servers(
@@ -221,6 +243,10 @@ pub async fn run(
         tokio::time::sleep(POLL).await;
     }
     let (issued, written_at) = written.unwrap_or((0, last_seen));
+    eprintln!(
+        "churn: the observer read {reads} services' real servers, {:.0} a second",
+        reads as f64 / started.elapsed().as_secs_f64().max(1e-3)
+    );
     let unobserved = lock(&shared)
         .followed
         .values()
