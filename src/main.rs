@@ -248,6 +248,8 @@ async fn run_proxy(config: Config, mode: Mode) -> anyhow::Result<()> {
         .await
         .context("opening the kernel facilities")?;
     let mut events = None;
+    // Where the sources are read and decoded (source/thread.rs).
+    let sources = source::thread::handle().map_err(anyhow::Error::msg)?;
     let api_endpoint = config
         .api_endpoint
         .as_deref()
@@ -272,8 +274,6 @@ async fn run_proxy(config: Config, mode: Mode) -> anyhow::Result<()> {
             // that its connections (TLS, HTTP) are driven there, beside
             // the sync loop rather than on its thread; the events' client
             // stays here.
-            let sources =
-                source::thread::handle().map_err(anyhow::Error::msg)?;
             let watch_client = {
                 let _sources = sources.enter();
                 client_from(kube_config.clone())?
@@ -309,7 +309,6 @@ async fn run_proxy(config: Config, mode: Mode) -> anyhow::Result<()> {
         min_sync_period: config.ipvs.min_sync_period,
         sync_period: config.ipvs.sync_period,
     };
-    let sources = source::thread::handle().map_err(anyhow::Error::msg)?;
     daemon::run(source, state, backend, settings, reporter, sources.clone())
         .await?;
     Ok(())

@@ -25,7 +25,7 @@ use tokio::{
     task::{JoinError, JoinHandle},
     time::{Instant, Interval, MissedTickBehavior},
 };
-use tracing::{debug, error, info_span, warn, Instrument};
+use tracing::{debug, error, info_span, warn, Instrument, Level};
 
 use crate::{
     backend::{Backend, Observation, RepairStep, SyncBatch},
@@ -316,21 +316,24 @@ impl<B: Backend> SyncLoop<B> {
             outcome: &outcome,
             state: &self.state,
         };
-        let cpu = thread_cpu();
+        // A clock read per sync only for whoever reads the debug log.
+        let cpu = tracing::enabled!(Level::DEBUG).then(thread_cpu);
         match self.backend.apply(batch).instrument(span.clone()).await {
             Ok(()) => {
-                // Wall time well above the loop's CPU time is time spent
-                // waiting: on the kernel's locks, or for a CPU.
-                span.in_scope(|| {
-                    debug!(
-                        wall = ?started.elapsed(),
-                        cpu = ?thread_cpu().saturating_sub(cpu),
-                        deltas = outcome.deltas.len(),
-                        "sync applied"
-                    )
-                });
-                self.reporter
-                    .synced(&self.state, &outcome, started.elapsed());
+                let wall = started.elapsed();
+                if let Some(cpu) = cpu {
+                    // Wall time well above the loop's CPU time is time
+                    // spent waiting: on the kernel's locks, or for a CPU.
+                    span.in_scope(|| {
+                        debug!(
+                            ?wall,
+                            cpu = ?thread_cpu().saturating_sub(cpu),
+                            deltas = outcome.deltas.len(),
+                            "sync applied"
+                        )
+                    });
+                }
+                self.reporter.synced(&self.state, &outcome, wall);
                 changes.applied();
                 if !self.synced_once {
                     self.synced_once = true;
