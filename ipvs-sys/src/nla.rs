@@ -1,7 +1,7 @@
 //! Small helpers shared by the attribute decoders and encoders.
 
 use netlink_packet_core::{
-    DecodeError, Emitable, ErrorContext, Nla, NlaBuffer, NlasIterator,
+    DecodeError, Emitable, ErrorContext, Nla, NlaBuffer,
 };
 
 /// Decode every attribute of a nested block (or a message body), stopping at
@@ -14,10 +14,104 @@ pub(crate) fn parse_all<T, F>(
 where
     F: FnMut(&NlaBuffer<&[u8]>) -> Result<T, DecodeError>,
 {
-    NlasIterator::new(buf)
-        .map(|nla| nla.and_then(|nla| parse(&nla)))
-        .collect::<Result<Vec<_>, _>>()
-        .with_context(|| format!("failed to parse {what} attributes"))
+    // Sized once: a real server's attributes carry two stats blocks
+    // inline, and growing the vector would move them again and again.
+    let mut parsed = Vec::with_capacity(count(buf));
+    for_each(buf, what, |nla| {
+        parsed.push(parse(nla)?);
+        Ok(())
+    })?;
+    Ok(parsed)
+}
+
+/// Visit every attribute of a nested block in order, stopping at the
+/// first malformed one, without collecting anything. `what` names the
+/// block in the error.
+///
+/// Each header is read once and the attribute handed over as a buffer of
+/// exactly its length, whose accessors then cannot fail: this walk runs
+/// some forty times per real server of every dump, and a dump precedes
+/// each removal.
+pub(crate) fn for_each<F>(
+    buf: &[u8],
+    what: &str,
+    mut visit: F,
+) -> Result<(), DecodeError>
+where
+    F: FnMut(&NlaBuffer<&[u8]>) -> Result<(), DecodeError>,
+{
+    let mut rest = buf;
+    while !rest.is_empty() {
+        let attribute = match rest {
+            [low, high, ..] if rest.len() >= NLA_HEADER_LEN => {
+                let length = usize::from(u16::from_ne_bytes([*low, *high]));
+                match rest.get(..length) {
+                    Some(attribute) if length >= NLA_HEADER_LEN => attribute,
+                    Some(_) => {
+                        return Err(malformed(
+                            what,
+                            format_args!(
+                                "an attribute of length {length}, below its \
+                             {NLA_HEADER_LEN}-byte header"
+                            ),
+                        ))
+                    }
+                    None => {
+                        return Err(malformed(
+                            what,
+                            format_args!(
+                                "an attribute of length {length} in the {} \
+                             bytes left",
+                                rest.len()
+                            ),
+                        ))
+                    }
+                }
+            }
+            _ => {
+                return Err(malformed(
+                    what,
+                    format_args!(
+                        "{} bytes left, less than an attribute header",
+                        rest.len()
+                    ),
+                ))
+            }
+        };
+        visit(&NlaBuffer::new(attribute))
+            .with_context(|| format!("failed to parse {what} attributes"))?;
+        // The last attribute's padding may be missing: the block ends.
+        rest = rest.get(aligned_len(attribute.len())..).unwrap_or_default();
+    }
+    Ok(())
+}
+
+fn malformed(what: &str, detail: std::fmt::Arguments<'_>) -> DecodeError {
+    DecodeError::from(format!("failed to parse {what} attributes: {detail}"))
+}
+
+/// How many attributes a block holds, by their headers alone. A malformed
+/// header ends the count; the decode that follows reports it.
+fn count(buf: &[u8]) -> usize {
+    let mut attributes = 0;
+    let mut at = 0;
+    while let Some(&[low, high]) = buf.get(at..at + 2) {
+        let length = u16::from_ne_bytes([low, high]);
+        if usize::from(length) < NLA_HEADER_LEN {
+            break;
+        }
+        attributes += 1;
+        at += aligned_len(usize::from(length));
+    }
+    attributes
+}
+
+/// An attribute's header: length and type, two bytes each.
+const NLA_HEADER_LEN: usize = 4;
+
+/// Attributes start on 4-byte boundaries.
+fn aligned_len(length: usize) -> usize {
+    (length + 3) & !3
 }
 
 /// Length of a list of attributes once emitted.

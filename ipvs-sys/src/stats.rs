@@ -4,7 +4,7 @@ use netlink_packet_core::{
     emit_u32, emit_u64, parse_u32, parse_u64, DecodeError, Nla,
 };
 
-use crate::nla::{emit_nlas, nlas_len, parse_all};
+use crate::nla::{emit_nlas, for_each, nlas_len};
 
 const IPVS_STATS_ATTR_CONNS: u16 = 1;
 const IPVS_STATS_ATTR_INPKTS: u16 = 2;
@@ -120,7 +120,7 @@ impl Stats {
     /// kernels are skipped.
     pub fn parse(buf: &[u8]) -> Result<Self, DecodeError> {
         let mut stats = Stats::default();
-        parse_all(buf, "stats", |nla| {
+        for_each(buf, "stats", |nla| {
             let value = nla.value();
             let slot = match nla.kind() {
                 IPVS_STATS_ATTR_CONNS => &mut stats.conns,
