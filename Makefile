@@ -42,10 +42,12 @@ unit:
 	cargo test --workspace
 
 # Benchmarks print their ratios against a baseline from the same run: the
-# host ones (tracker, planning), then the proxy against the kernel tools
-# in the guest (tests/vm/bench-guest.sh; BENCH_SERVICES, BENCH_REPS).
+# host ones (tracker, planning, ipvs-sys's dump decode), then the proxy
+# against the kernel tools in the guest (tests/vm/bench-guest.sh;
+# BENCH_SERVICES, BENCH_REPS).
 bench:
 	cargo bench --bench tracker --bench proxier_plan
+	cargo bench -p ipvs-sys --bench decode
 	tests/vm/bench-guest.sh
 
 # Our ipset netlink path against `ipset restore`, 10,000 entries, on this
