@@ -42,42 +42,11 @@ where
 {
     let mut rest = buf;
     while !rest.is_empty() {
-        let attribute = match rest {
-            [low, high, ..] if rest.len() >= NLA_HEADER_LEN => {
-                let length = usize::from(u16::from_ne_bytes([*low, *high]));
-                match rest.get(..length) {
-                    Some(attribute) if length >= NLA_HEADER_LEN => attribute,
-                    Some(_) => {
-                        return Err(malformed(
-                            what,
-                            format_args!(
-                                "an attribute of length {length}, below its \
-                             {NLA_HEADER_LEN}-byte header"
-                            ),
-                        ))
-                    }
-                    None => {
-                        return Err(malformed(
-                            what,
-                            format_args!(
-                                "an attribute of length {length} in the {} \
-                             bytes left",
-                                rest.len()
-                            ),
-                        ))
-                    }
-                }
-            }
-            _ => {
-                return Err(malformed(
-                    what,
-                    format_args!(
-                        "{} bytes left, less than an attribute header",
-                        rest.len()
-                    ),
-                ))
-            }
-        };
+        let attribute = next_attribute(rest).map_err(|detail| {
+            DecodeError::from(format!(
+                "failed to parse {what} attributes: {detail}"
+            ))
+        })?;
         visit(&NlaBuffer::new(attribute))
             .with_context(|| format!("failed to parse {what} attributes"))?;
         // The last attribute's padding may be missing: the block ends.
@@ -86,8 +55,28 @@ where
     Ok(())
 }
 
-fn malformed(what: &str, detail: std::fmt::Arguments<'_>) -> DecodeError {
-    DecodeError::from(format!("failed to parse {what} attributes: {detail}"))
+/// The attribute `rest` starts with, exactly its length long, or what is
+/// wrong with its header.
+fn next_attribute(rest: &[u8]) -> Result<&[u8], String> {
+    let Some(&[low, high, _, _]) = rest.get(..NLA_HEADER_LEN) else {
+        return Err(format!(
+            "{} bytes left, less than an attribute header",
+            rest.len()
+        ));
+    };
+    let length = usize::from(u16::from_ne_bytes([low, high]));
+    if length < NLA_HEADER_LEN {
+        return Err(format!(
+            "an attribute of length {length}, below its header's \
+             {NLA_HEADER_LEN} bytes"
+        ));
+    }
+    rest.get(..length).ok_or_else(|| {
+        format!(
+            "an attribute of length {length} in the {} bytes left",
+            rest.len()
+        )
+    })
 }
 
 /// How many attributes a block holds, by their headers alone. A malformed
@@ -164,5 +153,39 @@ pub(crate) fn parse_string(value: &[u8]) -> Result<String, DecodeError> {
 pub(crate) fn emit_bytes(value: &[u8], buffer: &mut [u8]) {
     if let Some(head) = buffer.get_mut(..value.len()) {
         head.copy_from_slice(value);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two attributes: kind 1 with a u32, then kind 2 with one byte and
+    /// no padding after it (the block's last attribute may end unpadded).
+    const BLOCK: [u8; 13] = [8, 0, 1, 0, 7, 0, 0, 0, 5, 0, 2, 0, 9];
+
+    fn kinds(buf: &[u8]) -> Result<Vec<(u16, Vec<u8>)>, DecodeError> {
+        parse_all(buf, "test", |nla| Ok((nla.kind(), nla.value().to_vec())))
+    }
+
+    #[test]
+    fn every_attribute_is_visited_the_last_one_unpadded() {
+        let seen = kinds(&BLOCK).expect("a well-formed block");
+        assert_eq!(seen, vec![(1, vec![7, 0, 0, 0]), (2, vec![9])]);
+        assert_eq!(count(&BLOCK), seen.len());
+    }
+
+    #[test]
+    fn a_malformed_header_is_an_error_naming_the_block() {
+        let cases: [(&str, &[u8], &str); 3] = [
+            ("cut short", &BLOCK[..10], "less than an attribute header"),
+            ("below its header", &[2, 0, 1, 0], "below its header"),
+            ("past the block", &BLOCK[..12], "in the 4 bytes left"),
+        ];
+        for (name, buf, detail) in cases {
+            let err = kinds(buf).expect_err(name).to_string();
+            assert!(err.contains("failed to parse test attributes"), "{err}");
+            assert!(err.contains(detail), "{name}: {err}");
+        }
     }
 }
