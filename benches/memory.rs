@@ -307,8 +307,15 @@ struct Measured {
     cpu_per_change: Duration,
 }
 
-/// Changes timed one at a time after the burst.
-const TIMED_CHANGES: usize = 300;
+/// Changes timed one at a time after the burst, unless
+/// BENCH_MEMORY_TIMED says how many (more, to profile them).
+fn timed_changes() -> usize {
+    std::env::var("BENCH_MEMORY_TIMED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(300)
+}
 
 /// Runs the daemon on `n` services until its first sync, then `changes`
 /// slice updates; the heap is counted from an empty start.
@@ -401,8 +408,9 @@ async fn measure(n: usize, changes: usize) -> Measured {
     let peak = PEAK.load(Ordering::Relaxed) - base;
     // One change, then its sync, then the next: the cost of a sync that
     // carries one change, which should not grow with the cluster.
+    let timed = timed_changes();
     let cpu_before = process_cpu();
-    for c in changes + 1..=changes + TIMED_CHANGES {
+    for c in changes + 1..=changes + timed {
         let before = synced(&health);
         let event = SourceEvent::EndpointSlice(Event::Apply(slice(c % n, c)));
         futures::SinkExt::send(&mut events, event)
@@ -412,7 +420,7 @@ async fn measure(n: usize, changes: usize) -> Measured {
             tokio::time::sleep(Duration::from_micros(200)).await;
         }
     }
-    let cpu_per_change = (process_cpu() - cpu_before) / TIMED_CHANGES as u32;
+    let cpu_per_change = (process_cpu() - cpu_before) / timed as u32;
     daemon.abort();
     let _ = daemon.await;
     Measured {
