@@ -147,7 +147,7 @@ pub fn stat_times(stat: &str) -> anyhow::Result<(String, CpuTimes)> {
     ))
 }
 
-fn clock_ticks() -> f64 {
+pub fn clock_ticks() -> f64 {
     // SAFETY: sysconf has no preconditions.
     let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
     if ticks > 0 {

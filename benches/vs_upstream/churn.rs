@@ -41,6 +41,7 @@ use crate::{
     measure::Addresses,
     objects,
     proxy::{metrics_text, CpuTimes, Proxy},
+    relay::Relay,
     Settings,
 };
 
@@ -59,6 +60,8 @@ pub struct Churn {
     /// kernel showed it.
     pub latencies: Vec<(Instant, Duration)>,
     pub started: Instant,
+    /// How long the writes went on (BENCH_CHURN_SECONDS).
+    pub duration: Duration,
     pub achieved_rate: f64,
     /// From the last write to the last timed change seen in the kernel.
     pub catch_up: Duration,
@@ -116,6 +119,45 @@ struct Shared {
 
 type SharedState = Arc<Mutex<Shared>>;
 
+/// Where the churn's writes are made: from the guest itself, or by the
+/// host's relay on its word (relay.rs; BENCH_RELAY=HOST:PORT).
+#[derive(Clone)]
+pub enum Writer {
+    Guest(Box<Api<EndpointSlice>>),
+    Relay(Arc<Relay>),
+}
+
+impl Writer {
+    /// The relay when BENCH_RELAY names one, else `slices` from here.
+    pub async fn from_env(slices: &Api<EndpointSlice>) -> anyhow::Result<Self> {
+        match std::env::var("BENCH_RELAY") {
+            Ok(address) if !address.is_empty() => {
+                Ok(Self::Relay(Arc::new(Relay::connect(&address).await?)))
+            }
+            _ => Ok(Self::Guest(Box::new(slices.clone()))),
+        }
+    }
+
+    pub fn describe(&self) -> &'static str {
+        match self {
+            Self::Guest(_) => "from the guest",
+            Self::Relay(_) => "by the host's relay",
+        }
+    }
+
+    async fn replace(&self, k: usize, address: Ipv4Addr) -> anyhow::Result<()> {
+        // Stamped here and now, on the guest's clock, either way.
+        let trigger = k8s_openapi::jiff::Timestamp::now();
+        match self {
+            Self::Guest(slices) => {
+                let slice = objects::slice_replacing(k, address, trigger);
+                api::write_slice(slices, k, &slice).await
+            }
+            Self::Relay(relay) => relay.write(k, address, trigger).await,
+        }
+    }
+}
+
 fn lock(shared: &SharedState) -> MutexGuard<'_, Shared> {
     // No task panics while holding it; recover regardless.
     shared.lock().unwrap_or_else(|e| e.into_inner())
@@ -123,7 +165,7 @@ fn lock(shared: &SharedState) -> MutexGuard<'_, Shared> {
 
 pub async fn run(
     settings: &Settings,
-    slices: &Api<EndpointSlice>,
+    slices: &Writer,
     handle: &Handle,
     addresses: &Addresses,
     services: usize,
@@ -255,6 +297,7 @@ pub async fn run(
     Ok(Churn {
         latencies,
         started,
+        duration: settings.churn,
         achieved_rate: issued as f64 / settings.churn.as_secs_f64().max(1e-3),
         catch_up: last_seen.saturating_duration_since(written_at),
         unobserved,
@@ -267,54 +310,30 @@ impl Churn {
     /// The first and the last minute's latencies, sorted, for a churn of
     /// at least two minutes: whether anything accumulates over a long run.
     pub fn minutes(&self) -> Vec<(&'static str, Vec<Duration>)> {
-        let minute = Duration::from_secs(60);
-        let Some(last) = self.latencies.iter().map(|(at, _)| *at).max() else {
-            return Vec::new();
-        };
-        if last.duration_since(self.started) < 2 * minute {
+        let mut minutes = self.each_minute();
+        if minutes.len() < 2 {
             return Vec::new();
         }
-        let end = self.started
-            + minute
-                * (last.duration_since(self.started).as_secs() / 60) as u32;
-        let within = |from: Instant, to: Instant| {
-            let mut d: Vec<Duration> = self
-                .latencies
-                .iter()
-                .filter(|(at, _)| *at >= from && *at < to)
-                .map(|(_, d)| *d)
-                .collect();
-            d.sort();
-            d
-        };
-        vec![
-            ("first", within(self.started, self.started + minute)),
-            ("last", within(end - minute, end)),
-        ]
+        let last = minutes.pop().unwrap_or_default();
+        let first = minutes.swap_remove(0);
+        vec![("first", first), ("last", last)]
     }
 
     /// Every whole minute's latencies, in order: whether the tail trends
     /// up or one minute is unlucky (a p99 of 600 samples is the sixth
-    /// worst) shows only in the series.
+    /// worst) shows only in the series. A change belongs to the minute it
+    /// was written in; the minutes are the churn's own, so the last one
+    /// counts although its last write comes a tick before its end.
     pub fn each_minute(&self) -> Vec<Vec<Duration>> {
         let minute = Duration::from_secs(60);
-        let mut out: Vec<Vec<Duration>> = Vec::new();
+        let whole = (self.duration.as_secs() / minute.as_secs()) as usize;
+        let mut out: Vec<Vec<Duration>> = vec![Vec::new(); whole];
         for (at, d) in &self.latencies {
             let i = (at.duration_since(self.started).as_secs() / 60) as usize;
-            if out.len() <= i {
-                out.resize(i + 1, Vec::new());
-            }
             if let Some(m) = out.get_mut(i) {
                 m.push(*d);
             }
         }
-        let whole = self
-            .latencies
-            .iter()
-            .map(|(at, _)| at.duration_since(self.started))
-            .max()
-            .map_or(0, |d| (d.as_secs() / minute.as_secs()) as usize);
-        out.truncate(whole);
         for m in &mut out {
             m.sort();
         }
@@ -334,7 +353,7 @@ struct Plan {
 /// issued.
 async fn write(
     plan: Plan,
-    slices: Api<EndpointSlice>,
+    slices: Writer,
     shared: SharedState,
     errors: Arc<AtomicUsize>,
 ) -> anyhow::Result<usize> {
@@ -387,8 +406,7 @@ async fn write(
         let (slices, shared, errors) =
             (slices.clone(), shared.clone(), errors.clone());
         tokio::spawn(async move {
-            let slice = objects::slice_replacing(k, address);
-            let result = api::write_slice(&slices, k, &slice).await;
+            let result = slices.replace(k, address).await;
             let mut shared = lock(&shared);
             shared.writing.remove(&k);
             if let Err(e) = result {

@@ -32,7 +32,13 @@
 //!   churn's first minute starts where its later ones are.
 //!   5. the proxy's CPU seconds (utime + stime) and peak RSS (VmHWM).
 //!
-//!   It prints `RESULT proxy services metric value` lines.
+//!   It prints `RESULT proxy services metric value` lines, among them
+//!   how busy the guest's CPUs were over the churn and how much of that
+//!   was this bench's own (guest_cpu.rs).
+//! - `relay PORT` (on the host, `KUBECONFIG` the admin's, for the length
+//!   of a `measure`): makes the churn's writes on the guest's word
+//!   (relay.rs), so that the bench's TLS and JSON do not take the CPUs of
+//!   the node it measures; the guest still stamps every change's time.
 //! - `report RESULTS DIR`: the Markdown table of both proxies and the
 //!   ratios, written with a CSV and, through gnuplot, a PNG chart to DIR.
 //!
@@ -52,6 +58,7 @@ mod churn;
 #[allow(dead_code)]
 #[path = "../fixtures/mod.rs"]
 mod fixtures;
+mod guest_cpu;
 #[allow(dead_code)]
 #[path = "../guest_sync/ipvs.rs"]
 mod ipvs;
@@ -60,6 +67,7 @@ mod objects;
 #[allow(dead_code)]
 #[path = "../guest_sync/proxy.rs"]
 mod proxy;
+mod relay;
 mod report;
 mod trash;
 
@@ -111,7 +119,7 @@ impl Settings {
 fn usage() -> anyhow::Error {
     anyhow::anyhow!(
         "usage: vs_upstream populate N | measure upstream|ours N BINARY \
-         CONFIG | report RESULTS DIR"
+         CONFIG | relay PORT | report RESULTS DIR"
     )
 }
 
@@ -147,7 +155,22 @@ fn main() -> anyhow::Result<()> {
             };
             let settings = Settings::from_env()?;
             let n = services(Some(n))?;
+            // One thread in the guest: the writer and the observer wait
+            // on the network and the kernel, and a second worker only
+            // added wake-ups between the two (futexes, context
+            // switches) to the CPUs the proxy is measured on.
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
             rt.block_on(measure::run(&settings, proxy, n, binary, config))
+        }
+        Some("relay") => {
+            let port = args
+                .get(1)
+                .ok_or_else(usage)?
+                .parse()
+                .context("the relay's port")?;
+            rt.block_on(relay::serve(port))
         }
         Some("report") => {
             let [_, results, dir] = &args[..] else {

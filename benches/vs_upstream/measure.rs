@@ -16,8 +16,10 @@ use kube::Client;
 use crate::{
     api,
     breakdown::{breakdown, each_minute, single},
-    churn, ipvs, objects,
-    proxy::{metrics_text, scrape, stat_times, Proxy},
+    churn,
+    guest_cpu::{own_cpu, MachineCpu},
+    ipvs, objects,
+    proxy::{metrics_text, scrape, stat_times, CpuTimes, Proxy},
     trash, Settings,
 };
 
@@ -174,16 +176,31 @@ pub async fn run(
                 .await?;
         }
         let cpu_before = proxy.cpu()?;
+        let machine_before = MachineCpu::read()?;
+        let own_before = own_cpu()?;
         let threads_before = thread_cpu(proxy.pid())?;
         let metrics_before = metrics_text().unwrap_or_default();
-        let profile = Profile::start(proxy_name, n, proxy.pid())?;
+        let writer = churn::Writer::from_env(&slices).await?;
+        eprintln!("churn: the writes are made {}", writer.describe());
+        // BENCH_PERF=bench: the bench's own share of the guest instead.
+        let profile = match std::env::var("BENCH_PERF").as_deref() {
+            Ok("bench") => {
+                Some(Profile::start("bench", n, std::process::id())?)
+            }
+            Ok(_) => Some(Profile::start(proxy_name, n, proxy.pid())?),
+            Err(_) => None,
+        };
         let churn =
-            churn::run(settings, &slices, &handle, &addresses, n, &mut proxy)
+            churn::run(settings, &writer, &handle, &addresses, n, &mut proxy)
                 .await?;
         if let Some(profile) = profile {
             profile.stop()?;
         }
+        let machine = MachineCpu::read()?.since(machine_before);
+        let own = own_cpu()?.since(own_before);
+        let proxy_churn = proxy.cpu()?.saturating_sub(cpu_before);
         breakdown(&results, &metrics_before);
+        guest_share(&results, machine, proxy_churn, own);
         let threads: Vec<String> = thread_cpu(proxy.pid())?
             .into_iter()
             .map(|(name, after)| {
@@ -258,14 +275,12 @@ pub async fn run(
 /// With BENCH_PERF set, a `perf record` of the proxy (call graphs, the
 /// CPU clock: TCG has no hardware counters) for the churn, written to
 /// the guest's results share (`VM_KEEP=1` keeps it) as
-/// perf-PROXY-N.data.
+/// perf-PROXY-N.data; of this bench instead (perf-bench-N.data) with
+/// BENCH_PERF=bench.
 struct Profile(std::process::Child);
 
 impl Profile {
-    fn start(proxy: &str, n: usize, pid: u32) -> anyhow::Result<Option<Self>> {
-        if std::env::var_os("BENCH_PERF").is_none() {
-            return Ok(None);
-        }
+    fn start(proxy: &str, n: usize, pid: u32) -> anyhow::Result<Self> {
         let child = Command::new("perf")
             .args(["record", "-e", "cpu-clock", "-F", "499", "-g", "-p"])
             .arg(pid.to_string())
@@ -273,7 +288,7 @@ impl Profile {
             .arg(format!("/run/vm/perf-{proxy}-{n}.data"))
             .spawn()
             .context("perf record (Debian's linux-perf)")?;
-        Ok(Some(Self(child)))
+        Ok(Self(child))
     }
 
     fn stop(mut self) -> anyhow::Result<()> {
@@ -379,6 +394,37 @@ pub fn percentile_ms(sorted: &[Duration], q: f64) -> f64 {
     }
     let rank = (q * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1].as_secs_f64() * 1e3
+}
+
+/// How busy the guest's CPUs were over the churn, and whose work that
+/// was: a proxy that cannot get a CPU when a change arrives is late
+/// however little each change costs it.
+fn guest_share(
+    results: &Results,
+    machine: MachineCpu,
+    proxy: Duration,
+    own: CpuTimes,
+) {
+    let bench = own.user + own.system;
+    let total = machine.total.as_secs_f64().max(1e-9);
+    let pct = |d: Duration| 100.0 * d.as_secs_f64() / total;
+    let rest = machine.busy.saturating_sub(proxy).saturating_sub(bench);
+    results.print("churn_guest_busy_pct", pct(machine.busy));
+    results.print("churn_bench_cpu_s", bench.as_secs_f64());
+    eprintln!(
+        "{} {}: the guest's CPUs over the churn were {:.0} % busy: \
+         the proxy {:.0} %, this bench (writer and observer) {:.0} % \
+         ({:.0} % user, {:.0} % system), the rest (other processes, \
+         interrupts) {:.0} %",
+        results.proxy,
+        results.services,
+        pct(machine.busy),
+        pct(proxy),
+        pct(bench),
+        pct(own.user),
+        pct(own.system),
+        pct(rest),
+    );
 }
 
 /// The CPU of each of `pid`'s living threads, user and system together,

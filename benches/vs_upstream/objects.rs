@@ -35,27 +35,37 @@ pub fn slice_name(k: usize) -> String {
 /// set (now), which both proxies turn into their network programming
 /// latency metric.
 pub fn slice(k: usize, all_ready: bool) -> EndpointSlice {
+    slice_triggered(k, all_ready, k8s_openapi::jiff::Timestamp::now())
+}
+
+/// [`slice`] stamped with a trigger time of the caller's: a slice written
+/// on the guest's behalf carries the guest's time.
+fn slice_triggered(
+    k: usize,
+    all_ready: bool,
+    trigger: k8s_openapi::jiff::Timestamp,
+) -> EndpointSlice {
     let ready = if all_ready {
         ENDPOINTS_PER_SERVICE
     } else {
         ENDPOINTS_PER_SERVICE - 1
     };
     let mut slice = fixtures::slice(FIRST + k, ready);
-    slice.metadata.annotations = Some(
-        [(
-            TRIGGER.to_string(),
-            k8s_openapi::jiff::Timestamp::now().to_string(),
-        )]
-        .into(),
-    );
+    slice.metadata.annotations =
+        Some([(TRIGGER.to_string(), trigger.to_string())].into());
     slice
 }
 
 /// Service `k`'s slice with its last endpoint moved to `address`, as a
 /// pod replaced by another would: each churn change gets an address of
 /// its own, so that the kernel showing it says which change it shows.
-pub fn slice_replacing(k: usize, address: Ipv4Addr) -> EndpointSlice {
-    let mut slice = slice(k, true);
+/// `trigger` is when the change was asked for.
+pub fn slice_replacing(
+    k: usize,
+    address: Ipv4Addr,
+    trigger: k8s_openapi::jiff::Timestamp,
+) -> EndpointSlice {
+    let mut slice = slice_triggered(k, true, trigger);
     if let Some(last) = slice.endpoints.last_mut() {
         last.addresses = vec![address.to_string()];
     }

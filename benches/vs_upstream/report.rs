@@ -121,6 +121,16 @@ const MEASURES: &[(&str, &str, bool)] = &[
         "repair round: longest step (ms)",
         false,
     ),
+    (
+        "churn_guest_busy_pct",
+        "churn: the guest's CPUs busy (%)",
+        false,
+    ),
+    (
+        "churn_bench_cpu_s",
+        "churn: the bench's own CPU in the guest (s)",
+        false,
+    ),
     ("churn_rate_per_s", "churn changes written (/s)", false),
     ("churn_timed", "churn changes timed", false),
     ("churn_unobserved", "churn timed changes never seen", false),

@@ -12,8 +12,13 @@
 # BENCH_CHURN_RATE, BENCH_CHURN_SECONDS, BENCH_CHURN_SAMPLE, BENCH_TRASH_WARMUP,
 # BENCH_CHANGE_TIMEOUT, BENCH_COLD_TIMEOUT (see the
 # bench), BENCH_SYNC_PERIOD (both proxies' syncPeriod, 30s by default),
-# BENCH_PERF (a perf profile of the churn; with VM_KEEP=1 it stays in the
-# kept results folder) and E2E_K8S_DIR (where build-k8s.sh keeps upstream's binaries).
+# BENCH_PERF (a perf profile of the churn, of the proxy or with
+# BENCH_PERF=bench of the bench itself; with VM_KEEP=1 it stays in the
+# kept results folder), BENCH_WRITER (`relay`, the default: the churn's
+# writes are made on the host on the guest's word, on BENCH_RELAY_PORT,
+# 6447; `guest`: from the guest itself, as before 2026-11-27, which
+# costs the guest about as much CPU as the proxy; benches/vs_upstream/
+# relay.rs) and E2E_K8S_DIR (where build-k8s.sh keeps upstream's binaries).
 # Both proxies are optimised builds: ours from the bench profile, upstream's
 # as build-k8s.sh builds it. The guest reads the time from the TSC, as a
 # real node does (VM_APPEND; under TCG the kernel would otherwise fall
@@ -53,7 +58,18 @@ results=$out/results.txt
 [[ -n ${BENCH_KEEP_RESULTS:-} ]] || : >"$results"
 touch "$results"
 failed=()
-trap 'tests/e2e/control-plane.sh stop >/dev/null 2>&1 || true' EXIT
+relay_pid=
+stop_relay() {
+    [[ -n $relay_pid ]] || return 0
+    kill "$relay_pid" 2>/dev/null || true
+    wait "$relay_pid" 2>/dev/null || true
+    relay_pid=
+}
+trap 'stop_relay; tests/e2e/control-plane.sh stop >/dev/null 2>&1 || true' EXIT
+writer=${BENCH_WRITER:-relay}
+relay_port=${BENCH_RELAY_PORT:-6447}
+[[ $writer == relay || $writer == guest ]] ||
+    vm_die "BENCH_WRITER is relay or guest, not '$writer'"
 
 for n in $sizes; do
     for proxy in $proxies; do
@@ -85,16 +101,30 @@ EOF
         [[ $proxy == upstream ]] && binary=$out/bin/kube-proxy
         vm_log "$proxy, $n services: measuring in the guest"
         rc=0
+        host_ports=$E2E_VM_HOST_PORTS
+        relay=
+        if [[ $writer == relay ]]; then
+            # The host's admin KUBECONFIG, from the control plane's env.
+            "$bench" relay "$relay_port" 2>"$out/relay-$proxy-$n.log" &
+            relay_pid=$!
+            host_ports+=" $relay_port"
+            relay=10.0.2.100:$relay_port
+        fi
         # KUBECONFIG for the bench's own writes, from inside the guest.
-        KUBECONFIG=$E2E_ADMIN_GUEST_KUBECONFIG \
-            VM_HOST_PORTS="$E2E_VM_HOST_PORTS" \
+        KUBECONFIG=$E2E_ADMIN_GUEST_KUBECONFIG BENCH_RELAY=$relay \
+            VM_HOST_PORTS="$host_ports" \
             VM_MEM=${VM_MEM:-3072} VM_TIMEOUT=${VM_TIMEOUT:-7200} \
             VM_APPEND=${VM_APPEND-tsc=reliable clocksource=tsc} \
             VM_PASS_ENV="${VM_PASS_ENV:-} KUBECONFIG BENCH_REPS BENCH_PERF \
 BENCH_CHURN_RATE BENCH_CHURN_SECONDS BENCH_CHURN_SAMPLE BENCH_CHANGE_TIMEOUT \
-BENCH_COLD_TIMEOUT BENCH_TRASH_WARMUP" \
+BENCH_COLD_TIMEOUT BENCH_TRASH_WARMUP BENCH_RELAY" \
             "$VM_SRC/run" "$bench" measure "$proxy" "$n" "$binary" "$config" \
             2>&1 | tee "$out/$proxy-$n.log" || rc=$?
+        stop_relay
+        # The host's CPUs each minute, as the relay saw them.
+        if [[ $writer == relay ]]; then
+            tee -a "$out/$proxy-$n.log" <"$out/relay-$proxy-$n.log" >&2
+        fi
         sed -i "/^RESULT $proxy $n /d" "$results"
         grep '^RESULT ' "$out/$proxy-$n.log" >>"$results" || true
         tests/e2e/control-plane.sh stop >/dev/null 2>&1 || true
