@@ -48,9 +48,14 @@ pub async fn serve(port: u16) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on 127.0.0.1:{port}"))?;
     eprintln!("relay: writing the guest's churn from 127.0.0.1:{port}");
-    tokio::spawn(watch_host());
+    let mut watching = false;
     loop {
         let (stream, _) = listener.accept().await?;
+        // From the churn's first connection, so that the host's minutes
+        // line up with the churn's.
+        if !std::mem::replace(&mut watching, true) {
+            tokio::spawn(watch_host());
+        }
         let slices = slices.clone();
         tokio::spawn(async move {
             if let Err(e) = connection(stream, slices).await {
@@ -101,7 +106,8 @@ async fn connection(
     Ok(())
 }
 
-/// Every minute, how busy the host's CPUs were and who used them. Under
+/// Every minute, how busy the host's CPUs were and who used them (the
+/// last, partial minute is not printed). Under
 /// TCG the guest's clock runs on while its vCPU threads wait for a host
 /// CPU, so a busier host makes every guest task look dearer; this tells
 /// that apart from the proxy's own work.
