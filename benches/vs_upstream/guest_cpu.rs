@@ -2,7 +2,7 @@
 //! guest's (the bench's own share beside the proxy's), and the host's
 //! (the API server's, etcd's, QEMU's).
 
-use std::{collections::BTreeMap, time::Duration};
+use std::{collections::BTreeMap, path::Path, time::Duration};
 
 use anyhow::Context;
 
@@ -72,25 +72,28 @@ impl CpuTimes {
 /// CPU (user and system) of every process on this machine, summed by
 /// command name; processes that end between two readings drop out.
 pub fn by_command() -> BTreeMap<String, Duration> {
+    cpu_by_name(Path::new("/proc")).unwrap_or_default()
+}
+
+/// The CPU of every numbered entry of `dir` (processes in /proc, threads
+/// in /proc/PID/task), user and system together, summed by the name its
+/// `stat` gives. One that ended since the listing is not counted.
+pub fn cpu_by_name(dir: &Path) -> anyhow::Result<BTreeMap<String, Duration>> {
     let mut by_name = BTreeMap::new();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return by_name;
-    };
-    for entry in dir.flatten() {
-        let is_pid = entry
+    for entry in std::fs::read_dir(dir)?.flatten() {
+        let numbered = entry
             .file_name()
             .to_str()
             .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()));
-        if !is_pid {
+        if !numbered {
             continue;
         }
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat"))
         else {
             continue;
         };
-        if let Ok((name, times)) = stat_times(&stat) {
-            *by_name.entry(name).or_default() += times.user + times.system;
-        }
+        let (name, times) = stat_times(&stat)?;
+        *by_name.entry(name).or_default() += times.user + times.system;
     }
-    by_name
+    Ok(by_name)
 }

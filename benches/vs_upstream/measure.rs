@@ -17,9 +17,9 @@ use crate::{
     api,
     breakdown::{breakdown, each_minute, single},
     churn,
-    guest_cpu::{own_cpu, MachineCpu},
+    guest_cpu::{cpu_by_name, own_cpu, MachineCpu},
     ipvs, objects,
-    proxy::{metrics_text, scrape, stat_times, CpuTimes, Proxy},
+    proxy::{metrics_text, scrape, CpuTimes, Proxy},
     trash, Settings,
 };
 
@@ -258,10 +258,7 @@ pub async fn run(
         results.print("churn_catch_up_s", churn.catch_up.as_secs_f64());
         results.print("churn_unobserved", churn.unobserved as f64);
         results.print("churn_write_errors", churn.write_errors as f64);
-        results.print(
-            "churn_cpu_s",
-            proxy.cpu()?.saturating_sub(cpu_before).as_secs_f64(),
-        );
+        results.print("churn_cpu_s", proxy_churn.as_secs_f64());
         results.costs(&proxy)?;
         anyhow::Ok(())
     }
@@ -430,15 +427,5 @@ fn guest_share(
 /// The CPU of each of `pid`'s living threads, user and system together,
 /// summed by thread name: which of the proxy's threads a cost is on.
 fn thread_cpu(pid: u32) -> anyhow::Result<BTreeMap<String, Duration>> {
-    let mut by_name = BTreeMap::new();
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        // A thread that ended since the listing is not counted.
-        let Ok(stat) = std::fs::read_to_string(task?.path().join("stat"))
-        else {
-            continue;
-        };
-        let (name, times) = stat_times(&stat)?;
-        *by_name.entry(name).or_default() += times.user + times.system;
-    }
-    Ok(by_name)
+    cpu_by_name(Path::new(&format!("/proc/{pid}/task")))
 }

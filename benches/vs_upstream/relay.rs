@@ -85,8 +85,9 @@ async fn connection(
                 Ok((id, k, address, trigger)) => {
                     let slice = objects::slice_replacing(k, address, trigger);
                     match api::write_slice(&slices, k, &slice).await {
-                        Ok(()) => format!("{id} ok\n"),
-                        Err(e) => format!("{id} err {e:#}\n"),
+                        Ok(()) => format!("{id} ok"),
+                        // A newline ends the answer: none in the reason.
+                        Err(e) => format!("{id} err {e:#}").replace('\n', " "),
                     }
                 }
                 // Without an id the guest cannot be told which write
@@ -96,9 +97,7 @@ async fn connection(
                     return;
                 }
             };
-            // The answer's newline is its end: a reason may not hold one.
-            let answer = answer.replace('\n', " ").trim_end().to_owned() + "\n";
-            let _ = answers.send(answer);
+            let _ = answers.send(answer + "\n");
         });
     }
     drop(answers);
@@ -107,10 +106,10 @@ async fn connection(
 }
 
 /// Every minute, how busy the host's CPUs were and who used them (the
-/// last, partial minute is not printed). Under
-/// TCG the guest's clock runs on while its vCPU threads wait for a host
-/// CPU, so a busier host makes every guest task look dearer; this tells
-/// that apart from the proxy's own work.
+/// last, partial minute is not printed). Under TCG the guest's clock runs
+/// on while its vCPU threads wait for a host CPU, so a busier host makes
+/// every guest task look dearer; this tells that apart from the proxy's
+/// own work.
 async fn watch_host() {
     let minute = std::time::Duration::from_secs(60);
     let mut machine = MachineCpu::read().ok();
