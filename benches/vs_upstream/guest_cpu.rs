@@ -16,6 +16,11 @@ use crate::proxy::{clock_ticks, stat_times, CpuTimes};
 pub struct MachineCpu {
     pub busy: Duration,
     pub total: Duration,
+    /// Time the hypervisor under this machine gave its CPUs to others
+    /// (part of `busy`). The development host is itself a VM: when its
+    /// neighbours are busy, QEMU's vCPU threads lose time that the guest
+    /// cannot see and counts to whatever task it was running.
+    pub steal: Duration,
 }
 
 impl MachineCpu {
@@ -43,6 +48,7 @@ impl MachineCpu {
         Ok(Self {
             busy: secs(all - idle),
             total: secs(all),
+            steal: secs(field(7)),
         })
     }
 
@@ -50,6 +56,7 @@ impl MachineCpu {
         Self {
             busy: self.busy.saturating_sub(before.busy),
             total: self.total.saturating_sub(before.total),
+            steal: self.steal.saturating_sub(before.steal),
         }
     }
 }

@@ -139,8 +139,10 @@ async fn watch_host() {
             .map(|(s, name)| format!("{name} {:.0} %", 100.0 * s / total))
             .collect();
         eprintln!(
-            "relay: host minute {n}: CPUs {:.0} % busy; {}",
+            "relay: host minute {n}: CPUs {:.0} % busy ({:.0} % stolen by \
+             the host's hypervisor); {}",
             100.0 * spent.busy.as_secs_f64() / total,
+            100.0 * spent.steal.as_secs_f64() / total,
             users.join(", ")
         );
         machine = Some(now);

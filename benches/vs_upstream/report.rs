@@ -131,6 +131,11 @@ const MEASURES: &[(&str, &str, bool)] = &[
         "churn: the bench's own CPU in the guest (s)",
         false,
     ),
+    (
+        "host_steal_pct",
+        "the host's CPUs stolen by its hypervisor over the run (%)",
+        false,
+    ),
     ("churn_rate_per_s", "churn changes written (/s)", false),
     ("churn_timed", "churn changes timed", false),
     ("churn_unobserved", "churn timed changes never seen", false),

@@ -71,6 +71,18 @@ relay_port=${BENCH_RELAY_PORT:-6447}
 [[ $writer == relay || $writer == guest ]] ||
     vm_die "BENCH_WRITER is relay or guest, not '$writer'"
 
+# /proc/stat's steal and all ticks, and the share stolen since a reading.
+host_steal_ticks() {
+    awk '/^cpu / { t = 0; for (i = 2; i <= 9; i++) t += $i; print $9, t; exit }' /proc/stat
+}
+host_steal_pct() {
+    local s0 t0 s1 t1
+    read -r s0 t0 <<<"$1"
+    read -r s1 t1 <<<"$(host_steal_ticks)"
+    awk -v s=$((s1 - s0)) -v t=$((t1 - t0)) \
+        'BEGIN { printf "%.1f", (t > 0 ? 100 * s / t : 0) }'
+}
+
 for n in $sizes; do
     for proxy in $proxies; do
         vm_log "$proxy, $n services: a fresh control plane"
@@ -101,6 +113,10 @@ EOF
         [[ $proxy == upstream ]] && binary=$out/bin/kube-proxy
         vm_log "$proxy, $n services: measuring in the guest"
         rc=0
+        # The host's own hypervisor's share, over this proxy's whole run:
+        # the development host is a VM, and what its neighbours take
+        # slows both proxies' every step, unseen by the guest.
+        steal_before=$(host_steal_ticks)
         host_ports=$E2E_VM_HOST_PORTS
         relay=
         if [[ $writer == relay ]]; then
@@ -125,8 +141,11 @@ BENCH_COLD_TIMEOUT BENCH_TRASH_WARMUP BENCH_RELAY" \
         if [[ $writer == relay ]]; then
             tee -a "$out/$proxy-$n.log" <"$out/relay-$proxy-$n.log" >&2
         fi
+        steal=$(host_steal_pct "$steal_before")
+        vm_log "$proxy, $n services: the host's hypervisor took $steal % of its CPUs over the run (steal)"
         sed -i "/^RESULT $proxy $n /d" "$results"
         grep '^RESULT ' "$out/$proxy-$n.log" >>"$results" || true
+        [[ -z $steal ]] || echo "RESULT $proxy $n host_steal_pct $steal" >>"$results"
         tests/e2e/control-plane.sh stop >/dev/null 2>&1 || true
         if ((rc != 0)); then
             # The other runs still count; the table shows what this one
