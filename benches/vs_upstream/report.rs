@@ -160,29 +160,50 @@ impl Pair {
 /// (services, measure) -> both proxies' values.
 type Table = BTreeMap<(usize, String), Pair>;
 
+/// Every well-formed RESULT line into the table. A malformed one (a
+/// run killed mid-line, a measure that printed nothing) is named and
+/// skipped: the other measures of that run and the other runs still make
+/// the table.
 fn parse(text: &str) -> anyhow::Result<Table> {
     let mut table = Table::new();
     for (i, line) in text.lines().enumerate() {
         let Some(rest) = line.strip_prefix("RESULT ") else {
             continue;
         };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let [proxy, services, measure, value] = fields[..] else {
-            bail!("line {}: malformed result {line:?}", i + 1);
+        let (upstream, services, measure, value) = match result(rest) {
+            Ok(fields) => fields,
+            Err(e) => {
+                eprintln!("report: line {}: {e:#}, skipped: {line:?}", i + 1);
+                continue;
+            }
         };
-        let services = services.parse().context("services")?;
-        let value: f64 = value.parse().context("value")?;
         let pair = table.entry((services, measure.to_string())).or_default();
-        match proxy {
-            "upstream" => pair.upstream = Some(value),
-            "ours" => pair.ours = Some(value),
-            other => bail!("line {}: unknown proxy {other:?}", i + 1),
+        match upstream {
+            true => pair.upstream = Some(value),
+            false => pair.ours = Some(value),
         }
     }
     if table.is_empty() {
         bail!("no RESULT lines");
     }
     Ok(table)
+}
+
+/// One RESULT line's fields: whether it is upstream's, the size, the
+/// measure and its value.
+fn result(rest: &str) -> anyhow::Result<(bool, usize, &str, f64)> {
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let [proxy, services, measure, value] = fields[..] else {
+        bail!("not `proxy services measure value`");
+    };
+    let upstream = match proxy {
+        "upstream" => true,
+        "ours" => false,
+        other => bail!("unknown proxy {other:?}"),
+    };
+    let services = services.parse().context("services")?;
+    let value = value.parse().context("value")?;
+    Ok((upstream, services, measure, value))
 }
 
 fn number(v: Option<f64>) -> String {
