@@ -19,6 +19,8 @@
 # 6447; `guest`: from the guest itself, as before 2026-11-27, which
 # costs the guest about as much CPU as the proxy; benches/vs_upstream/
 # relay.rs) and E2E_K8S_DIR (where build-k8s.sh keeps upstream's binaries).
+# Each proxy's row also has the host's steal over its run (the host may be
+# a VM whose hypervisor takes its CPUs; the guest cannot see that).
 # Both proxies are optimised builds: ours from the bench profile, upstream's
 # as build-k8s.sh builds it. The guest reads the time from the TSC, as a
 # real node does (VM_APPEND; under TCG the kernel would otherwise fall
