@@ -178,10 +178,12 @@ fn parse(text: &str) -> anyhow::Result<Table> {
             }
         };
         let pair = table.entry((services, measure.to_string())).or_default();
-        match upstream {
-            true => pair.upstream = Some(value),
-            false => pair.ours = Some(value),
-        }
+        let slot = if upstream {
+            &mut pair.upstream
+        } else {
+            &mut pair.ours
+        };
+        *slot = Some(value);
     }
     if table.is_empty() {
         bail!("no RESULT lines");
