@@ -60,8 +60,9 @@ bench-ipsets:
 # change, one new service, a minute of churn, CPU and peak RSS, at
 # BENCH_SIZES (1000 10000) services x 10 endpoints. Prints the table and
 # writes it as CSV and PNG under target/bench/vs-upstream/
-# (tests/vm/bench-vs-upstream.sh, benches/vs_upstream). About 45 minutes
-# under TCG, most of it upstream's 10,000 services.
+# (tests/vm/bench-vs-upstream.sh, benches/vs_upstream). Under TCG about
+# 45 minutes on a 2-core AMD EPYC host, over two hours on a slower
+# 2-core Intel one; most of it upstream's cold sync at 10,000 services.
 bench-vs-upstream:
 	tests/vm/bench-vs-upstream.sh
 
