@@ -22,7 +22,8 @@
 //! Settings (environment): `BENCH_SERVICES` (10000), `BENCH_DESTS` (10),
 //! `BENCH_DUMP_CONNECTIONS` (4), `BENCH_SETTLE_MS` (5000: the pause after
 //! leaving the first side's namespace while the kernel tears it down),
-//! `BENCH_WINDOW` (ipvs-sys's default).
+//! `BENCH_WINDOW` (ipvs-sys's default), `BENCH_READS` (2000: reads of
+//! one service's destinations, by dump and by `getsockopt`).
 
 use std::{
     error::Error,
@@ -34,7 +35,7 @@ use std::{
 };
 
 use futures::{future, TryStreamExt};
-use ipvs_sys::{Destination, Handle, Service, ServiceKey};
+use ipvs_sys::{Destination, Handle, Service, ServiceKey, SockoptSocket};
 
 type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
 
@@ -209,6 +210,36 @@ async fn ipvs_sys_dump(handles: &[Handle]) -> Result<(Duration, usize)> {
     Ok((start.elapsed(), services.len() + dests))
 }
 
+/// `reads` reads of one service's destinations each, walking the
+/// services in turn: one generic netlink dump each, then one
+/// `getsockopt` each (what graceful termination does before deleting a
+/// real server). The time of each way.
+async fn one_service_reads(
+    handle: &Handle,
+    rules: &Rules,
+    reads: usize,
+) -> Result<(Duration, Duration)> {
+    let services = rules.services.iter().cycle().take(reads);
+    let start = Instant::now();
+    for svc in services.clone() {
+        let dests: Vec<Destination> =
+            handle.dest(svc).list().execute().try_collect().await?;
+        check("dump of one service", dests.len(), rules.dests.len())?;
+    }
+    let dump = start.elapsed();
+    let socket = SockoptSocket::open()?;
+    let start = Instant::now();
+    for svc in services {
+        let dests = socket.dests(&svc.key)?;
+        check(
+            "sockopt read of one service",
+            dests.len(),
+            rules.dests.len(),
+        )?;
+    }
+    Ok((dump, start.elapsed()))
+}
+
 fn connect() -> Result<Handle> {
     let (conn, handle, _) = ipvs_sys::new_connection()?;
     tokio::spawn(conn);
@@ -236,6 +267,7 @@ async fn main() -> Result<()> {
     let settle =
         Duration::from_millis(setting("BENCH_SETTLE_MS", 5000)? as u64);
     let window = setting("BENCH_WINDOW", ipvs_sys::DEFAULT_WINDOW)?;
+    let reads = setting("BENCH_READS", 2000)?.max(1);
     let rules = Rules::new(services, dests)?;
     let ops = rules.operations();
     let input = rules.ipvsadm_input();
@@ -263,6 +295,8 @@ async fn main() -> Result<()> {
     check("ipvs-sys dump", dumped, ops)?;
     let (dump_n, dumped_n) = ipvs_sys_dump(&handles).await?;
     check("ipvs-sys dump", dumped_n, ops)?;
+    let (read_dump, read_sockopt) =
+        one_service_reads(&handle, &rules, reads).await?;
     handle.flush().execute().await?;
 
     let ratio = |ours: Duration, theirs: Duration| {
@@ -297,6 +331,21 @@ async fn main() -> Result<()> {
         seconds(restore + save),
         seconds(add + dump),
         ratio(add + dump, restore + save)
+    );
+    let per_read =
+        |d: Duration| format!("{:.0} µs", d.as_secs_f64() * 1e6 / reads as f64);
+    println!();
+    println!(
+        "One service's {dests} destinations, {reads} reads (the services in \
+         turn), per read:"
+    );
+    println!("| generic netlink dump | `getsockopt` | sockopt / dump |");
+    println!("|---|---|---|");
+    println!(
+        "| {} | {} | {} |",
+        per_read(read_dump),
+        per_read(read_sockopt),
+        ratio(read_sockopt, read_dump)
     );
     Ok(())
 }

@@ -147,8 +147,21 @@ pub enum Error {
         source: GenetlinkError,
     },
 
-    /// Opening the netlink socket failed.
-    #[error("cannot open a generic netlink socket: {0}")]
+    /// The kernel refused a read over the `getsockopt` interface
+    /// ([`SockoptSocket`](crate::SockoptSocket)). `errno` is positive.
+    #[error("{operation} {object}: {} ({})", io::Error::from_raw_os_error(*errno), errno_name(*errno))]
+    Sockopt {
+        /// What was asked.
+        operation: Operation,
+        /// The service.
+        object: String,
+        /// The kernel's errno, positive.
+        errno: i32,
+    },
+
+    /// Opening a socket failed: the generic netlink one, or the raw one
+    /// of [`SockoptSocket`](crate::SockoptSocket).
+    #[error("cannot open a socket to IPVS: {0}")]
     Socket(#[from] io::Error),
 }
 
@@ -156,7 +169,9 @@ impl Error {
     /// The errno of a kernel refusal (positive), if this is one.
     pub fn errno(&self) -> Option<i32> {
         match self {
-            Self::Kernel { errno, .. } => Some(*errno),
+            Self::Kernel { errno, .. } | Self::Sockopt { errno, .. } => {
+                Some(*errno)
+            }
             _ => None,
         }
     }
@@ -185,7 +200,8 @@ impl Error {
             | Self::Decode { operation, .. }
             | Self::UnexpectedReply { operation, .. }
             | Self::InvalidRequest { operation, .. }
-            | Self::Transport { operation, .. } => Some(*operation),
+            | Self::Transport { operation, .. }
+            | Self::Sockopt { operation, .. } => Some(*operation),
             Self::IpvsUnavailable | Self::Socket(_) => None,
         }
     }
@@ -194,12 +210,14 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Self::IpvsUnavailable => "ipvs_unavailable",
-            Self::Kernel { errno, .. } => match *errno {
-                EEXIST => "exists",
-                ENOENT | ESRCH => "not_found",
-                EINVAL => "invalid",
-                _ => "kernel",
-            },
+            Self::Kernel { errno, .. } | Self::Sockopt { errno, .. } => {
+                match *errno {
+                    EEXIST => "exists",
+                    ENOENT | ESRCH => "not_found",
+                    EINVAL => "invalid",
+                    _ => "kernel",
+                }
+            }
             Self::Decode { .. } => "decode",
             Self::UnexpectedReply { .. } => "unexpected_reply",
             Self::InvalidRequest { .. } => "invalid_request",

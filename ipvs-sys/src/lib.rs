@@ -61,6 +61,7 @@ mod message;
 mod nla;
 mod request;
 pub mod service;
+mod sockopt;
 mod stats;
 mod timeout;
 
@@ -84,6 +85,7 @@ pub use self::{
         FlagsMask, Service, ServiceAttribute, ServiceFlags, ServiceGetRequest,
         ServiceHandle, ServiceKey, ServiceListRequest,
     },
+    sockopt::SockoptSocket,
     stats::Stats,
     timeout::Timeouts,
 };

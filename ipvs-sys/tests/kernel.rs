@@ -16,8 +16,8 @@ use std::{
 
 use futures::TryStreamExt;
 use ipvs_sys::{
-    AddressFamily, Destination, Handle, Service, ServiceFlags, ServiceKey,
-    Stats, Timeouts,
+    AddressFamily, Destination, ForwardMethod, Handle, Service, ServiceFlags,
+    ServiceKey, SockoptSocket, Stats, Timeouts,
 };
 use tokio::sync::{Mutex, MutexGuard};
 
@@ -331,6 +331,77 @@ kernel_test!(destinations_add_list_set_del, async {
         .expect("del");
     assert_no_rule(&[("-r", Some("198.19.0.1:8080"))]);
     assert_eq!(guest.dests(&svc).await.len(), 2);
+});
+
+// The socket option's read against the dump, field by field, on real
+// servers that differ in every field the option carries; more of them
+// than its first read has room for, so the read that doubles its room
+// is the one that answers.
+kernel_test!(sockopt_reads_what_the_dump_reads, async {
+    let guest = Guest::start().await;
+    let sockopt = SockoptSocket::open().expect("raw socket");
+    let svc = Service::new(ServiceKey::tcp(ip("198.18.0.11"), 443))
+        .with_scheduler("wrr");
+    guest
+        .handle
+        .service()
+        .add(&svc)
+        .execute()
+        .await
+        .expect("add svc");
+    assert!(
+        sockopt.dests(&svc.key).expect("empty service").is_empty(),
+        "a service without real servers has none"
+    );
+    let methods = [
+        ForwardMethod::Masquerade,
+        ForwardMethod::DirectRoute,
+        ForwardMethod::Tunnel,
+    ];
+    let dests: Vec<Destination> = (0..150u32)
+        .map(|i| {
+            let address = ip(&format!("198.19.{}.{}", i / 200, 1 + i % 200));
+            Destination::new(address, 1000 + i as u16)
+                .with_weight(i % 7)
+                .with_thresholds(1000 + i, i)
+                .with_fwd_method(methods[i as usize % methods.len()])
+        })
+        .collect();
+    let mut batch = guest.handle.batch();
+    for dest in &dests {
+        batch.add_dest(&svc, dest);
+    }
+    for result in batch.execute().await.expect("batch") {
+        result.expect("add dest");
+    }
+
+    let mut dumped = guest.dests(&svc).await;
+    let mut read = sockopt.dests(&svc.key).expect("sockopt read");
+    assert_eq!(
+        read.len(),
+        dests.len(),
+        "every real server, past the first room"
+    );
+    dumped.sort_by_key(|d| (d.address, d.port));
+    read.sort_by_key(|d| (d.address, d.port));
+    for (got, want) in read.iter().zip(&dumped) {
+        same_dest(got, want);
+        assert_eq!(got.conns, want.conns, "{want}");
+        assert_eq!(
+            got.counters().map(stats_columns),
+            want.counters().map(stats_columns),
+            "{want}"
+        );
+    }
+
+    let missing = ServiceKey::tcp(ip("198.18.0.12"), 443);
+    assert!(
+        sockopt.dests(&missing).expect("missing service").is_empty(),
+        "a missing service has none, as its dump"
+    );
+    let v6 = ServiceKey::tcp(ip("2001:db8::1"), 443);
+    let err = sockopt.dests(&v6).expect_err("IPv6 is refused");
+    assert!(err.to_string().contains("IPv4 services only"), "{err}");
 });
 
 kernel_test!(ipv6_service_and_destinations, async {
@@ -772,6 +843,18 @@ kernel_test!(counters_match_ipvsadm_stats, async {
     let _ = Command::new("ip")
         .args(["addr", "del", &format!("{vip}/32"), "dev", "lo"])
         .status();
+
+    // The socket option's record puts the connection counts where the
+    // dump's attributes do: the SYN left one inactive connection.
+    let through_sockopt = SockoptSocket::open()
+        .expect("raw socket")
+        .dests(&svc.key)
+        .expect("sockopt read");
+    let dumped = guest.dests(&svc).await;
+    assert_eq!(through_sockopt.len(), 1);
+    assert_eq!(through_sockopt[0].conns, dumped[0].conns);
+    let conns = dumped[0].conns.expect("the kernel sends counts");
+    assert!(conns.active + conns.inactive >= 1, "{conns:?}");
 
     let ((service, dest), theirs_service, theirs_dest) =
         compared.expect("the connection never showed in the counters");

@@ -17,5 +17,5 @@ exe=$(cargo build --release -p ipvs-sys --bench vs_ipvsadm \
 [[ -x $exe ]] || vm_die "building the vs_ipvsadm benchmark gave no executable"
 
 export VM_PASS_ENV="${VM_PASS_ENV:-} BENCH_SERVICES BENCH_DESTS \
-BENCH_DUMP_CONNECTIONS BENCH_SETTLE_MS BENCH_WINDOW"
+BENCH_DUMP_CONNECTIONS BENCH_SETTLE_MS BENCH_WINDOW BENCH_READS"
 "$VM_SRC/run" "$exe"

@@ -1,0 +1,307 @@
+//! One read over IPVS's older `getsockopt` interface: the real servers of
+//! one IPv4 service, in one blocking system call.
+//!
+//! Generic netlink lists a service's real servers as a dump: a request,
+//! a message with a dozen attributes and two stats blocks per real
+//! server, then a second pass of the kernel's dump callback for the end
+//! marker, each hop through the socket's queue. A caller that needs the
+//! connection counts of one service right now (graceful termination,
+//! before it deletes a real server) pays all of that per service. The
+//! `IP_VS_SO_GET_DESTS` socket option answers the same question with one
+//! `getsockopt` that fills an array of fixed-size records; it is as old
+//! as IPVS and still served by every kernel that has it.
+//!
+//! Its limits are the interface's: IPv4 services only, and a real server
+//! of the other family in an IPv4 service is not listed (the kernel skips
+//! it). It needs `CAP_NET_ADMIN`, as generic netlink does.
+
+use std::{
+    io,
+    mem::{align_of, size_of},
+    net::{IpAddr, Ipv4Addr},
+    os::fd::{AsRawFd, FromRawFd, OwnedFd},
+};
+
+use crate::{
+    address::AddressFamily, dest::ConnCounts, Destination, Error,
+    ForwardMethod, Operation, ServiceKey, Stats,
+};
+
+/// `IP_VS_BASE_CTL` (64 + 1024 + 64) + 4, from `linux/ip_vs.h`.
+const IP_VS_SO_GET_DESTS: libc::c_int = 1156;
+/// The forwarding method's bits in a real server's connection flags.
+const IP_VS_CONN_F_FWD_MASK: u32 = 0x0007;
+/// Room for this many real servers in a first read; one that fills it is
+/// read again with twice the room, until one does not.
+const FIRST_ROOM: usize = 64;
+/// No kernel writes this in a record's flags; a record that still has it
+/// after the call was not filled.
+const UNFILLED: u32 = u32::MAX;
+
+/// `struct ip_vs_stats_user`: the legacy counters.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct StatsUser {
+    conns: u32,
+    inpkts: u32,
+    outpkts: u32,
+    inbytes: u64,
+    outbytes: u64,
+    cps: u32,
+    inpps: u32,
+    outpps: u32,
+    inbps: u32,
+    outbps: u32,
+}
+
+/// `struct ip_vs_dest_entry`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct DestEntry {
+    addr: u32,
+    port: u16,
+    conn_flags: u32,
+    weight: i32,
+    u_threshold: u32,
+    l_threshold: u32,
+    activeconns: u32,
+    inactconns: u32,
+    persistconns: u32,
+    stats: StatsUser,
+}
+
+/// `struct ip_vs_get_dests` without its flexible array: the kernel takes
+/// the header, then `num_dests` entries right after it (at the entries'
+/// alignment, which the header's size already is).
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct GetDests {
+    protocol: u16,
+    addr: u32,
+    port: u16,
+    fwmark: u32,
+    num_dests: u32,
+}
+
+/// Where the entries start: the C struct's flexible array is aligned as
+/// its element, so the header is padded up to that.
+const ENTRIES_AT: usize =
+    size_of::<GetDests>().next_multiple_of(align_of::<DestEntry>());
+
+// The uapi layout on x86-64 (`pahole` of the guest's kernel agrees, and
+// the guest's contract test reads through it): the kernel refuses a
+// length that is not exactly the header plus whole entries.
+#[cfg(target_arch = "x86_64")]
+const _: () = assert!(
+    size_of::<StatsUser>() == 56
+        && size_of::<DestEntry>() == 96
+        && ENTRIES_AT == 24
+);
+
+/// A raw IPv4 socket to ask IPVS over (`socket(AF_INET, SOCK_RAW,
+/// IPPROTO_RAW)`, which is what the socket option is registered on). It
+/// sends nothing.
+#[derive(Debug)]
+pub struct SockoptSocket {
+    fd: OwnedFd,
+}
+
+impl SockoptSocket {
+    /// Opens the socket; needs `CAP_NET_RAW` (a raw socket) as well as the
+    /// `CAP_NET_ADMIN` each read needs.
+    pub fn open() -> Result<Self, Error> {
+        // SAFETY: socket(2) takes no pointers; a non-negative result is a
+        // new descriptor that nothing else owns.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_INET,
+                libc::SOCK_RAW | libc::SOCK_CLOEXEC,
+                libc::IPPROTO_RAW,
+            )
+        };
+        if fd < 0 {
+            return Err(Error::Socket(io::Error::last_os_error()));
+        }
+        // SAFETY: fd was just returned by socket(2) and is owned here.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Self { fd })
+    }
+
+    /// The real servers of an IPv4 service, with their connection counts
+    /// and counters (the 32-bit ones; `stats64` stays `None`). A service
+    /// that does not exist has none, as its generic netlink dump does.
+    /// An IPv6 service or fwmark is refused with
+    /// [`Error::InvalidRequest`] before anything is asked.
+    pub fn dests(
+        &self,
+        service: &ServiceKey,
+    ) -> Result<Vec<Destination>, Error> {
+        let header = header(service)?;
+        let mut room = FIRST_ROOM;
+        loop {
+            let entries = self.read(service, header, room)?;
+            if entries.len() < room {
+                return Ok(entries.iter().map(destination).collect());
+            }
+            // Full: there may be more than there was room for.
+            room = room
+                .checked_mul(2)
+                .filter(|&r| u32::try_from(r).is_ok())
+                .ok_or_else(|| invalid(service, "too many real servers"))?;
+        }
+    }
+
+    /// One read with room for `room` entries: the filled ones, in the
+    /// kernel's order.
+    fn read(
+        &self,
+        service: &ServiceKey,
+        header: GetDests,
+        room: usize,
+    ) -> Result<Vec<DestEntry>, Error> {
+        let len = ENTRIES_AT + room * size_of::<DestEntry>();
+        // u64 words: aligned for both the header and the entries.
+        let mut buf = vec![0u64; len.div_ceil(size_of::<u64>())];
+        let base = buf.as_mut_ptr().cast::<u8>();
+        let entry_at = |i: usize| ENTRIES_AT + i * size_of::<DestEntry>();
+        let header = GetDests {
+            num_dests: room as u32,
+            ..header
+        };
+        // SAFETY: buf holds len bytes, 8-aligned; the header is at 0 and
+        // entry i at entry_at(i), all within len and aligned for their
+        // types (ENTRIES_AT and the entry size are multiples of the
+        // entry's alignment).
+        unsafe {
+            base.cast::<GetDests>().write(header);
+            for i in 0..room {
+                base.add(entry_at(i)).cast::<DestEntry>().write(unfilled());
+            }
+        }
+        self.getsockopt(service, base.cast(), len)?;
+        let mut entries = Vec::new();
+        for i in 0..room {
+            // SAFETY: as above; the kernel wrote whole entries or none.
+            let entry =
+                unsafe { base.add(entry_at(i)).cast::<DestEntry>().read() };
+            // The kernel fills entries from the first on; the rest keep
+            // the marker.
+            if entry.conn_flags == UNFILLED {
+                break;
+            }
+            entries.push(entry);
+        }
+        Ok(entries)
+    }
+
+    fn getsockopt(
+        &self,
+        service: &ServiceKey,
+        buf: *mut libc::c_void,
+        len: usize,
+    ) -> Result<(), Error> {
+        let mut optlen = len as libc::socklen_t;
+        // SAFETY: buf points to len writable bytes laid out as the
+        // kernel's struct ip_vs_get_dests with its entries; optlen says
+        // so. The kernel writes only within them.
+        let rc = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::IPPROTO_IP,
+                IP_VS_SO_GET_DESTS,
+                buf,
+                &mut optlen,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            // No such service: none, as the dump answers.
+            Some(libc::ESRCH) => Ok(()),
+            Some(errno) => Err(Error::Sockopt {
+                operation: Operation::ListDests,
+                object: service.to_string(),
+                errno,
+            }),
+            None => Err(Error::Socket(err)),
+        }
+    }
+}
+
+fn header(service: &ServiceKey) -> Result<GetDests, Error> {
+    match *service {
+        ServiceKey::Inet {
+            protocol,
+            address: IpAddr::V4(addr),
+            port,
+        } => Ok(GetDests {
+            protocol: u16::from(protocol),
+            addr: u32::from_ne_bytes(addr.octets()),
+            port: port.to_be(),
+            fwmark: 0,
+            num_dests: 0,
+        }),
+        ServiceKey::Fwmark {
+            family: AddressFamily::Inet,
+            mark,
+        } if mark != 0 => Ok(GetDests {
+            fwmark: mark,
+            ..GetDests::default()
+        }),
+        _ => Err(invalid(
+            service,
+            "the socket option reads IPv4 services only",
+        )),
+    }
+}
+
+fn invalid(service: &ServiceKey, reason: &str) -> Error {
+    Error::InvalidRequest {
+        operation: Operation::ListDests,
+        object: service.to_string(),
+        reason: reason.to_owned(),
+    }
+}
+
+fn unfilled() -> DestEntry {
+    DestEntry {
+        conn_flags: UNFILLED,
+        ..DestEntry::default()
+    }
+}
+
+fn destination(entry: &DestEntry) -> Destination {
+    let stats = entry.stats;
+    Destination {
+        address: IpAddr::V4(Ipv4Addr::from(entry.addr.to_ne_bytes())),
+        port: u16::from_be(entry.port),
+        fwd_method: ForwardMethod::from(
+            entry.conn_flags & IP_VS_CONN_F_FWD_MASK,
+        ),
+        // Never negative: the kernel refuses such weights when set.
+        weight: u32::try_from(entry.weight).unwrap_or(0),
+        upper_threshold: entry.u_threshold,
+        lower_threshold: entry.l_threshold,
+        tunnel: None,
+        conns: Some(ConnCounts {
+            active: entry.activeconns,
+            inactive: entry.inactconns,
+            persistent: entry.persistconns,
+        }),
+        stats: Some(Stats {
+            conns: stats.conns.into(),
+            in_packets: stats.inpkts.into(),
+            out_packets: stats.outpkts.into(),
+            in_bytes: stats.inbytes,
+            out_bytes: stats.outbytes,
+            cps: stats.cps.into(),
+            in_pps: stats.inpps.into(),
+            out_pps: stats.outpps.into(),
+            in_bps: stats.inbps.into(),
+            out_bps: stats.outbps.into(),
+        }),
+        stats64: None,
+    }
+}
