@@ -376,9 +376,10 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
     }
 
     /// The real servers of the TCP services a sync removes real servers
-    /// from, read now (one dump per such service: the cost follows the
-    /// change): an idle one is deleted at once, as upstream does, and
-    /// only one with connections drains at weight 0.
+    /// from, read now (one read per such service, a system call for an
+    /// IPv4 one: the cost follows the change): an idle one is deleted at
+    /// once, as upstream does, and only one with connections drains at
+    /// weight 0.
     async fn read_removing(
         &mut self,
         ops: &[IpvsOp],
