@@ -131,6 +131,16 @@ impl Guest {
         }
     }
 
+    /// Adds a service through ipvs-sys; the test fails if it cannot.
+    async fn add_service(&self, svc: &Service) {
+        self.handle
+            .service()
+            .add(svc)
+            .execute()
+            .await
+            .unwrap_or_else(|e| panic!("add {}: {e}", svc.key));
+    }
+
     async fn services(&self) -> Vec<Service> {
         self.handle
             .service()
@@ -216,13 +226,7 @@ kernel_test!(tcp_service_add_get_set_del, async {
     let guest = Guest::start().await;
     let key = ServiceKey::tcp(ip("198.18.0.10"), 80);
     let svc = Service::new(key).with_scheduler("rr");
-    guest
-        .handle
-        .service()
-        .add(&svc)
-        .execute()
-        .await
-        .expect("add");
+    guest.add_service(&svc).await;
 
     let got = guest
         .handle
@@ -274,13 +278,7 @@ kernel_test!(destinations_add_list_set_del, async {
     let guest = Guest::start().await;
     let svc = Service::new(ServiceKey::tcp(ip("198.18.0.10"), 80))
         .with_scheduler("wrr");
-    guest
-        .handle
-        .service()
-        .add(&svc)
-        .execute()
-        .await
-        .expect("add svc");
+    guest.add_service(&svc).await;
     let dests: Vec<Destination> = (1..=3)
         .map(|i| {
             Destination::new(ip(&format!("198.19.0.{i}")), 8080)
@@ -342,13 +340,7 @@ kernel_test!(sockopt_reads_what_the_dump_reads, async {
     let sockopt = SockoptSocket::open().expect("raw socket");
     let svc = Service::new(ServiceKey::tcp(ip("198.18.0.11"), 443))
         .with_scheduler("wrr");
-    guest
-        .handle
-        .service()
-        .add(&svc)
-        .execute()
-        .await
-        .expect("add svc");
+    guest.add_service(&svc).await;
     assert!(
         sockopt.dests(&svc.key).expect("empty service").is_empty(),
         "a service without real servers has none"
@@ -408,13 +400,7 @@ kernel_test!(ipv6_service_and_destinations, async {
     let guest = Guest::start().await;
     let svc = Service::new(ServiceKey::udp(ip("2001:db8::10"), 53))
         .with_scheduler("rr");
-    guest
-        .handle
-        .service()
-        .add(&svc)
-        .execute()
-        .await
-        .expect("add");
+    guest.add_service(&svc).await;
     let dest = Destination::new(ip("2001:db8::5"), 5353).with_weight(3);
     guest
         .handle
@@ -485,13 +471,7 @@ kernel_test!(persistent_service_with_timeout_and_netmask, async {
         .with_scheduler("rr")
         .persistent(600)
         .with_netmask(24);
-    guest
-        .handle
-        .service()
-        .add(&svc)
-        .execute()
-        .await
-        .expect("add");
+    guest.add_service(&svc).await;
     same_settings(
         &guest
             .handle
@@ -512,13 +492,7 @@ kernel_test!(persistent_service_with_timeout_and_netmask, async {
         .with_scheduler("rr")
         .persistent(10800)
         .with_netmask(64);
-    guest
-        .handle
-        .service()
-        .add(&v6)
-        .execute()
-        .await
-        .expect("add v6");
+    guest.add_service(&v6).await;
     same_settings(
         &guest
             .handle
@@ -552,13 +526,7 @@ kernel_test!(scheduler_flags_round_trip, async {
     let svc = Service::new(ServiceKey::tcp(ip("198.18.0.12"), 80))
         .with_scheduler("sh")
         .with_flags(ServiceFlags::SH_PORT | ServiceFlags::SH_FALLBACK);
-    guest
-        .handle
-        .service()
-        .add(&svc)
-        .execute()
-        .await
-        .expect("add sh");
+    guest.add_service(&svc).await;
     same_settings(
         &guest
             .handle
@@ -796,13 +764,7 @@ kernel_test!(counters_match_ipvsadm_stats, async {
         .expect("ip must be on PATH in the guest");
     assert!(added.success(), "cannot add {vip} to lo");
     let svc = Service::new(ServiceKey::tcp(ip(vip), 80)).with_scheduler("rr");
-    guest
-        .handle
-        .service()
-        .add(&svc)
-        .execute()
-        .await
-        .expect("add");
+    guest.add_service(&svc).await;
     let dest = Destination::new(ip("198.19.0.5"), 8080);
     guest
         .handle
