@@ -88,9 +88,9 @@ struct GetDests {
 const ENTRIES_AT: usize =
     size_of::<GetDests>().next_multiple_of(align_of::<DestEntry>());
 
-// The uapi layout on x86-64 (`pahole` of the guest's kernel agrees, and
-// the guest's contract test reads through it): the kernel refuses a
-// length that is not exactly the header plus whole entries.
+// The uapi layout on x86-64, which the guest's kernel test reads
+// through: the kernel refuses a length that is not exactly the header
+// plus whole entries.
 #[cfg(target_arch = "x86_64")]
 const _: () = assert!(
     size_of::<StatsUser>() == 56
@@ -130,7 +130,7 @@ impl SockoptSocket {
     /// The real servers of an IPv4 service, with their connection counts
     /// and counters (the 32-bit ones; `stats64` stays `None`). A service
     /// that does not exist has none, as its generic netlink dump does.
-    /// An IPv6 service or fwmark is refused with
+    /// An IPv6 service, an IPv6 fwmark and fwmark 0 are refused with
     /// [`Error::InvalidRequest`] before anything is asked.
     pub fn dests(
         &self,
@@ -181,7 +181,8 @@ impl SockoptSocket {
         self.getsockopt(service, base.cast(), len)?;
         let mut entries = Vec::new();
         for i in 0..room {
-            // SAFETY: as above; the kernel wrote whole entries or none.
+            // SAFETY: as above; every field is an integer, so whatever
+            // bytes the kernel left there are a valid DestEntry.
             let entry =
                 unsafe { base.add(entry_at(i)).cast::<DestEntry>().read() };
             // The kernel fills entries from the first on; the rest keep
