@@ -139,9 +139,9 @@ impl SockoptSocket {
         let header = header(service)?;
         let mut room = FIRST_ROOM;
         loop {
-            let entries = self.read(service, header, room)?;
-            if entries.len() < room {
-                return Ok(entries.iter().map(destination).collect());
+            let dests = self.read(service, header, room)?;
+            if dests.len() < room {
+                return Ok(dests);
             }
             // Full: there may be more than there was room for.
             room = room
@@ -151,14 +151,14 @@ impl SockoptSocket {
         }
     }
 
-    /// One read with room for `room` entries: the filled ones, in the
-    /// kernel's order.
+    /// One read with room for `room` entries: the real servers of the
+    /// filled ones, in the kernel's order.
     fn read(
         &self,
         service: &ServiceKey,
         header: GetDests,
         room: usize,
-    ) -> Result<Vec<DestEntry>, Error> {
+    ) -> Result<Vec<Destination>, Error> {
         let len = ENTRIES_AT + room * size_of::<DestEntry>();
         // u64 words: aligned for both the header and the entries.
         let mut buf = vec![0u64; len.div_ceil(size_of::<u64>())];
@@ -179,7 +179,7 @@ impl SockoptSocket {
             }
         }
         self.getsockopt(service, base.cast(), len)?;
-        let mut entries = Vec::new();
+        let mut dests = Vec::new();
         for i in 0..room {
             // SAFETY: as above; every field is an integer, so whatever
             // bytes the kernel left there are a valid DestEntry.
@@ -190,9 +190,9 @@ impl SockoptSocket {
             if entry.conn_flags == UNFILLED {
                 break;
             }
-            entries.push(entry);
+            dests.push(destination(&entry));
         }
-        Ok(entries)
+        Ok(dests)
     }
 
     fn getsockopt(

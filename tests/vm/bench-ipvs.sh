@@ -4,8 +4,9 @@
 #
 #   BENCH_SERVICES=10000 BENCH_DESTS=10 tests/vm/bench-ipvs.sh
 #
-# Also BENCH_DUMP_CONNECTIONS, BENCH_SETTLE_MS, BENCH_WINDOW and BENCH_READS (see the
-# benchmark). Under TCG, 10,000 x 10 takes about two minutes in the guest.
+# Also BENCH_DUMP_CONNECTIONS, BENCH_SETTLE_MS, BENCH_WINDOW and BENCH_READS
+# (see the benchmark). Under TCG, 10,000 x 10 takes about two minutes in
+# the guest.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$VM_REPO"

@@ -8,7 +8,7 @@ use ipvs_sys::{
     Destination, ForwardMethod, Handle, Protocol as IpvsProtocol, Service,
     ServiceFlags, SockoptSocket,
 };
-use tracing::{debug, warn};
+use tracing::warn;
 
 use super::{
     proc_table::ProcTable, DestKey, DestSpec, DestState, Ipvs, IpvsOp,
@@ -95,16 +95,25 @@ impl NetlinkIpvs {
     }
 
     /// One IPv4 service's real servers through the socket option; `None`
-    /// where it cannot answer, for the dump to.
+    /// where it cannot answer, for the dump to. A missing service is an
+    /// answer (none), so a refusal says the option itself does not work
+    /// here (no `CAP_NET_ADMIN`, IPVS gone, a layout this kernel does not
+    /// take): it is dropped at the first, rather than tried before every
+    /// dump that follows.
     fn sockopt_dests(
-        &self,
+        &mut self,
         service: &VirtualServerKey,
     ) -> Option<BTreeMap<DestKey, DestState>> {
-        let socket = self.sockopt.as_ref().filter(|_| service.address.is_ipv4())?;
+        let socket =
+            self.sockopt.as_ref().filter(|_| service.address.is_ipv4())?;
         match socket.dests(&to_key(service)) {
             Ok(dests) => Some(dests.iter().map(from_destination).collect()),
             Err(err) => {
-                debug!(service = %service, error = %err, "reading by dump instead");
+                warn!(
+                    service = %service, error = %err,
+                    "IPVS's socket option refused a read: reading real servers by dump from now on"
+                );
+                self.sockopt = None;
                 None
             }
         }
