@@ -39,8 +39,8 @@ const TABLE_OBJECT: &str = "IPVS table";
 /// The real servers of one IPv4 service ([`Ipvs::dests`], read before
 /// every removal) come over IPVS's `getsockopt` interface: one system
 /// call, about a twentieth of a dump's cost in the guest (`make
-/// bench-ipvs`). IPv6 services, and any read the option refuses, are
-/// dumped.
+/// bench-ipvs`). IPv6 services are dumped, and so is every read once the
+/// option has refused one.
 #[derive(Debug, Clone)]
 pub struct NetlinkIpvs {
     handle: Handle,
