@@ -23,7 +23,11 @@
 //! `BENCH_DUMP_CONNECTIONS` (4), `BENCH_SETTLE_MS` (5000: the pause after
 //! leaving the first side's namespace while the kernel tears it down),
 //! `BENCH_WINDOW` (ipvs-sys's default), `BENCH_READS` (2000: reads of
-//! one service's destinations, by dump and by `getsockopt`).
+//! one service's destinations, by dump and by `getsockopt`, and as many
+//! single writes, by generic netlink and by `setsockopt`).
+//!
+//! A third namespace takes the same load once more, one `setsockopt` per
+//! rule, as the proxy's cold sync now does for IPv4.
 
 use std::{
     error::Error,
@@ -240,6 +244,53 @@ async fn one_service_reads(
     Ok((dump, start.elapsed()))
 }
 
+/// The same load, one `setsockopt` per rule, in order.
+fn sockopt_add(socket: &SockoptSocket, rules: &Rules) -> Result<Duration> {
+    let start = Instant::now();
+    for svc in &rules.services {
+        socket.add_service(svc)?;
+        for dest in &rules.dests {
+            socket.add_dest(&svc.key, dest)?;
+        }
+    }
+    Ok(start.elapsed())
+}
+
+/// `writes` single writes each way, walking the services in turn: a
+/// destination's weight set to 0 and back, as graceful termination and a
+/// readiness flip do, by generic netlink (a batch of one, acknowledged
+/// before the next, as a sync of one change sends it), then by
+/// `setsockopt`. Leaves every weight as it was. The time of each way.
+async fn single_writes(
+    handle: &Handle,
+    socket: &SockoptSocket,
+    rules: &Rules,
+    writes: usize,
+) -> Result<(Duration, Duration)> {
+    let first = rules.dests.first().ok_or("no destinations")?;
+    let weights = [first.clone().with_weight(0), first.clone()];
+    let edits = rules
+        .services
+        .iter()
+        .cycle()
+        .zip(weights.iter().cycle())
+        .take(writes.next_multiple_of(2));
+    let start = Instant::now();
+    for (svc, dest) in edits.clone() {
+        let mut batch = handle.batch();
+        batch.set_dest(svc, dest);
+        for result in batch.execute().await? {
+            result?;
+        }
+    }
+    let netlink = start.elapsed();
+    let start = Instant::now();
+    for (svc, dest) in edits {
+        socket.set_dest(&svc.key, dest)?;
+    }
+    Ok((netlink, start.elapsed()))
+}
+
 fn connect() -> Result<Handle> {
     let (conn, handle, _) = ipvs_sys::new_connection()?;
     tokio::spawn(conn);
@@ -297,7 +348,21 @@ async fn main() -> Result<()> {
     check("ipvs-sys dump", dumped_n, ops)?;
     let (read_dump, read_sockopt) =
         one_service_reads(&handle, &rules, reads).await?;
+    let socket = SockoptSocket::open()?;
+    let (write_netlink, write_sockopt) =
+        single_writes(&handle, &socket, &rules, reads).await?;
     handle.flush().execute().await?;
+
+    eprintln!("setsockopt: {ops} operations one by one, in a third");
+    fresh_netns()?;
+    tokio::time::sleep(settle).await;
+    // Opened in the namespace it writes to: a socket's options act on the
+    // namespace it was created in.
+    let socket = SockoptSocket::open()?;
+    let add_sockopt = sockopt_add(&socket, &rules)?;
+    let (_, loaded) = ipvs_sys_dump(&[connect()?]).await?;
+    check("setsockopt load", loaded, ops)?;
+    connect()?.flush().execute().await?;
 
     let ratio = |ours: Duration, theirs: Duration| {
         format!("{:.2}", ours.as_secs_f64() / theirs.as_secs_f64())
@@ -313,6 +378,12 @@ async fn main() -> Result<()> {
         seconds(restore),
         seconds(add),
         ratio(add, restore)
+    );
+    println!(
+        "| load (`ipvsadm -R` / one `setsockopt` each) | {} | {} | {} |",
+        seconds(restore),
+        seconds(add_sockopt),
+        ratio(add_sockopt, restore)
     );
     println!(
         "| dump (`ipvsadm -Sn` / 1 connection) | {} | {} | {} |",
@@ -332,6 +403,10 @@ async fn main() -> Result<()> {
         seconds(add + dump),
         ratio(add + dump, restore + save)
     );
+    println!(
+        "Load by `setsockopt` / by one batch: {}",
+        ratio(add_sockopt, add)
+    );
     let per_read =
         |d: Duration| format!("{:.0} µs", d.as_secs_f64() * 1e6 / reads as f64);
     println!();
@@ -346,6 +421,23 @@ async fn main() -> Result<()> {
         per_read(read_dump),
         per_read(read_sockopt),
         ratio(read_sockopt, read_dump)
+    );
+    let writes = reads.next_multiple_of(2);
+    let per_write = |d: Duration| {
+        format!("{:.0} µs", d.as_secs_f64() * 1e6 / writes as f64)
+    };
+    println!();
+    println!(
+        "One write ({writes} weight changes, the services in turn, each \
+         acknowledged before the next), per write:"
+    );
+    println!("| generic netlink, a batch of one | `setsockopt` | sockopt / netlink |");
+    println!("|---|---|---|");
+    println!(
+        "| {} | {} | {} |",
+        per_write(write_netlink),
+        per_write(write_sockopt),
+        ratio(write_sockopt, write_netlink)
     );
     Ok(())
 }

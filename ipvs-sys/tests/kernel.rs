@@ -396,6 +396,194 @@ kernel_test!(sockopt_reads_what_the_dump_reads, async {
     assert!(err.to_string().contains("IPv4 services only"), "{err}");
 });
 
+// The socket options' writes against generic netlink's: the same
+// changes to two virtual servers, one by each, must leave the same
+// virtual and real servers, read back by dump and in `ipvsadm -Sn`; and
+// the kernel's refusals come back as the same errors.
+kernel_test!(sockopt_writes_what_netlink_writes, async {
+    let guest = Guest::start().await;
+    let sockopt = SockoptSocket::open().expect("raw socket");
+    let by_netlink = ServiceKey::tcp(ip("198.18.0.21"), 80);
+    let by_sockopt = ServiceKey::tcp(ip("198.18.0.22"), 80);
+    let settings = |key| {
+        Service::new(key)
+            .with_scheduler("sh")
+            .with_flags(ServiceFlags::SH_FALLBACK | ServiceFlags::SH_PORT)
+            .persistent(600)
+            .with_netmask(24)
+    };
+    let methods = [
+        ForwardMethod::Masquerade,
+        ForwardMethod::DirectRoute,
+        ForwardMethod::Tunnel,
+    ];
+    let dests: Vec<Destination> = (0..12u32)
+        .map(|i| {
+            Destination::new(
+                ip(&format!("198.19.1.{}", i + 1)),
+                8000 + i as u16,
+            )
+            .with_weight(i % 4)
+            .with_thresholds(100 + i, i)
+            .with_fwd_method(methods[i as usize % methods.len()])
+        })
+        .collect();
+    guest.add_service(&settings(by_netlink)).await;
+    sockopt
+        .add_service(&settings(by_sockopt))
+        .expect("add service");
+    let mut batch = guest.handle.batch();
+    for dest in &dests {
+        batch.add_dest(by_netlink, dest);
+        sockopt.add_dest(&by_sockopt, dest).expect("add dest");
+    }
+    for result in batch.execute().await.expect("batch") {
+        result.expect("add dest");
+    }
+    let same_kernel_state = |step: &str, guest_services: Vec<Service>| {
+        let find = |key| {
+            guest_services
+                .iter()
+                .find(|s| s.key == key)
+                .unwrap_or_else(|| panic!("{step}: {key} missing"))
+                .clone()
+        };
+        let (netlink, sockopt) = (find(by_netlink), find(by_sockopt));
+        same_settings(
+            &sockopt,
+            &Service {
+                key: by_sockopt,
+                ..netlink
+            },
+        );
+        // ipvsadm's view: the same rules, but for the address.
+        let rules = |vip: &str| {
+            let mut rules: Vec<String> = saved_rules()
+                .into_iter()
+                .filter(|rule| rule.iter().any(|t| t.starts_with(vip)))
+                .map(|rule| rule.join(" ").replace(vip, "VIP"))
+                .collect();
+            rules.sort();
+            rules
+        };
+        let netlink_rules = rules("198.18.0.21:80");
+        assert!(netlink_rules.len() > 1, "{step}: {netlink_rules:?}");
+        assert_eq!(rules("198.18.0.22:80"), netlink_rules, "{step}");
+    };
+    same_kernel_state("added", guest.services().await);
+    let read = |key| {
+        let svc = Service::new(key);
+        let guest = &guest;
+        async move {
+            let mut dests = guest.dests(&svc).await;
+            dests.sort_by_key(|d| (d.address, d.port));
+            dests
+        }
+    };
+    let netlink_dests = read(by_netlink).await;
+    let sockopt_dests = read(by_sockopt).await;
+    assert_eq!(sockopt_dests.len(), dests.len());
+    for (got, want) in sockopt_dests.iter().zip(&netlink_dests) {
+        same_dest(got, want);
+    }
+
+    // Edits: another scheduler without persistence, a real server drained.
+    let edited = |key| Service::new(key).with_scheduler("rr");
+    let drained = dests[1].clone().with_weight(0).with_thresholds(0, 0);
+    guest
+        .handle
+        .service()
+        .set(&edited(by_netlink))
+        .execute()
+        .await
+        .expect("set service");
+    sockopt
+        .set_service(&edited(by_sockopt))
+        .expect("set service");
+    guest
+        .handle
+        .dest(by_netlink)
+        .set(&drained)
+        .execute()
+        .await
+        .expect("set dest");
+    sockopt.set_dest(&by_sockopt, &drained).expect("set dest");
+    guest
+        .handle
+        .dest(by_netlink)
+        .del(&dests[2])
+        .execute()
+        .await
+        .expect("del dest");
+    sockopt.del_dest(&by_sockopt, &dests[2]).expect("del dest");
+    same_kernel_state("edited", guest.services().await);
+    assert_eq!(read(by_sockopt).await.len(), dests.len() - 1);
+
+    // The kernel's refusals: the errno netlink gets for the same, and an
+    // error that names the object.
+    let netlink_dest = guest.handle.dest(by_netlink);
+    let err = sockopt
+        .add_service(&edited(by_sockopt))
+        .expect_err("added twice");
+    assert!(err.is_exists(), "{err}");
+    let err = sockopt.add_dest(&by_sockopt, &dests[0]).expect_err("twice");
+    let netlink_err = netlink_dest
+        .add(&dests[0])
+        .execute()
+        .await
+        .expect_err("twice");
+    assert_eq!(err.errno(), netlink_err.errno(), "{err}");
+    assert!(err.is_exists(), "{err}");
+    assert!(
+        err.to_string()
+            .contains("198.19.1.1:8000 in TCP 198.18.0.22:80"),
+        "{err}"
+    );
+    let err = sockopt.del_dest(&by_sockopt, &dests[2]).expect_err("gone");
+    let netlink_err = netlink_dest
+        .del(&dests[2])
+        .execute()
+        .await
+        .expect_err("gone");
+    assert_eq!(err.errno(), netlink_err.errno(), "{err}");
+    assert!(err.is_not_found(), "{err}");
+    let missing = ServiceKey::tcp(ip("198.18.0.23"), 80);
+    let err = sockopt
+        .add_dest(&missing, &dests[0])
+        .expect_err("no service");
+    let netlink_err = guest
+        .handle
+        .dest(missing)
+        .add(&dests[0])
+        .execute()
+        .await
+        .expect_err("no service");
+    assert_eq!(err.errno(), netlink_err.errno(), "{err}");
+    assert_eq!(err.metric_label(), "not_found");
+
+    // What the records cannot carry is refused before the kernel is asked.
+    let v6 = Service::new(ServiceKey::tcp(ip("2001:db8::1"), 80));
+    let err = sockopt.add_service(&v6).expect_err("IPv6 service");
+    assert!(
+        err.errno().is_none() && err.to_string().contains("IPv4"),
+        "{err}"
+    );
+    let v6_dest = Destination::new(ip("2001:db8::2"), 80);
+    let err = sockopt
+        .add_dest(&by_sockopt, &v6_dest)
+        .expect_err("IPv6 dest");
+    assert!(err.errno().is_none(), "{err}");
+    let long = Service::new(missing).with_scheduler("a-scheduler-name");
+    assert!(sockopt.add_service(&long).is_err());
+
+    sockopt.del_service(&by_sockopt).expect("del service");
+    let left: Vec<ServiceKey> =
+        guest.services().await.iter().map(|s| s.key).collect();
+    assert_eq!(left, vec![by_netlink]);
+    let err = sockopt.del_service(&by_sockopt).expect_err("gone");
+    assert!(err.is_not_found(), "{err}");
+});
+
 kernel_test!(ipv6_service_and_destinations, async {
     let guest = Guest::start().await;
     let svc = Service::new(ServiceKey::udp(ip("2001:db8::10"), 53))

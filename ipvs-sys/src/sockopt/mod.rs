@@ -1,5 +1,7 @@
-//! One read over IPVS's older `getsockopt` interface: the real servers of
-//! one IPv4 service, in one blocking system call.
+//! IPVS's older socket-option interface, where it is cheaper than
+//! generic netlink: one read, the real servers of one IPv4 service, in
+//! one blocking system call; and the writes to IPv4 virtual and real
+//! servers, one `setsockopt` each (write.rs).
 //!
 //! Generic netlink lists a service's real servers as a dump: a request,
 //! a message with a dozen attributes and two stats blocks per real
@@ -21,6 +23,8 @@ use std::{
     net::{IpAddr, Ipv4Addr},
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
 };
+
+mod write;
 
 use crate::{
     address::AddressFamily, dest::ConnCounts, Destination, Error,
