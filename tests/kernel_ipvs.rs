@@ -23,9 +23,11 @@ use kube_ipvs_proxy::{
 enum Reads {
     /// Real servers from /proc/net/ip_vs, as the proxy reads them.
     Text,
-    /// One netlink dump per virtual server over this many connections,
-    /// as on a kernel without the text table. Only the guest's tests
-    /// read so.
+    /// Everything over generic netlink: one dump per virtual server
+    /// over this many connections, as on a kernel without the text
+    /// table, and the writes and single reads without IPVS's socket
+    /// options, as where they are refused. Only the guest's tests run
+    /// so.
     #[cfg_attr(not(feature = "kernel-tests"), expect(dead_code))]
     Netlink(usize),
 }
@@ -50,6 +52,7 @@ where
             Reads::Netlink(connections) => {
                 NetlinkIpvs::with_dump_connections(connections)
                     .map(NetlinkIpvs::without_text_table)
+                    .map(NetlinkIpvs::without_socket_options)
             }
         }
         .expect("netlink connection");
@@ -123,8 +126,8 @@ mod ipvs_contract {
 
     every_contract_test!(Reads::Text);
 
-    /// The same over netlink alone, the real-server dumps shared by
-    /// several connections.
+    /// The same over netlink alone (no text table, no socket options),
+    /// the real-server dumps shared by several connections.
     mod over_netlink {
         #[cfg(feature = "kernel-tests")]
         use super::super::{contract, with_kernel, Reads};

@@ -24,7 +24,11 @@ const TABLE_OBJECT: &str = "IPVS table";
 
 /// IPVS in the running kernel.
 ///
-/// Writes go through one netlink connection, as one ipvs-sys batch per
+/// Writes to IPv4 virtual servers are one `setsockopt` each (IPVS's
+/// older interface: no message to build, no acknowledgement to read back
+/// through a connection task, which a sync of a few changes paid for
+/// each write around the kernel's own work). The rest, and all of them once the options are refused,
+/// go through one netlink connection, as one ipvs-sys batch per
 /// [`Ipvs::apply`]. A socket runs one dump at a time, so reading every
 /// service's real servers takes one dump per service in turn; extra
 /// connections ([`NetlinkIpvs::with_dump_connections`]) let those dumps overlap.
@@ -87,6 +91,14 @@ impl NetlinkIpvs {
     #[cfg(any(test, feature = "test-support"))]
     pub fn without_text_table(mut self) -> Self {
         self.text = None;
+        self
+    }
+
+    /// Every read and write over generic netlink, as where IPVS's socket
+    /// options are refused.
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn without_socket_options(mut self) -> Self {
+        self.sockopt = None;
         self
     }
 
@@ -312,6 +324,80 @@ impl Ipvs for NetlinkIpvs {
     }
 
     async fn apply(&mut self, ops: &[IpvsOp]) -> Vec<Result<(), KernelError>> {
+        let mut results: Vec<Option<Result<(), KernelError>>> =
+            std::iter::repeat_with(|| None).take(ops.len()).collect();
+        let by_sockopt = if self.sockopt.is_some() {
+            sockopt_route(ops)
+        } else {
+            vec![false; ops.len()]
+        };
+        let mut to_netlink = Vec::new();
+        let mut written = 0usize;
+        for (i, op) in ops.iter().enumerate() {
+            let socket = self.sockopt.as_ref().filter(|_| by_sockopt[i]);
+            let Some(socket) = socket else {
+                to_netlink.push(i);
+                continue;
+            };
+            match write_by_sockopt(socket, op) {
+                Err(err) if err.errno() == Some(libc::ENOPROTOOPT) => {
+                    // IPVS's options are not registered (the module gone
+                    // since start): netlink says what is wrong, for this
+                    // one and all that follow.
+                    warn!(
+                        object = %op.object(), error = %err,
+                        "IPVS's socket options refused a write: writing by generic netlink from now on"
+                    );
+                    self.sockopt = None;
+                    to_netlink.push(i);
+                }
+                result => {
+                    results[i] =
+                        Some(result.map_err(|e| kernel_error(op.object(), &e)));
+                }
+            }
+            written += 1;
+            // Each write is a blocking call on the loop's thread: let the
+            // runtime's other tasks in now and then during a long apply
+            // (a cold sync).
+            if written.is_multiple_of(SOCKOPT_WRITES_BETWEEN_YIELDS) {
+                tokio::task::yield_now().await;
+            }
+        }
+        if !to_netlink.is_empty() {
+            let netlink: Vec<&IpvsOp> =
+                to_netlink.iter().map(|&i| &ops[i]).collect();
+            for (i, result) in
+                to_netlink.into_iter().zip(self.apply_by_netlink(&netlink).await)
+            {
+                results[i] = Some(result);
+            }
+        }
+        results
+            .into_iter()
+            .zip(ops)
+            .map(|(result, op)| {
+                result.unwrap_or_else(|| {
+                    Err(KernelError::new(
+                        ErrorKind::Transport,
+                        op.object(),
+                        "no result recorded",
+                    ))
+                })
+            })
+            .collect()
+    }
+}
+
+/// Blocking writes between two yields to the runtime; about a
+/// millisecond of the kernel's work natively.
+const SOCKOPT_WRITES_BETWEEN_YIELDS: usize = 128;
+
+impl NetlinkIpvs {
+    async fn apply_by_netlink(
+        &self,
+        ops: &[&IpvsOp],
+    ) -> Vec<Result<(), KernelError>> {
         let mut batch = self.handle.batch().window(ipvs_sys::DEFAULT_WINDOW);
         for op in ops {
             match op {
@@ -353,6 +439,71 @@ impl Ipvs for NetlinkIpvs {
     }
 }
 
+/// Which of `ops` go over the socket options: those about IPv4
+/// virtual servers, unless a change to the same virtual server in
+/// this apply cannot (an IPv6 real server), so that each virtual
+/// server's changes stay on one path, in their order.
+pub(super) fn sockopt_route(ops: &[IpvsOp]) -> Vec<bool> {
+    let expressible = |op: &IpvsOp| match op {
+        IpvsOp::AddService(spec) | IpvsOp::UpdateService(spec) => {
+            spec.key.address.is_ipv4()
+        }
+        IpvsOp::DeleteService(key) => key.address.is_ipv4(),
+        IpvsOp::AddDest(key, dest) | IpvsOp::UpdateDest(key, dest) => {
+            key.address.is_ipv4() && dest.key.address.is_ipv4()
+        }
+        IpvsOp::DeleteDest(key, dest) => {
+            key.address.is_ipv4() && dest.address.is_ipv4()
+        }
+    };
+    let service = |op: &IpvsOp| match op {
+        IpvsOp::AddService(spec) | IpvsOp::UpdateService(spec) => {
+            spec.key
+        }
+        IpvsOp::DeleteService(key)
+        | IpvsOp::AddDest(key, _)
+        | IpvsOp::UpdateDest(key, _)
+        | IpvsOp::DeleteDest(key, _) => *key,
+    };
+    let mut route: Vec<bool> = ops.iter().map(expressible).collect();
+    if route.iter().zip(ops).any(|(&r, op)| {
+        !r && service(op).address.is_ipv4()
+    }) {
+        let mixed: std::collections::HashSet<VirtualServerKey> = ops
+            .iter()
+            .zip(&route)
+            .filter(|&(op, &r)| !r && service(op).address.is_ipv4())
+            .map(|(op, _)| service(op))
+            .collect();
+        for (r, op) in route.iter_mut().zip(ops) {
+            *r = *r && !mixed.contains(&service(op));
+        }
+    }
+    route
+}
+
+/// One operation as one `setsockopt`.
+fn write_by_sockopt(
+    socket: &SockoptSocket,
+    op: &IpvsOp,
+) -> Result<(), ipvs_sys::Error> {
+    match op {
+        IpvsOp::AddService(spec) => socket.add_service(&to_service(spec)),
+        IpvsOp::UpdateService(spec) => socket.set_service(&to_service(spec)),
+        IpvsOp::DeleteService(key) => socket.del_service(&to_key(key)),
+        IpvsOp::AddDest(service, dest) => {
+            socket.add_dest(&to_key(service), &to_destination(dest))
+        }
+        IpvsOp::UpdateDest(service, dest) => {
+            socket.set_dest(&to_key(service), &to_destination(dest))
+        }
+        IpvsOp::DeleteDest(service, dest) => socket.del_dest(
+            &to_key(service),
+            &Destination::new(dest.address, dest.port),
+        ),
+    }
+}
+
 /// An ipvs-sys error as the facility-independent [`KernelError`], naming
 /// our object and keeping the errno.
 pub(crate) fn kernel_error(
@@ -361,7 +512,8 @@ pub(crate) fn kernel_error(
 ) -> KernelError {
     let operation = err.operation().map(|op| op.as_str()).unwrap_or("ipvs");
     match err {
-        ipvs_sys::Error::Kernel { errno, .. } => {
+        ipvs_sys::Error::Kernel { errno, .. }
+        | ipvs_sys::Error::Sockopt { errno, .. } => {
             let kind = if err.is_exists() {
                 ErrorKind::Exists
             } else if err.is_not_found() {

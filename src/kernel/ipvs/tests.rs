@@ -6,8 +6,8 @@ use pretty_assertions::assert_eq;
 use super::{
     contract::{self, dest, service, tcp},
     real::{
-        from_destination, from_service, kernel_error, to_destination,
-        to_service,
+        from_destination, from_service, kernel_error, sockopt_route,
+        to_destination, to_service,
     },
     DestSpec, DestState, IpvsModel, IpvsOp, ServiceSpec,
 };
@@ -182,4 +182,38 @@ async fn the_model_counts_operations_and_takes_connection_counts() {
             inactive_conns: 7
         })
     );
+}
+
+/// IPv4 virtual servers' changes go over the socket options, IPv6 ones
+/// over netlink; a virtual server with a change the options cannot carry
+/// (a real server of the other family) has all its changes on netlink,
+/// so that they keep their order.
+#[test]
+fn ipv4_changes_go_by_socket_option_unless_their_service_cannot() {
+    let v4 = tcp("198.18.0.1", 80);
+    let mixed = tcp("198.18.0.2", 80);
+    let v6 = tcp("2001:db8::1", 80);
+    let spec = |key| ServiceSpec::new(key, "rr", None);
+    let real = |address: &str| DestSpec {
+        key: dest(address, 8080),
+        weight: 1,
+    };
+    let ops = [
+        IpvsOp::AddService(spec(v4)),
+        IpvsOp::AddDest(v4, real("198.19.0.1")),
+        IpvsOp::AddService(spec(mixed)),
+        IpvsOp::AddDest(mixed, real("198.19.0.2")),
+        IpvsOp::AddDest(mixed, real("2001:db8::2")),
+        IpvsOp::AddService(spec(v6)),
+        IpvsOp::UpdateDest(v6, real("2001:db8::3")),
+        IpvsOp::DeleteDest(v4, dest("198.19.0.4", 8080)),
+        IpvsOp::DeleteService(mixed),
+        IpvsOp::UpdateService(spec(v4)),
+        IpvsOp::DeleteService(v6),
+    ];
+    assert_eq!(
+        sockopt_route(&ops),
+        [true, true, false, false, false, false, false, true, false, true, false]
+    );
+    assert!(sockopt_route(&[]).is_empty());
 }
