@@ -131,44 +131,50 @@ pub async fn run(
         let slices = api::slices(&client);
         let metrics_before = metrics_text().unwrap_or_default();
         let mut samples = Vec::new();
+        let mut writes = Writes::default();
         for r in 0..settings.reps {
             let k = (n / 2 + r) % n;
             let started = Instant::now();
             api::set_ready(&slices, k, false).await?;
+            let written = started.elapsed();
             let shown = Shown {
                 k,
                 all_ready: false,
             };
-            samples.push(
-                until(
-                    settings, &mut proxy, &handle, &addresses, shown, started,
-                )
-                .await
-                .with_context(|| format!("endpoint change of service {k}"))?,
-            );
+            let shown_after = until(
+                settings, &mut proxy, &handle, &addresses, shown, started,
+            )
+            .await
+            .with_context(|| format!("endpoint change of service {k}"))?;
+            samples.push(shown_after);
+            writes.push(written, shown_after);
             tokio::time::sleep(QUIET).await;
         }
         results.print("endpoint_change_ms", median_ms(&mut samples));
+        writes.print(&results, "endpoint_change");
         single(&results, &metrics_before, "endpoint_change");
 
         let svc_api = api::services(&client);
         let metrics_before = metrics_text().unwrap_or_default();
         let mut samples = Vec::new();
+        let mut writes = Writes::default();
         for r in 0..settings.reps {
             let k = n + r;
             let started = Instant::now();
             api::create_service(&svc_api, &slices, k).await?;
+            let written = started.elapsed();
             let shown = Shown { k, all_ready: true };
-            samples.push(
-                until(
-                    settings, &mut proxy, &handle, &addresses, shown, started,
-                )
-                .await
-                .with_context(|| format!("new service {k}"))?,
-            );
+            let shown_after = until(
+                settings, &mut proxy, &handle, &addresses, shown, started,
+            )
+            .await
+            .with_context(|| format!("new service {k}"))?;
+            samples.push(shown_after);
+            writes.push(written, shown_after);
             tokio::time::sleep(QUIET).await;
         }
         results.print("new_service_ms", median_ms(&mut samples));
+        writes.print(&results, "new_service");
         single(&results, &metrics_before, "new_service");
 
         if !settings.trash_warmup.is_zero() {
@@ -374,6 +380,34 @@ async fn until(
             bail!("not in the kernel after {:?}", settings.change_timeout);
         }
         tokio::time::sleep(POLL).await;
+    }
+}
+
+/// A single change's time split at the API server's answer to the
+/// bench's write(s): what the API server took to accept them (for a new
+/// service, the Service's create and then its slice's), and the rest, to
+/// the kernel. The first is the same for both proxies; it grows with
+/// the cluster in the API server itself (a Service's create lists every
+/// IPAddress object to update the allocator's gauges).
+#[derive(Default)]
+struct Writes {
+    written: Vec<Duration>,
+    after: Vec<Duration>,
+}
+
+impl Writes {
+    fn push(&mut self, written: Duration, shown_after: Duration) {
+        self.written.push(written);
+        self.after.push(shown_after.saturating_sub(written));
+    }
+
+    fn print(&mut self, results: &Results, name: &str) {
+        results
+            .print(&format!("{name}_write_ms"), median_ms(&mut self.written));
+        results.print(
+            &format!("{name}_after_write_ms"),
+            median_ms(&mut self.after),
+        );
     }
 }
 

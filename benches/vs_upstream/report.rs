@@ -16,6 +16,26 @@ const MEASURES: &[(&str, &str, bool)] = &[
     ("endpoint_change_ms", "one endpoint change (ms)", true),
     ("new_service_ms", "one new service (ms)", true),
     (
+        "endpoint_change_write_ms",
+        "one endpoint change: the API's answer to the write (ms)",
+        false,
+    ),
+    (
+        "endpoint_change_after_write_ms",
+        "one endpoint change: after the API's answer (ms)",
+        true,
+    ),
+    (
+        "new_service_write_ms",
+        "one new service: the API's answers to the two writes (ms)",
+        false,
+    ),
+    (
+        "new_service_after_write_ms",
+        "one new service: after the API's answers (ms)",
+        true,
+    ),
+    (
         "endpoint_change_api_ms",
         "one endpoint change: API to us (ms)",
         false,
