@@ -370,7 +370,7 @@ async fn until(
 ) -> anyhow::Result<Duration> {
     loop {
         let dests =
-            ipvs::real_servers(handle, addresses.vips[k], objects::PORT)
+            churn::real_servers(handle, addresses.vips[k], objects::PORT)
                 .await?;
         if objects::shows(&dests, addresses.flipping[k], all_ready) {
             return Ok(started.elapsed());
