@@ -15,6 +15,11 @@
 //!   `(connection, Handle, messages)`; requests hang off the handle and end
 //!   in `execute()`.
 //!
+//! Beside them, [`SockoptSocket`] speaks IPVS's older socket options for
+//! IPv4: one blocking system call to write a virtual or real server, or
+//! to read one service's real servers, where a few at a time make
+//! generic netlink's round trip the larger cost.
+//!
 //! ```no_run
 //! use ipvs_sys::{Destination, Service, ServiceKey};
 //! use futures::TryStreamExt;
