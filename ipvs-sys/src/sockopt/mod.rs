@@ -26,6 +26,8 @@ use std::{
 
 mod write;
 
+use write::DestUser;
+
 use crate::{
     address::AddressFamily, dest::ConnCounts, Destination, Error,
     ForwardMethod, Operation, ServiceKey, Stats,
@@ -58,16 +60,12 @@ struct StatsUser {
     outbps: u32,
 }
 
-/// `struct ip_vs_dest_entry`.
+/// `struct ip_vs_dest_entry`: the fields a write sets, then the counts.
+/// `DestUser` ends on its alignment, so this is the C layout.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 struct DestEntry {
-    addr: u32,
-    port: u16,
-    conn_flags: u32,
-    weight: i32,
-    u_threshold: u32,
-    l_threshold: u32,
+    dest: DestUser,
     activeconns: u32,
     inactconns: u32,
     persistconns: u32,
@@ -191,7 +189,7 @@ impl SockoptSocket {
                 unsafe { base.add(entry_at(i)).cast::<DestEntry>().read() };
             // The kernel fills entries from the first on; the rest keep
             // the marker.
-            if entry.conn_flags == UNFILLED {
+            if entry.dest.conn_flags == UNFILLED {
                 break;
             }
             dests.push(destination(&entry));
@@ -272,13 +270,16 @@ fn invalid(service: &ServiceKey, reason: &str) -> Error {
 
 fn unfilled() -> DestEntry {
     DestEntry {
-        conn_flags: UNFILLED,
+        dest: DestUser {
+            conn_flags: UNFILLED,
+            ..DestUser::default()
+        },
         ..DestEntry::default()
     }
 }
 
-fn destination(entry: &DestEntry) -> Destination {
-    let stats = entry.stats;
+fn destination(record: &DestEntry) -> Destination {
+    let (entry, stats) = (record.dest, record.stats);
     Destination {
         address: IpAddr::V4(Ipv4Addr::from(entry.addr.to_ne_bytes())),
         port: u16::from_be(entry.port),
@@ -291,9 +292,9 @@ fn destination(entry: &DestEntry) -> Destination {
         lower_threshold: entry.l_threshold,
         tunnel: None,
         conns: Some(ConnCounts {
-            active: entry.activeconns,
-            inactive: entry.inactconns,
-            persistent: entry.persistconns,
+            active: record.activeconns,
+            inactive: record.inactconns,
+            persistent: record.persistconns,
         }),
         stats: Some(Stats {
             conns: stats.conns.into(),

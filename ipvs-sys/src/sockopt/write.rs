@@ -19,7 +19,7 @@
 
 use std::{io, mem::size_of, net::IpAddr, os::fd::AsRawFd};
 
-use super::SockoptSocket;
+use super::{SockoptSocket, IP_VS_CONN_F_FWD_MASK};
 use crate::{
     address::AddressFamily, Destination, Error, Operation, Service, ServiceKey,
 };
@@ -33,9 +33,6 @@ const IP_VS_SO_SET_DELDEST: libc::c_int = 1160;
 const IP_VS_SO_SET_EDITDEST: libc::c_int = 1161;
 /// `IP_VS_SCHEDNAME_MAXLEN`, its terminating NUL included.
 const SCHEDNAME_LEN: usize = 16;
-/// The forwarding method's bits, all that generic netlink passes on of a
-/// real server's connection flags.
-const IP_VS_CONN_F_FWD_MASK: u32 = 0x0007;
 
 /// `struct ip_vs_service_user`.
 #[repr(C)]
@@ -51,16 +48,17 @@ struct ServiceUser {
     netmask: u32,
 }
 
-/// `struct ip_vs_dest_user`.
+/// `struct ip_vs_dest_user`, which also begins the kernel's
+/// `struct ip_vs_dest_entry` that a read fills.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct DestUser {
-    addr: u32,
-    port: u16,
-    conn_flags: u32,
-    weight: i32,
-    u_threshold: u32,
-    l_threshold: u32,
+pub(super) struct DestUser {
+    pub(super) addr: u32,
+    pub(super) port: u16,
+    pub(super) conn_flags: u32,
+    pub(super) weight: i32,
+    pub(super) u_threshold: u32,
+    pub(super) l_threshold: u32,
 }
 
 /// The kernel's `struct ip_vs_svcdest_user`: the service, then the real
@@ -158,6 +156,7 @@ impl SockoptSocket {
             dest: DestUser {
                 addr: u32::from_ne_bytes(addr.octets()),
                 port: dest.port.to_be(),
+                // All that generic netlink passes on of the flags.
                 conn_flags: u32::from(dest.fwd_method) & IP_VS_CONN_F_FWD_MASK,
                 // The same bits generic netlink sends: the kernel refuses
                 // a weight above i32::MAX (negative here) with ERANGE.
