@@ -134,18 +134,17 @@ pub async fn run(
         let mut writes = Writes::default();
         for r in 0..settings.reps {
             let k = (n / 2 + r) % n;
-            let started = Instant::now();
-            api::set_ready(&slices, k, false).await?;
-            let written = started.elapsed();
             let shown = Shown {
                 k,
                 all_ready: false,
             };
-            let shown_after = until(
-                settings, &mut proxy, &handle, &addresses, shown, started,
-            )
-            .await
-            .with_context(|| format!("endpoint change of service {k}"))?;
+            let write = api::set_ready(&slices, k, false);
+            let (written, shown_after) =
+                timed(settings, &mut proxy, &handle, &addresses, shown, write)
+                    .await
+                    .with_context(|| {
+                        format!("endpoint change of service {k}")
+                    })?;
             samples.push(shown_after);
             writes.push(written, shown_after);
             tokio::time::sleep(QUIET).await;
@@ -160,15 +159,12 @@ pub async fn run(
         let mut writes = Writes::default();
         for r in 0..settings.reps {
             let k = n + r;
-            let started = Instant::now();
-            api::create_service(&svc_api, &slices, k).await?;
-            let written = started.elapsed();
             let shown = Shown { k, all_ready: true };
-            let shown_after = until(
-                settings, &mut proxy, &handle, &addresses, shown, started,
-            )
-            .await
-            .with_context(|| format!("new service {k}"))?;
+            let write = api::create_service(&svc_api, &slices, k);
+            let (written, shown_after) =
+                timed(settings, &mut proxy, &handle, &addresses, shown, write)
+                    .await
+                    .with_context(|| format!("new service {k}"))?;
             samples.push(shown_after);
             writes.push(written, shown_after);
             tokio::time::sleep(QUIET).await;
@@ -356,6 +352,25 @@ async fn cold_sync(
 struct Shown {
     k: usize,
     all_ready: bool,
+}
+
+/// Makes `write` (a future not yet polled) and waits for the kernel to
+/// show it: the time to the API's answer, and to the kernel, both from
+/// the request.
+async fn timed(
+    settings: &Settings,
+    proxy: &mut Proxy,
+    handle: &Handle,
+    addresses: &Addresses,
+    shown: Shown,
+    write: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<(Duration, Duration)> {
+    let started = Instant::now();
+    write.await?;
+    let written = started.elapsed();
+    let shown_after =
+        until(settings, proxy, handle, addresses, shown, started).await?;
+    Ok((written, shown_after))
 }
 
 /// Polls service `k`'s real servers until they show the change; the time
