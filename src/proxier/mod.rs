@@ -428,7 +428,7 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
         }
         let suspects = std::mem::take(&mut self.suspects);
         ops.ipvs
-            .retain(|op| !suspects.services.contains(&plan::ipvs_op_key(op)));
+            .retain(|op| !suspects.services.contains(&op.service()));
         let no_link = BTreeSet::new();
         for key in &suspects.services {
             match self.ipvs.service(key).await {
@@ -719,7 +719,7 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
                 }
                 if let Err(e) = result {
                     if !settled_ipvs(&op, &e) {
-                        self.suspects.services.insert(plan::ipvs_op_key(&op));
+                        self.suspects.services.insert(op.service());
                     }
                     report.failed_ipvs.push((op, e));
                 }

@@ -594,7 +594,7 @@ impl Touched {
     /// Remembers every object the operations act on.
     pub fn record(&mut self, ops: &KernelOps) {
         for op in &ops.ipvs {
-            self.services.insert(ipvs_op_key(op));
+            self.services.insert(op.service());
         }
         self.addresses
             .extend(ops.addresses.iter().map(AddressOp::address));
@@ -619,17 +619,6 @@ impl Touched {
             && self.addresses.is_empty()
             && self.sets.is_empty()
             && self.entries.is_empty()
-    }
-}
-
-/// The virtual server an IPVS operation acts on.
-pub fn ipvs_op_key(op: &IpvsOp) -> VirtualServerKey {
-    match op {
-        IpvsOp::AddService(spec) | IpvsOp::UpdateService(spec) => spec.key,
-        IpvsOp::DeleteService(key)
-        | IpvsOp::AddDest(key, _)
-        | IpvsOp::UpdateDest(key, _)
-        | IpvsOp::DeleteDest(key, _) => *key,
     }
 }
 

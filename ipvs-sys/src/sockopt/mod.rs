@@ -29,8 +29,8 @@ mod write;
 use write::DestUser;
 
 use crate::{
-    address::AddressFamily, dest::ConnCounts, Destination, Error,
-    ForwardMethod, Operation, ServiceKey, Stats,
+    dest::ConnCounts, Destination, Error, ForwardMethod, Operation, ServiceKey,
+    Stats,
 };
 
 /// `IP_VS_BASE_CTL` (64 + 1024 + 64) + 4, from `linux/ip_vs.h`.
@@ -149,7 +149,13 @@ impl SockoptSocket {
             room = room
                 .checked_mul(2)
                 .filter(|&r| u32::try_from(r).is_ok())
-                .ok_or_else(|| invalid(service, "too many real servers"))?;
+                .ok_or_else(|| {
+                    invalid(
+                        Operation::ListDests,
+                        service.to_string(),
+                        "too many real servers",
+                    )
+                })?;
         }
     }
 
@@ -233,38 +239,27 @@ impl SockoptSocket {
     }
 }
 
+/// The read's header: the same key fields as a write's record.
 fn header(service: &ServiceKey) -> Result<GetDests, Error> {
-    match *service {
-        ServiceKey::Inet {
-            protocol,
-            address: IpAddr::V4(addr),
-            port,
-        } => Ok(GetDests {
-            protocol: u16::from(protocol),
-            addr: u32::from_ne_bytes(addr.octets()),
-            port: port.to_be(),
-            fwmark: 0,
-            num_dests: 0,
-        }),
-        ServiceKey::Fwmark {
-            family: AddressFamily::Inet,
-            mark,
-        } if mark != 0 => Ok(GetDests {
-            fwmark: mark,
-            ..GetDests::default()
-        }),
-        _ => Err(invalid(
-            service,
-            "the socket option reads IPv4 services only",
-        )),
-    }
+    let key = write::key_record(service, Operation::ListDests)?;
+    Ok(GetDests {
+        protocol: key.protocol,
+        addr: key.addr,
+        port: key.port,
+        fwmark: key.fwmark,
+        num_dests: 0,
+    })
 }
 
-fn invalid(service: &ServiceKey, reason: &str) -> Error {
+fn invalid(
+    operation: Operation,
+    object: String,
+    reason: impl Into<String>,
+) -> Error {
     Error::InvalidRequest {
-        operation: Operation::ListDests,
-        object: service.to_string(),
-        reason: reason.to_owned(),
+        operation,
+        object,
+        reason: reason.into(),
     }
 }
 

@@ -19,7 +19,7 @@
 
 use std::{io, mem::size_of, net::IpAddr, os::fd::AsRawFd};
 
-use super::{SockoptSocket, IP_VS_CONN_F_FWD_MASK};
+use super::{invalid, SockoptSocket, IP_VS_CONN_F_FWD_MASK};
 use crate::{
     address::AddressFamily, Destination, Error, Operation, Service, ServiceKey,
 };
@@ -34,14 +34,14 @@ const IP_VS_SO_SET_EDITDEST: libc::c_int = 1161;
 /// `IP_VS_SCHEDNAME_MAXLEN`, its terminating NUL included.
 const SCHEDNAME_LEN: usize = 16;
 
-/// `struct ip_vs_service_user`.
+/// `struct ip_vs_service_user`; its key fields also head a read.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct ServiceUser {
-    protocol: u16,
-    addr: u32,
-    port: u16,
-    fwmark: u32,
+pub(super) struct ServiceUser {
+    pub(super) protocol: u16,
+    pub(super) addr: u32,
+    pub(super) port: u16,
+    pub(super) fwmark: u32,
     sched_name: [u8; SCHEDNAME_LEN],
     flags: u32,
     timeout: u32,
@@ -228,7 +228,7 @@ fn service_record(
 }
 
 /// The record's key fields: protocol, address and port, or the mark.
-fn key_record(
+pub(super) fn key_record(
     key: &ServiceKey,
     operation: Operation,
 ) -> Result<ServiceUser, Error> {
@@ -253,14 +253,18 @@ fn key_record(
             fwmark: mark,
             ..ServiceUser::default()
         }),
-        _ => Err(refused(operation, key.to_string(), "not an IPv4 service")),
+        _ => Err(invalid(
+            operation,
+            key.to_string(),
+            "the socket options serve IPv4 services only",
+        )),
     }
 }
 
 fn refused(operation: Operation, object: String, what: &str) -> Error {
-    Error::InvalidRequest {
+    invalid(
         operation,
         object,
-        reason: format!("the socket options cannot carry {what}"),
-    }
+        format!("the socket options cannot carry {what}"),
+    )
 }

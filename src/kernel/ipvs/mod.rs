@@ -133,6 +133,17 @@ pub enum IpvsOp {
 }
 
 impl IpvsOp {
+    /// The virtual server the operation acts on.
+    pub fn service(&self) -> VirtualServerKey {
+        match self {
+            IpvsOp::AddService(spec) | IpvsOp::UpdateService(spec) => spec.key,
+            IpvsOp::DeleteService(key)
+            | IpvsOp::AddDest(key, _)
+            | IpvsOp::UpdateDest(key, _)
+            | IpvsOp::DeleteDest(key, _) => *key,
+        }
+    }
+
     /// The object the operation acts on, as its error names it:
     /// `TCP 198.18.0.10:80` or `198.19.0.5:8080 in TCP 198.18.0.10:80`.
     pub fn object(&self) -> String {

@@ -1,7 +1,11 @@
 //! IPVS through generic netlink (ipvs-sys): no process per operation, a
 //! whole apply in flight at once.
 
-use std::{collections::BTreeMap, io, sync::Arc};
+use std::{
+    collections::{BTreeMap, HashSet},
+    io,
+    sync::Arc,
+};
 
 use futures::{future, StreamExt};
 use ipvs_sys::{
@@ -27,9 +31,9 @@ const TABLE_OBJECT: &str = "IPVS table";
 /// Writes to IPv4 virtual servers are one `setsockopt` each (IPVS's
 /// older interface: no message to build, no acknowledgement to read back
 /// through a connection task, which a sync of a few changes paid for
-/// each write around the kernel's own work). The rest, and all of them once the options are refused,
-/// go through one netlink connection, as one ipvs-sys batch per
-/// [`Ipvs::apply`]. A socket runs one dump at a time, so reading every
+/// each write around the kernel's own work). The rest, and all of them
+/// once the options are refused, go through one netlink connection, as
+/// one ipvs-sys batch per [`Ipvs::apply`]. A socket runs one dump at a time, so reading every
 /// service's real servers takes one dump per service in turn; extra
 /// connections ([`NetlinkIpvs::with_dump_connections`]) let those dumps overlap.
 /// [`Ipvs::dump_detached`] reads over a connection of its own that runs,
@@ -444,42 +448,27 @@ impl NetlinkIpvs {
 /// this apply cannot (an IPv6 real server), so that each virtual
 /// server's changes stay on one path, in their order.
 pub(super) fn sockopt_route(ops: &[IpvsOp]) -> Vec<bool> {
-    let expressible = |op: &IpvsOp| match op {
-        IpvsOp::AddService(spec) | IpvsOp::UpdateService(spec) => {
-            spec.key.address.is_ipv4()
-        }
-        IpvsOp::DeleteService(key) => key.address.is_ipv4(),
-        IpvsOp::AddDest(key, dest) | IpvsOp::UpdateDest(key, dest) => {
-            key.address.is_ipv4() && dest.key.address.is_ipv4()
-        }
-        IpvsOp::DeleteDest(key, dest) => {
-            key.address.is_ipv4() && dest.address.is_ipv4()
-        }
-    };
-    let service = |op: &IpvsOp| match op {
-        IpvsOp::AddService(spec) | IpvsOp::UpdateService(spec) => {
-            spec.key
-        }
-        IpvsOp::DeleteService(key)
-        | IpvsOp::AddDest(key, _)
-        | IpvsOp::UpdateDest(key, _)
-        | IpvsOp::DeleteDest(key, _) => *key,
-    };
-    let mut route: Vec<bool> = ops.iter().map(expressible).collect();
-    if route.iter().zip(ops).any(|(&r, op)| {
-        !r && service(op).address.is_ipv4()
-    }) {
-        let mixed: std::collections::HashSet<VirtualServerKey> = ops
-            .iter()
-            .zip(&route)
-            .filter(|&(op, &r)| !r && service(op).address.is_ipv4())
-            .map(|(op, _)| service(op))
-            .collect();
-        for (r, op) in route.iter_mut().zip(ops) {
-            *r = *r && !mixed.contains(&service(op));
-        }
-    }
-    route
+    // Virtual servers with a real server of the other family in this
+    // apply: their changes all stay on netlink.
+    let mixed: HashSet<VirtualServerKey> = ops
+        .iter()
+        .filter_map(|op| match op {
+            IpvsOp::AddDest(key, DestSpec { key: dest, .. })
+            | IpvsOp::UpdateDest(key, DestSpec { key: dest, .. })
+            | IpvsOp::DeleteDest(key, dest)
+                if !dest.address.is_ipv4() =>
+            {
+                Some(*key)
+            }
+            _ => None,
+        })
+        .collect();
+    ops.iter()
+        .map(|op| {
+            let service = op.service();
+            service.address.is_ipv4() && !mixed.contains(&service)
+        })
+        .collect()
 }
 
 /// One operation as one `setsockopt`.
