@@ -15,7 +15,12 @@
 //! background work, due once a `syncPeriod`, while a sync carries changes
 //! someone is waiting for. On a node whose CPUs are busy the read then
 //! yields to the syncs instead of taking an equal share from them, and
-//! still progresses when they are idle.
+//! still progresses when they are idle. The runtime's blocking threads
+//! (parsing `/proc/net/ip_vs`, the ipset dump's system calls) are
+//! started from this thread and so inherit its nice value, and so do
+//! the `iptables-save` processes they start: every detached read runs
+//! here, not on the loop's runtime, whose blocking threads do not
+//! yield.
 
 use std::future::Future;
 use std::sync::OnceLock;
@@ -117,6 +122,24 @@ mod tests {
         let ours = nice().unwrap();
         assert_eq!(reads, ours.max(NICE), "the caller's nice value is {ours}");
         assert_eq!(nice(), Some(ours), "the caller's thread keeps its own");
+    }
+
+    #[tokio::test]
+    async fn a_read_s_blocking_work_yields_too() {
+        // Parsing /proc/net/ip_vs and the ipset dump run on the reads'
+        // runtime's blocking threads, which inherit the nice value of
+        // the thread that starts them, and pass it on to the iptables
+        // tools they start.
+        let blocking = run(async {
+            tokio::task::spawn_blocking(nice)
+                .await
+                .map_err(|e| failed(e.to_string()))
+        })
+        .await
+        .unwrap()
+        .unwrap();
+        let ours = nice().unwrap();
+        assert_eq!(blocking, ours.max(NICE), "the caller's nice value is {ours}");
     }
 
     #[tokio::test]

@@ -20,7 +20,7 @@ use super::{
     },
     IpsetOp, Ipsets, SetSpec, SetState, SetType, SetTypes,
 };
-use crate::kernel::{DetachedRead, ErrorKind, KernelError};
+use crate::kernel::{read_thread, DetachedRead, ErrorKind, KernelError};
 
 /// The newest revision of each type that the `ipset` tool of this era
 /// (v7.17) understands: creating a newer one would leave sets that
@@ -402,7 +402,9 @@ impl Ipsets for NetlinkIpsets {
         prefix: &str,
     ) -> impl DetachedRead<BTreeMap<String, SetState>> + use<> {
         let (reader, prefix) = (Arc::clone(&self.reader), prefix.to_owned());
-        async move {
+        // On the reads' runtime, whose blocking threads yield to the
+        // syncs as its own thread does.
+        read_thread::run(async move {
             tokio::task::spawn_blocking(move || {
                 let mut socket =
                     reader.lock().unwrap_or_else(PoisonError::into_inner);
@@ -416,7 +418,7 @@ impl Ipsets for NetlinkIpsets {
                     format!("the reading thread failed: {e}"),
                 ))
             })
-        }
+        })
     }
 
     async fn apply(&mut self, ops: &[IpsetOp]) -> Vec<Result<(), KernelError>> {

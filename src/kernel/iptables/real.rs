@@ -9,7 +9,7 @@ use std::{
 
 use super::{IpFamily, Iptables};
 use crate::{
-    kernel::{DetachedRead, ErrorKind, KernelError},
+    kernel::{read_thread, DetachedRead, ErrorKind, KernelError},
     telemetry::events::{InternalEvent, IptablesRestoreFailed},
 };
 
@@ -258,7 +258,9 @@ impl Iptables for RealIptables {
         family: IpFamily,
         table: &str,
     ) -> impl DetachedRead<String> + use<> {
-        save(self.variant, family, table.to_owned())
+        // Started from the reads' runtime, the tool runs at its lower
+        // priority: a repair's iptables-save yields to the syncs.
+        read_thread::run(save(self.variant, family, table.to_owned()))
     }
 
     async fn restore(
