@@ -23,6 +23,17 @@ use kube_ipvs_proxy::{
 use crate::fixtures::{self, ENDPOINTS_PER_SERVICE};
 use crate::{all_serving, ipvs, kernel, median, state, Flip, Settings, POLL};
 
+/// How the in-process proxy talks to IPVS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ipvs {
+    /// As the binary does: IPv4 writes and the reads before removals by
+    /// IPVS's socket options.
+    AsShipped,
+    /// Every read and write over generic netlink, as where the socket
+    /// options are refused: the same-process baseline for the above.
+    NetlinkOnly,
+}
+
 pub struct EventsSide {
     /// From the first event to the first sync applied.
     pub cold: Duration,
@@ -71,7 +82,10 @@ async fn until_shown(
     }
 }
 
-pub async fn run(settings: &Settings) -> anyhow::Result<EventsSide> {
+pub async fn run(
+    settings: &Settings,
+    ipvs_path: Ipvs,
+) -> anyhow::Result<EventsSide> {
     // The previous side's virtual servers stay in the IPVS table the
     // namespaces share (before Linux 6.2) unless flushed.
     let previous = ipvs::connect()?;
@@ -79,13 +93,18 @@ pub async fn run(settings: &Settings) -> anyhow::Result<EventsSide> {
     drop(previous);
     kernel::fresh_netns(state::NODE_IP)?;
     tokio::time::sleep(settings.settle).await;
-    eprintln!("guest_sync: the pipeline in process, fed watch events");
+    eprintln!(
+        "guest_sync: the pipeline in process, fed watch events ({ipvs_path:?})"
+    );
 
     let config = Config {
         hostname_override: Some(state::NODE.to_string()),
         ..Config::default()
     };
-    let backend = stack::open(&config).await?;
+    let backend = match ipvs_path {
+        Ipvs::AsShipped => stack::open(&config).await?,
+        Ipvs::NetlinkOnly => stack::open_over_netlink(&config).await?,
+    };
     let health = Arc::new(ProxyHealth::new(2 * config.ipvs.sync_period));
     let reporter = SyncReporter::new(Arc::clone(&health), None);
     let sync_state = SyncState::new(
@@ -155,7 +174,9 @@ pub async fn run(settings: &Settings) -> anyhow::Result<EventsSide> {
         )))?;
         let took =
             until_shown(&handle, flip.vip, start, |d| flip.shown(k, d)).await?;
-        eprintln!("guest_sync: event endpoint change {k}: {took:?}");
+        eprintln!(
+            "guest_sync: event endpoint change {k} ({ipvs_path:?}): {took:?}"
+        );
         endpoint.push(took);
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -170,7 +191,9 @@ pub async fn run(settings: &Settings) -> anyhow::Result<EventsSide> {
             fixtures::slice(i, ENDPOINTS_PER_SERVICE),
         )))?;
         let took = until_shown(&handle, vip, start, all_serving).await?;
-        eprintln!("guest_sync: event new service {k}: {took:?}");
+        eprintln!(
+            "guest_sync: event new service {k} ({ipvs_path:?}): {took:?}"
+        );
         new_service.push(took);
         tokio::time::sleep(Duration::from_millis(500)).await;
     }

@@ -19,6 +19,10 @@
 //!    /proc/PID/stat, clock ticks). The baseline makes the same change
 //!    with the tools (one process each). Medians of BENCH_REPS (6).
 //! 3. The proxy's peak RSS (VmHWM) after the cold sync.
+//! 4. The pipeline in this process, fed watch events: its cold sync, one
+//!    endpoint change and one new service, once as shipped and once
+//!    with every IPVS read and write over generic netlink (a second
+//!    table: what IPVS's socket options change, in the same boot).
 //!
 //! Built by `cargo bench --features guest-bench --bench guest_sync`
 //! (release profile, the proxy binary too) and run in the guest by
@@ -539,6 +543,31 @@ fn print_table(
     );
 }
 
+/// The watch-event side as shipped against the same side with IPVS over
+/// generic netlink alone, in this process and boot.
+fn print_ipvs_paths(
+    shipped: &events::EventsSide,
+    netlink: &events::EventsSide,
+) {
+    println!();
+    println!(
+        "| watch events, in process | IPVS's socket options (as shipped) | \
+         generic netlink only | options / netlink |"
+    );
+    println!("|---|---|---|---|");
+    for (what, a, b) in [
+        (
+            "first event to first sync applied",
+            shipped.cold,
+            netlink.cold,
+        ),
+        ("one endpoint change", shipped.endpoint, netlink.endpoint),
+        ("one new service", shipped.new_service, netlink.new_service),
+    ] {
+        println!("| {what} | {} | {} | {} |", show(a), show(b), ratio(a, b));
+    }
+}
+
 // One thread: unshare() moves only the calling thread, and the proxy and
 // the tools inherit its namespace.
 #[tokio::main(flavor = "current_thread")]
@@ -573,7 +602,10 @@ async fn main() -> anyhow::Result<()> {
     drop(scripts);
     let ours =
         run_ours(&settings, &mut file, dir.join("proxy.log"), &want).await?;
-    let events = events::run(&settings).await?;
+    let events = events::run(&settings, events::Ipvs::AsShipped).await?;
+    let over_netlink =
+        events::run(&settings, events::Ipvs::NetlinkOnly).await?;
     print_table(&settings, &want, &baseline, &ours, &events);
+    print_ipvs_paths(&events, &over_netlink);
     Ok(())
 }

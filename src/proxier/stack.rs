@@ -53,7 +53,23 @@ pub async fn check_kernel(config: &Config) -> Result<(), Unsupported> {
 /// survive a restart. Must run inside a tokio runtime (the netlink
 /// connections are spawned on it).
 pub async fn open(config: &Config) -> Result<KernelBackend, KernelError> {
-    let ipvs = NetlinkIpvs::new()?;
+    open_with(config, NetlinkIpvs::new()?).await
+}
+
+/// Like [`open`], with every IPVS read and write over generic netlink,
+/// as on a kernel that refuses IPVS's socket options: the same-process
+/// baseline `make bench` holds the socket options' path to.
+#[cfg(any(test, feature = "test-support"))]
+pub async fn open_over_netlink(
+    config: &Config,
+) -> Result<KernelBackend, KernelError> {
+    open_with(config, NetlinkIpvs::new()?.without_socket_options()).await
+}
+
+async fn open_with(
+    config: &Config,
+    ipvs: NetlinkIpvs,
+) -> Result<KernelBackend, KernelError> {
     let addresses = NetlinkAddresses::new()?;
     let ipsets = NetlinkIpsets::new()?;
     let conntrack = NetlinkConntrack::new()?;
