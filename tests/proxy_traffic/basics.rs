@@ -295,18 +295,41 @@ fn drift_is_repaired_within_a_sync_period() -> anyhow::Result<()> {
             && address_of_b()?)
     })?;
 
+    // A repair reads the sets and the rules on the reads' thread too:
+    // drift there is repaired in the same round.
+    let entry_of_b = || -> anyhow::Result<bool> {
+        Ok(sh("ipset list KUBE-CLUSTER-IP")?.contains("198.18.6.11,tcp:80"))
+    };
+    let cluster_ip_rule = || -> anyhow::Result<bool> {
+        Ok(sh("iptables -t nat -S KUBE-SERVICES")?
+            .contains("--match-set KUBE-CLUSTER-IP dst,dst -j ACCEPT"))
+    };
+    cluster.wait_for("the set entry and the rule", || {
+        Ok(entry_of_b()? && cluster_ip_rule()?)
+    })?;
+
     let logged = cluster.log()?.len();
     sh("ipvsadm -D -t 198.18.6.10:80 && \
-        ip addr del 198.18.6.11/32 dev kube-ipvs0")?;
+        ip addr del 198.18.6.11/32 dev kube-ipvs0 && \
+        ipset del KUBE-CLUSTER-IP 198.18.6.11,tcp:80 && \
+        iptables -t nat -F KUBE-SERVICES")?;
     let broken = Instant::now();
     assert!(real_servers("-t", "198.18.6.10:80").is_err());
     assert!(!address_of_b()?);
-    cluster.wait_for("the virtual server and the address back", || {
-        Ok(
-            real_servers("-t", "198.18.6.10:80").is_ok_and(|r| r.len() == 1)
-                && address_of_b()?,
-        )
-    })?;
+    assert!(!entry_of_b()?);
+    assert!(!cluster_ip_rule()?);
+    cluster.wait_for(
+        "the virtual server, address, entry and rule back",
+        || {
+            Ok(
+                real_servers("-t", "198.18.6.10:80")
+                    .is_ok_and(|r| r.len() == 1)
+                    && address_of_b()?
+                    && entry_of_b()?
+                    && cluster_ip_rule()?,
+            )
+        },
+    )?;
     // The first periodic sync comes at most one period after the
     // break; the second period is room for the slow guest (each poll
     // above starts processes), not for a missed sync.
