@@ -25,7 +25,7 @@ use crate::{all_serving, ipvs, kernel, median, state, Flip, Settings, POLL};
 
 /// How the in-process proxy talks to IPVS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ipvs {
+pub enum IpvsPath {
     /// As the binary does: IPv4 writes and the reads before removals by
     /// IPVS's socket options.
     AsShipped,
@@ -84,7 +84,7 @@ async fn until_shown(
 
 pub async fn run(
     settings: &Settings,
-    ipvs_path: Ipvs,
+    ipvs_path: IpvsPath,
 ) -> anyhow::Result<EventsSide> {
     // The previous side's virtual servers stay in the IPVS table the
     // namespaces share (before Linux 6.2) unless flushed.
@@ -102,8 +102,8 @@ pub async fn run(
         ..Config::default()
     };
     let backend = match ipvs_path {
-        Ipvs::AsShipped => stack::open(&config).await?,
-        Ipvs::NetlinkOnly => stack::open_over_netlink(&config).await?,
+        IpvsPath::AsShipped => stack::open(&config).await?,
+        IpvsPath::NetlinkOnly => stack::open_over_netlink(&config).await?,
     };
     let health = Arc::new(ProxyHealth::new(2 * config.ipvs.sync_period));
     let reporter = SyncReporter::new(Arc::clone(&health), None);

@@ -564,7 +564,7 @@ fn print_ipvs_paths(
         ("one endpoint change", shipped.endpoint, netlink.endpoint),
         ("one new service", shipped.new_service, netlink.new_service),
     ] {
-        println!("| {what} | {} | {} | {} |", show(a), show(b), ratio(a, b));
+        row(what, a, Some(b));
     }
 }
 
@@ -602,9 +602,9 @@ async fn main() -> anyhow::Result<()> {
     drop(scripts);
     let ours =
         run_ours(&settings, &mut file, dir.join("proxy.log"), &want).await?;
-    let events = events::run(&settings, events::Ipvs::AsShipped).await?;
+    let events = events::run(&settings, events::IpvsPath::AsShipped).await?;
     let over_netlink =
-        events::run(&settings, events::Ipvs::NetlinkOnly).await?;
+        events::run(&settings, events::IpvsPath::NetlinkOnly).await?;
     print_table(&settings, &want, &baseline, &ours, &events);
     print_ipvs_paths(&events, &over_netlink);
     Ok(())

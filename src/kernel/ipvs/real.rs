@@ -33,9 +33,10 @@ const TABLE_OBJECT: &str = "IPVS table";
 /// through a connection task, which a sync of a few changes paid for
 /// each write around the kernel's own work). The rest, and all of them
 /// once the options are refused, go through one netlink connection, as
-/// one ipvs-sys batch per [`Ipvs::apply`]. A socket runs one dump at a time, so reading every
-/// service's real servers takes one dump per service in turn; extra
-/// connections ([`NetlinkIpvs::with_dump_connections`]) let those dumps overlap.
+/// one ipvs-sys batch per [`Ipvs::apply`]. A socket runs one dump at a
+/// time, so reading every service's real servers takes one dump per
+/// service in turn; extra connections
+/// ([`NetlinkIpvs::with_dump_connections`]) let those dumps overlap.
 /// [`Ipvs::dump_detached`] reads over a connection of its own that runs,
 /// with the read, on the reads' thread: a repair's read never queues
 /// behind writes, nor holds up the sync loop.
