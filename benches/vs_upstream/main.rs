@@ -7,6 +7,10 @@
 //!   services, each with one EndpointSlice of ten endpoints on other
 //!   nodes, in namespace `bench` (benches/fixtures, numbered from
 //!   [`objects::FIRST`]).
+//! - `api-alone PROXY N` (on the host, right after `populate`): the API
+//!   server's answers to a new service's writes with no guest running
+//!   (api_alone.rs), printed as that proxy's `RESULT` lines so the report
+//!   sets them beside the guest's.
 //! - `measure PROXY N BINARY CONFIG` (in a fresh guest boot per proxy, so
 //!   neither inherits the other's kernel state; `KUBECONFIG` the guest's
 //!   admin one): starts `BINARY --config CONFIG` and measures
@@ -53,6 +57,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 
 mod api;
+mod api_alone;
 mod breakdown;
 mod churn;
 #[allow(dead_code)]
@@ -118,8 +123,9 @@ impl Settings {
 
 fn usage() -> anyhow::Error {
     anyhow::anyhow!(
-        "usage: vs_upstream populate N | measure upstream|ours N BINARY \
-         CONFIG | relay PORT | report RESULTS DIR"
+        "usage: vs_upstream populate N | api-alone upstream|ours N | \
+         measure upstream|ours N BINARY CONFIG | relay PORT | report \
+         RESULTS DIR"
     )
 }
 
@@ -149,6 +155,15 @@ fn main() -> anyhow::Result<()> {
         .build()?;
     match args.first().map(String::as_str) {
         Some("populate") => rt.block_on(api::populate(services(args.get(1))?)),
+        Some("api-alone") => {
+            let [_, proxy, n] = &args[..] else {
+                return Err(usage());
+            };
+            if !matches!(proxy.as_str(), "upstream" | "ours") {
+                return Err(usage());
+            }
+            rt.block_on(api_alone::run(proxy, services(Some(n))?))
+        }
         Some("measure") => {
             let [_, proxy, n, binary, config] = &args[..] else {
                 return Err(usage());

@@ -36,6 +36,21 @@ const MEASURES: &[(&str, &str, bool)] = &[
         true,
     ),
     (
+        "api_alone_service_ms",
+        "the API server alone, from the host: a Service create (ms)",
+        false,
+    ),
+    (
+        "api_alone_slice_ms",
+        "the API server alone, from the host: its slice's create (ms)",
+        false,
+    ),
+    (
+        "api_alone_configmap_ms",
+        "the API server alone, from the host: a ConfigMap create (ms)",
+        false,
+    ),
+    (
         "endpoint_change_api_ms",
         "one endpoint change: API to us (ms)",
         false,

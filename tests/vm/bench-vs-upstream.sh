@@ -93,6 +93,10 @@ for n in $sizes; do
             { cat "$out/control-plane.log" >&2; exit 1; }
         eval "$(tests/e2e/control-plane.sh env)"
         "$bench" populate "$n"
+        # The API server's own answers at this size, before the guest
+        # runs (benches/vs_upstream/api_alone.rs): what of the new
+        # service's time is the API server's.
+        api_alone=$("$bench" api-alone "$proxy" "$n")
         # The same configuration for both: upstream's defaults, the node,
         # the admin's kubeconfig through guestfwd.
         config=$out/config.yaml
@@ -147,6 +151,7 @@ BENCH_COLD_TIMEOUT BENCH_TRASH_WARMUP BENCH_RELAY" \
         vm_log "$proxy, $n services: the host's hypervisor took $steal % of its CPUs over the run (steal)"
         sed -i "/^RESULT $proxy $n /d" "$results"
         grep '^RESULT ' "$out/$proxy-$n.log" >>"$results" || true
+        echo "$api_alone" >>"$results"
         echo "RESULT $proxy $n host_steal_pct $steal" >>"$results"
         tests/e2e/control-plane.sh stop >/dev/null 2>&1 || true
         if ((rc != 0)); then
