@@ -276,25 +276,37 @@ pub async fn run(
 /// the guest's results share (`VM_KEEP=1` keeps it) as
 /// perf-PROXY-N.data; of this bench instead (perf-bench-N.data) with
 /// BENCH_PERF=bench.
-struct Profile(std::process::Child);
+struct Profile {
+    perf: std::process::Child,
+    name: String,
+}
 
 impl Profile {
     fn start(proxy: &str, n: usize, pid: u32) -> anyhow::Result<Self> {
-        let child = Command::new("perf")
+        let name = format!("{proxy}-{n}");
+        let perf = Command::new("perf")
             .args(["record", "-e", "cpu-clock", "-F", "499", "-g", "-p"])
             .arg(pid.to_string())
             .arg("-o")
-            .arg(format!("/run/vm/perf-{proxy}-{n}.data"))
+            .arg(format!("/run/vm/perf-{name}.data"))
             .spawn()
             .context("perf record (Debian's linux-perf)")?;
-        Ok(Self(child))
+        Ok(Self { perf, name })
     }
 
+    /// Stops perf and keeps the guest's kernel symbols beside its data:
+    /// read on the host, the profile's kernel addresses would otherwise
+    /// be named after the host's kernel (`perf report --kallsyms`).
     fn stop(mut self) -> anyhow::Result<()> {
         // SIGINT: perf writes its data and exits.
         // SAFETY: kill with a valid signal on our own child.
-        unsafe { libc::kill(self.0.id() as i32, libc::SIGINT) };
-        self.0.wait().context("perf record")?;
+        unsafe { libc::kill(self.perf.id() as i32, libc::SIGINT) };
+        self.perf.wait().context("perf record")?;
+        // A procfs file reports no size, so it is read, not copied.
+        let symbols = std::fs::read("/proc/kallsyms")
+            .context("reading the guest's /proc/kallsyms")?;
+        let kept = format!("/run/vm/kallsyms-{}", self.name);
+        std::fs::write(&kept, symbols).with_context(|| kept.clone())?;
         Ok(())
     }
 }

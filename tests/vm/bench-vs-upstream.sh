@@ -14,7 +14,8 @@
 # bench), BENCH_SYNC_PERIOD (both proxies' syncPeriod, 30s by default),
 # BENCH_PERF (a perf profile of the churn, of the proxy or with
 # BENCH_PERF=bench of the bench itself; with VM_KEEP=1 it stays in the
-# kept results folder), BENCH_WRITER (`relay`, the default: the churn's
+# kept results folder with the guest's kallsyms, for `perf report
+# --kallsyms`), BENCH_WRITER (`relay`, the default: the churn's
 # writes are made on the host on the guest's word, on BENCH_RELAY_PORT,
 # 6447; `guest`: from the guest itself, as before 2026-11-27, which
 # costs the guest about as much CPU as the proxy; benches/vs_upstream/
