@@ -10,7 +10,10 @@
 //! `Used()` and `Free()`), so a Service create grows with the cluster
 //! where the slice and the ConfigMap do not.
 
-use std::time::{Duration, Instant};
+use std::{
+    future::Future,
+    time::{Duration, Instant},
+};
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -21,6 +24,7 @@ use kube::{
 
 use crate::{
     api,
+    measure::{median_ms, Results},
     objects::{self, NAMESPACE},
 };
 
@@ -35,7 +39,14 @@ const GAP: Duration = Duration::from_millis(200);
 /// Prints `RESULT proxy n api_alone_*_ms` medians and deletes what it
 /// made, so the proxy then meets the cluster as populated.
 pub async fn run(proxy: &str, n: usize) -> anyhow::Result<()> {
+    let results = Results::new(proxy, n)?;
     let client = Client::try_default().await.context("KUBECONFIG")?;
+    // Connected before the first sample, as measure.rs does: the TCP and
+    // TLS handshakes are not a create's.
+    client
+        .apiserver_version()
+        .await
+        .context("the API server's version")?;
     let (svc_api, slice_api) = (api::services(&client), api::slices(&client));
     let cm_api: Api<ConfigMap> = Api::namespaced(client, NAMESPACE);
     let pp = PostParams::default();
@@ -43,26 +54,17 @@ pub async fn run(proxy: &str, n: usize) -> anyhow::Result<()> {
         (Vec::new(), Vec::new(), Vec::new());
     let made = n + OFFSET..n + OFFSET + REPS;
     for k in made.clone() {
-        let start = Instant::now();
-        svc_api
-            .create(&pp, &objects::service(k))
-            .await
-            .with_context(|| {
-                format!("creating {}", objects::service_name(k))
-            })?;
-        services.push(start.elapsed());
-        let start = Instant::now();
-        slice_api
-            .create(&pp, &objects::slice(k, true))
-            .await
-            .with_context(|| format!("creating {}", objects::slice_name(k)))?;
-        slices.push(start.elapsed());
-        let start = Instant::now();
-        cm_api
-            .create(&pp, &config_map(k))
-            .await
-            .with_context(|| format!("creating config map {k}"))?;
-        config_maps.push(start.elapsed());
+        let service = objects::service_name(k);
+        services.push(
+            timed(svc_api.create(&pp, &objects::service(k)), &service).await?,
+        );
+        let slice = objects::slice_name(k);
+        slices.push(
+            timed(slice_api.create(&pp, &objects::slice(k, true)), &slice)
+                .await?,
+        );
+        let cm = config_map_name(k);
+        config_maps.push(timed(cm_api.create(&pp, &config_map(k)), &cm).await?);
         tokio::time::sleep(GAP).await;
     }
     let dp = DeleteParams::default();
@@ -71,16 +73,20 @@ pub async fn run(proxy: &str, n: usize) -> anyhow::Result<()> {
         svc_api.delete(&objects::service_name(k), &dp).await?;
         cm_api.delete(&config_map_name(k), &dp).await?;
     }
-    for (measure, samples) in [
-        ("service", &mut services),
-        ("slice", &mut slices),
-        ("configmap", &mut config_maps),
-    ] {
-        samples.sort();
-        let median = samples[samples.len() / 2].as_secs_f64() * 1e3;
-        println!("RESULT {proxy} {n} api_alone_{measure}_ms {median:.3}");
-    }
+    results.print("api_alone_service_ms", median_ms(&mut services));
+    results.print("api_alone_slice_ms", median_ms(&mut slices));
+    results.print("api_alone_configmap_ms", median_ms(&mut config_maps));
     Ok(())
+}
+
+/// How long the API server took to answer one create.
+async fn timed<T>(
+    create: impl Future<Output = kube::Result<T>>,
+    name: &str,
+) -> anyhow::Result<Duration> {
+    let start = Instant::now();
+    create.await.with_context(|| format!("creating {name}"))?;
+    Ok(start.elapsed())
 }
 
 fn config_map_name(k: usize) -> String {

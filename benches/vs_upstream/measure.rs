@@ -50,7 +50,14 @@ pub struct Results<'a> {
     services: usize,
 }
 
-impl Results<'_> {
+impl<'a> Results<'a> {
+    pub fn new(proxy: &'a str, services: usize) -> anyhow::Result<Self> {
+        if !matches!(proxy, "upstream" | "ours") {
+            bail!("the proxy is `upstream` or `ours`, not {proxy:?}");
+        }
+        Ok(Self { proxy, services })
+    }
+
     /// What the proxy has cost so far: CPU and peak RSS.
     fn costs(&self, proxy: &Proxy) -> anyhow::Result<()> {
         self.print("total_cpu_s", proxy.cpu()?.as_secs_f64());
@@ -73,13 +80,7 @@ pub async fn run(
     binary: &str,
     config: &str,
 ) -> anyhow::Result<()> {
-    if !matches!(proxy_name, "upstream" | "ours") {
-        bail!("the proxy is `upstream` or `ours`, not {proxy_name:?}");
-    }
-    let results = Results {
-        proxy: proxy_name,
-        services: n,
-    };
+    let results = Results::new(proxy_name, n)?;
     let client = Client::try_default().await.context("KUBECONFIG")?;
     // The client connects on its first request: made here, the TCP and TLS
     // handshakes (slow under TCG) are not timed as part of the first
@@ -438,7 +439,7 @@ impl Writes {
     }
 }
 
-fn median_ms(samples: &mut [Duration]) -> f64 {
+pub fn median_ms(samples: &mut [Duration]) -> f64 {
     samples.sort();
     samples
         .get(samples.len() / 2)
