@@ -20,6 +20,18 @@ use crate::objects::{self, NAMESPACE};
 /// busy, few enough not to time out on two cores.
 const POPULATE_CONCURRENCY: usize = 32;
 
+/// The admin's client (`KUBECONFIG`), already connected: it connects on
+/// its first request, and made here, the TCP and TLS handshakes (slow
+/// under TCG) are not timed as part of the first measured write.
+pub async fn connected_client() -> anyhow::Result<Client> {
+    let client = Client::try_default().await.context("KUBECONFIG")?;
+    client
+        .apiserver_version()
+        .await
+        .context("the API server's version")?;
+    Ok(client)
+}
+
 pub fn services(client: &Client) -> Api<Service> {
     Api::namespaced(client.clone(), NAMESPACE)
 }

@@ -17,10 +17,7 @@ use std::{
 
 use anyhow::Context;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::{
-    api::{Api, DeleteParams, ObjectMeta, PostParams},
-    Client,
-};
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 
 use crate::{
     api,
@@ -40,13 +37,7 @@ const GAP: Duration = Duration::from_millis(200);
 /// made, so the proxy then meets the cluster as populated.
 pub async fn run(proxy: &str, n: usize) -> anyhow::Result<()> {
     let results = Results::new(proxy, n)?;
-    let client = Client::try_default().await.context("KUBECONFIG")?;
-    // Connected before the first sample, as measure.rs does: the TCP and
-    // TLS handshakes are not a create's.
-    client
-        .apiserver_version()
-        .await
-        .context("the API server's version")?;
+    let client = api::connected_client().await?;
     let (svc_api, slice_api) = (api::services(&client), api::slices(&client));
     let cm_api: Api<ConfigMap> = Api::namespaced(client, NAMESPACE);
     let pp = PostParams::default();

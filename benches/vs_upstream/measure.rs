@@ -11,7 +11,6 @@ use std::{
 
 use anyhow::{bail, Context};
 use ipvs_sys::Handle;
-use kube::Client;
 
 use crate::{
     api,
@@ -81,14 +80,7 @@ pub async fn run(
     config: &str,
 ) -> anyhow::Result<()> {
     let results = Results::new(proxy_name, n)?;
-    let client = Client::try_default().await.context("KUBECONFIG")?;
-    // The client connects on its first request: made here, the TCP and TLS
-    // handshakes (slow under TCG) are not timed as part of the first
-    // endpoint change.
-    client
-        .apiserver_version()
-        .await
-        .context("the API server's version")?;
+    let client = api::connected_client().await?;
     let handle = ipvs::connect()?;
     let (vs, rs) = ipvs::ipvs_counts(&handle).await?;
     if vs + rs > 0 {
