@@ -140,8 +140,9 @@ e2e:
 # under steady traffic (0 failed requests required), the image on a legacy
 # and an nft node. NODE_E2E_TESTS picks tests (names in run.sh). About 12
 # minutes in the guest under TCG, after the release build for the image
-# (about 6 minutes on 2 cores) and, the first time, the base image (about
-# a minute). The control plane stops either way.
+# (about 6 minutes on 2 cores; NODE_E2E_PROFILE=dev puts the debug build
+# in the image instead) and, the first time, the base image (about a
+# minute). The control plane stops either way.
 node-e2e:
 	NODE_E2E_FEATURES=$(E2E_FEATURES) tests/node-e2e/run.sh
 

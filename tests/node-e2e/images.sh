@@ -5,7 +5,10 @@
 #   kube-ipvs-proxy   deploy/Dockerfile built by buildah: its runtime stage
 #                     as written, the builder stage replaced by the same
 #                     release build made here (`--build-context builder=`),
-#                     stripped as the builder stage strips it
+#                     stripped as the builder stage strips it; with
+#                     NODE_E2E_PROFILE=dev the debug build instead (CI:
+#                     the release profile is the one build of the whole
+#                     dependency tree nothing else in CI shares)
 #   kube-proxy        upstream's binary from build-k8s.sh, on the same base
 #                     (tests/node-e2e/kube-proxy.Dockerfile)
 #   pause, testpod    testkit's static programs, alone in their images
@@ -20,7 +23,8 @@
 #
 # Writes OUT_DIR/{kube-ipvs-proxy,kube-proxy,pause,testpod}.tar (Docker
 # archives named as images.env says) and OUT_DIR/images.env, and prints
-# each image's size. Environment: E2E_K8S_DIR (as build-k8s.sh).
+# each image's size. Environment: E2E_K8S_DIR (as build-k8s.sh),
+# NODE_E2E_PROFILE (release, the default, or dev).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -108,12 +112,19 @@ static_image() {
 
 make_base
 
-log "building the proxy (release) and testkit's static programs"
+profile=${NODE_E2E_PROFILE:-release}
+case $profile in
+release) profile_dir=release ;;
+dev) profile_dir=debug ;;
+*) die "NODE_E2E_PROFILE is release or dev, not $profile" ;;
+esac
+proxy_binary=$target/$profile_dir/kube-ipvs-proxy
+log "building the proxy ($profile) and testkit's static programs"
 cd "$repo"
-cargo build --release --locked --bin kube-ipvs-proxy
+cargo build --profile "$profile" --locked --bin kube-ipvs-proxy
 builder=$out/builder
 rm -rf "$builder"
-install -D -s "$target/release/kube-ipvs-proxy" "$builder/out/kube-ipvs-proxy"
+install -D -s "$proxy_binary" "$builder/out/kube-ipvs-proxy"
 # Static: the images have no libc. An explicit --target keeps these flags
 # off the workspace's own build (a separate target folder).
 host=$(rustc -vV | sed -n 's/^host: //p')
@@ -153,4 +164,4 @@ EOF
 for image in "$proxy_image" "$upstream_image" "$pause_image" "$testpod_image"; do
     log "$image: $(size_of "$image") (uncompressed)"
 done
-log "the proxy's binary: $(stat -c %s "$target/release/kube-ipvs-proxy") bytes as built, $stripped stripped in the image"
+log "the proxy's binary ($profile): $(stat -c %s "$proxy_binary") bytes as built, $stripped stripped in the image"

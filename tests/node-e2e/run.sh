@@ -17,8 +17,9 @@
 # order; default all), NODE_E2E_FEATURES (the test build's features; the
 # Makefile passes make e2e's set, so that one build serves both), the
 # control plane's (E2E_K8S_DIR, E2E_APISERVER_PORT,
-# E2E_CONTROL_PORT, E2E_ETCD_PORT, ...) and the guest's (VM_MEM, default
-# 4096 here; VM_TIMEOUT, default 3600 here).
+# E2E_CONTROL_PORT, E2E_ETCD_PORT, ...), the image's (NODE_E2E_PROFILE:
+# release, the default, or dev; images.sh) and the guest's (VM_MEM,
+# default 4096 here; VM_TIMEOUT, default 3600 here).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
