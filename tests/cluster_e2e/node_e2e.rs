@@ -41,6 +41,10 @@ use crate::scenarios::{
 };
 
 const TIMEOUT: Duration = Duration::from_secs(3);
+/// A `/metrics` read, as Prometheus' default `scrape_timeout`: CI's image
+/// holds the debug build, whose text exposition took over 3 s once under
+/// TCG beside the kubelet and containerd.
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
 /// testpod's readiness endpoint in every test pod.
 const READY_PORT: u16 = 8099;
 /// kubeadm's DaemonSet and its Pods' label.
@@ -149,7 +153,7 @@ impl Node for RealNode {
     /// Through the node's address, as a Prometheus scraping the node does.
     fn metrics(&self) -> Result<String> {
         let addr = SocketAddr::new(self.ip.parse()?, 10249);
-        let (status, body) = testkit::http_get(addr, "/metrics", TIMEOUT)?;
+        let (status, body) = testkit::http_get(addr, "/metrics", SCRAPE_TIMEOUT)?;
         if status != 200 {
             bail!("GET {addr}/metrics answered {status}");
         }
