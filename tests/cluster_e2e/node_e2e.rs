@@ -153,7 +153,8 @@ impl Node for RealNode {
     /// Through the node's address, as a Prometheus scraping the node does.
     fn metrics(&self) -> Result<String> {
         let addr = SocketAddr::new(self.ip.parse()?, 10249);
-        let (status, body) = testkit::http_get(addr, "/metrics", SCRAPE_TIMEOUT)?;
+        let (status, body) =
+            testkit::http_get(addr, "/metrics", SCRAPE_TIMEOUT)?;
         if status != 200 {
             bail!("GET {addr}/metrics answered {status}");
         }
