@@ -11,8 +11,9 @@
 # (e.g. a name filter, --nocapture). Any failing binary fails the run, after
 # all have run. A library's own unit tests are the exception when nothing
 # under its src/ names the feature: then they are the host's `cargo test`
-# over again, 6-50x slower (kube-ipvs-proxy's took 90 s of the guest). VM_TEST_FEATURES adds features to that build (comma
-# separated, e.g. `kube-ipvs-proxy/e2e-tests` for `make e2e`); the guest
+# over again, 6-50x slower (kube-ipvs-proxy's took 90 s of the guest).
+# VM_TEST_FEATURES adds features to that build (comma separated, e.g.
+# `kube-ipvs-proxy/e2e-tests` for `make e2e`); the guest
 # settings of tests/vm/run (VM_HOST_PORTS, VM_PASS_ENV, ...) pass through.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
