@@ -113,15 +113,13 @@ static_image() {
 make_base
 
 profile=${NODE_E2E_PROFILE:-release}
-case $profile in
-release) profile_dir=release ;;
-dev) profile_dir=debug ;;
-*) die "NODE_E2E_PROFILE is release or dev, not $profile" ;;
-esac
-proxy_binary=$target/$profile_dir/kube-ipvs-proxy
 log "building the proxy ($profile) and testkit's static programs"
 cd "$repo"
-cargo build --profile "$profile" --locked --bin kube-ipvs-proxy
+proxy_binary=$(cargo build --profile "$profile" --locked --bin kube-ipvs-proxy \
+    --message-format=json-render-diagnostics |
+    jq -r 'select(.reason == "compiler-artifact" and .target.name == "kube-ipvs-proxy")
+           | .executable // empty')
+[[ -x $proxy_binary ]] || die "building the proxy ($profile) gave no executable"
 builder=$out/builder
 rm -rf "$builder"
 install -D -s "$proxy_binary" "$builder/out/kube-ipvs-proxy"
