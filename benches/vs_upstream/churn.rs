@@ -32,11 +32,12 @@ use std::{
     time::{Duration, Instant},
 };
 
+use anyhow::Context;
 use futures::StreamExt;
 use ipvs_sys::{Destination, Handle, ServiceKey, SockoptSocket};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
-use tokio::sync::Semaphore;
+use tokio::sync::{mpsc, Semaphore};
 
 use crate::{
     api, ipvs,
@@ -122,7 +123,7 @@ struct Shared {
 type SharedState = Arc<Mutex<Shared>>;
 
 /// Where the churn's writes are made: from the guest itself, or by the
-/// host's relay on its word (relay.rs; BENCH_RELAY=HOST:PORT).
+/// host's relay on the guest's schedule (relay.rs; BENCH_RELAY=HOST:PORT).
 #[derive(Clone)]
 pub enum Writer {
     Guest(Box<Api<EndpointSlice>>),
@@ -143,19 +144,7 @@ impl Writer {
     pub fn describe(&self) -> &'static str {
         match self {
             Self::Guest(_) => "from the guest",
-            Self::Relay(_) => "by the host's relay",
-        }
-    }
-
-    async fn replace(&self, k: usize, address: Ipv4Addr) -> anyhow::Result<()> {
-        // Stamped here and now, on the guest's clock, either way.
-        let trigger = k8s_openapi::jiff::Timestamp::now();
-        match self {
-            Self::Guest(slices) => {
-                let slice = objects::slice_replacing(k, address, trigger);
-                api::write_slice(slices, k, &slice).await
-            }
-            Self::Relay(relay) => relay.write(k, address, trigger).await,
+            Self::Relay(_) => "by the host's relay, on the guest's schedule",
         }
     }
 }
@@ -347,12 +336,47 @@ struct Plan {
     services: usize,
 }
 
-/// Changes the next service, round robin, skipping those with a write in
-/// flight, `rate` times a second for `duration`; the number of writes
-/// issued.
+/// Writes `plan` the writer's way; the number of writes issued.
 async fn write(
     plan: Plan,
-    slices: Writer,
+    writer: Writer,
+    shared: SharedState,
+    errors: Arc<AtomicUsize>,
+) -> anyhow::Result<usize> {
+    match writer {
+        Writer::Guest(slices) => {
+            write_from_guest(plan, *slices, shared, errors).await
+        }
+        Writer::Relay(relay) => {
+            write_by_relay(plan, &relay, shared, errors).await
+        }
+    }
+}
+
+/// Follows `change` of service `k` when it is timed or its service
+/// already has a timed change pending.
+fn follow(shared: &mut Shared, k: usize, change: Change) {
+    match shared.followed.get_mut(&k) {
+        Some(f) => f.changes.push(change),
+        None if change.timed => {
+            shared.followed.insert(
+                k,
+                Followed {
+                    changes: vec![change],
+                    next_check: change.issued,
+                },
+            );
+        }
+        None => {}
+    }
+}
+
+/// Changes the next service, round robin, skipping those with a write in
+/// flight, `rate` times a second for `duration`, each write made from
+/// here.
+async fn write_from_guest(
+    plan: Plan,
+    slices: Api<EndpointSlice>,
     shared: SharedState,
     errors: Arc<AtomicUsize>,
 ) -> anyhow::Result<usize> {
@@ -386,26 +410,17 @@ async fn write(
                 issued: Instant::now(),
                 timed,
             };
-            match shared.followed.get_mut(&k) {
-                Some(f) => f.changes.push(change),
-                None if timed => {
-                    shared.followed.insert(
-                        k,
-                        Followed {
-                            changes: vec![change],
-                            next_check: change.issued,
-                        },
-                    );
-                }
-                None => {}
-            }
+            follow(&mut shared, k, change);
             k
         };
         issued += 1;
         let (slices, shared, errors) =
             (slices.clone(), shared.clone(), errors.clone());
         tokio::spawn(async move {
-            let result = slices.replace(k, address).await;
+            // Stamped here and now, on the guest's clock.
+            let trigger = k8s_openapi::jiff::Timestamp::now();
+            let slice = objects::slice_replacing(k, address, trigger);
+            let result = api::write_slice(&slices, k, &slice).await;
             let mut shared = lock(&shared);
             shared.writing.remove(&k);
             if let Err(e) = result {
@@ -421,6 +436,69 @@ async fn write(
     // The last writes' answers.
     let _all = slots.acquire_many(IN_FLIGHT as u32).await?;
     Ok(issued)
+}
+
+/// The same changes made by the host's relay: one line a second tells it
+/// which (change `i` to service `i mod N`), and each change is followed
+/// from its place in the guest's schedule, which the relay's write of it
+/// cannot precede (relay.rs).
+async fn write_by_relay(
+    plan: Plan,
+    relay: &Relay,
+    shared: SharedState,
+    errors: Arc<AtomicUsize>,
+) -> anyhow::Result<usize> {
+    let n = plan.services;
+    let mut failures = relay.failures().context("the relay used twice")?;
+    // As from the guest: a failed write stops its service being followed.
+    let failed = |failures: &mut mpsc::UnboundedReceiver<(usize, String)>| {
+        while let Ok((i, reason)) = failures.try_recv() {
+            eprintln!("churn: change {i} (relayed): {reason}");
+            lock(&shared).followed.remove(&objects::churn_service(i, n));
+            errors.fetch_add(1, Ordering::Relaxed);
+        }
+    };
+    let per_second = plan.rate as usize;
+    let total = plan.duration.as_secs() as usize * per_second;
+    let start = Instant::now();
+    let mut first = 0;
+    while first < total {
+        let count = per_second.min(total - first);
+        let second = Duration::from_secs((first / per_second) as u64);
+        tokio::time::sleep_until((start + second).into()).await;
+        let base = Instant::now();
+        relay.schedule(
+            first,
+            count,
+            n,
+            plan.rate,
+            k8s_openapi::jiff::Timestamp::now(),
+        )?;
+        for j in 0..count {
+            let issued =
+                base + Duration::from_secs_f64(j as f64 / plan.rate as f64);
+            tokio::time::sleep_until(issued.into()).await;
+            let i = first + j;
+            let change = Change {
+                address: objects::churn_address(i),
+                issued,
+                timed: (i as u64).is_multiple_of(plan.sample),
+            };
+            follow(&mut lock(&shared), objects::churn_service(i, n), change);
+            failed(&mut failures);
+        }
+        first += count;
+    }
+    let done = relay.finish().await?;
+    // The relay answers `done` after its last failure.
+    failed(&mut failures);
+    eprintln!(
+        "churn: the relay wrote {} changes, none of them more than {} ms \
+         behind the guest's schedule",
+        done.written,
+        done.late.as_millis()
+    );
+    Ok(done.written)
 }
 
 /// Service `vip:port`'s real servers, through IPVS's socket option where

@@ -40,7 +40,7 @@
 //!   how busy the guest's CPUs were over the churn and how much of that
 //!   was this bench's own (guest_cpu.rs).
 //! - `relay PORT` (on the host, `KUBECONFIG` the admin's, for the length
-//!   of a `measure`): makes the churn's writes on the guest's word
+//!   of a `measure`): makes the churn's writes on the guest's schedule
 //!   (relay.rs), so that the bench's TLS and JSON do not take the CPUs of
 //!   the node it measures; the guest still stamps every change's time.
 //! - `report RESULTS DIR`: the Markdown table of both proxies and the

@@ -81,6 +81,13 @@ pub fn churn_address(c: usize) -> Ipv4Addr {
     Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 128, 0)) + n)
 }
 
+/// The service the `c`th churn change goes to when the host's relay
+/// makes the writes (relay.rs): round robin, so that the guest and the
+/// relay agree on it without naming it.
+pub fn churn_service(c: usize, services: usize) -> usize {
+    c % services.max(1)
+}
+
 pub fn cluster_ip(k: usize) -> anyhow::Result<IpAddr> {
     let svc = service(k);
     let ip = svc.spec.as_ref().and_then(|s| s.cluster_ip.as_deref());

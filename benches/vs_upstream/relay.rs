@@ -1,27 +1,37 @@
-//! The churn's writes made from the host, on the guest's word.
+//! The churn's writes made from the host, on the guest's schedule.
 //!
 //! Written from inside the guest, each churn change cost the bench about
 //! as much of the guest's CPU as it cost the proxy (TLS, the slice's JSON
 //! out and the whole object's JSON back, under TCG): at 100 changes a
 //! second on two vCPUs the bench took half the node the proxy was
 //! measured on. On a real node the writers (controllers) run elsewhere.
-//! So the guest's writer sends one short line per change to `relay` on
-//! the host (through the same guestfwd as the API server), which makes
-//! the API request natively and answers when it is done. The guest still
-//! stamps each change's time, both its `issued` instant and the slice's
-//! trigger-time annotation, so every latency is on the guest's clock, and
-//! the hop to the host counts against the proxy, not for it.
+//! So the host's `relay` makes the API requests natively, and the guest
+//! keeps every change's time on its own clock.
 //!
-//! One line per change, `ID K ADDRESS TRIGGER` (TRIGGER an RFC 3339
-//! time); one answer per line, in any order: `ID ok` or `ID err REASON`.
+//! Until 2026-11-28 the guest sent a line per change and read an answer
+//! per change: a profile of the bench under churn at 10,000 services
+//! (`BENCH_PERF=bench`) put 29 % of its CPU in sending those lines
+//! through the guest's TCP stack and virtio, more than its reads of the
+//! kernel. Now it sends one line a second: which changes, at what rate,
+//! from when. Change `i` goes to service `i mod N` with
+//! [`objects::churn_address`]`(i)`, so neither side needs the other to
+//! name it. The relay writes the changes of a second at their offsets
+//! from the line's arrival, which is after the guest sent it: each write
+//! starts no earlier than the instant the guest counts its latency from,
+//! so the hop and any lateness of the relay count against the proxy, not
+//! for it. Each second starts from its own line, so the two clocks need
+//! only agree on the length of a second. The trigger-time annotation is
+//! the guest's wall clock at the line plus the change's offset.
+//!
+//! Guest to relay: `second FIRST COUNT SERVICES RATE WALL` (WALL an RFC
+//! 3339 time), then `end`. Relay to guest: `err I REASON` for a write
+//! that failed, and after `end`, once every write is answered, `done
+//! WRITTEN LATE_MS` (the most any write started behind its schedule).
 
 use std::{
     collections::HashMap,
-    net::Ipv4Addr,
-    sync::{
-        atomic::{AtomicU64, Ordering},
-        Arc, Mutex,
-    },
+    sync::{Arc, Mutex},
+    time::Duration,
 };
 
 use anyhow::{bail, Context};
@@ -30,7 +40,8 @@ use kube::{api::Api, Client};
 use tokio::{
     io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
     net::{TcpListener, TcpStream},
-    sync::{mpsc, oneshot},
+    sync::{mpsc, oneshot, Semaphore},
+    time::Instant,
 };
 
 use crate::{
@@ -38,6 +49,10 @@ use crate::{
     guest_cpu::{by_command, MachineCpu},
     objects,
 };
+
+/// Writes in flight at most; a slower API server makes the relay late,
+/// which it reports, rather than piling up requests.
+const IN_FLIGHT: usize = 64;
 
 /// On the host: serve the guest's writes on 127.0.0.1:`port` until
 /// killed, with the admin's `KUBECONFIG`.
@@ -65,6 +80,53 @@ pub async fn serve(port: u16) -> anyhow::Result<()> {
     }
 }
 
+/// One second of the guest's schedule: changes `first..first + count`
+/// at `rate` a second over `services` services, the first at `wall`.
+#[derive(Debug, PartialEq)]
+struct Second {
+    first: usize,
+    count: usize,
+    services: usize,
+    rate: u64,
+    wall: Timestamp,
+}
+
+impl Second {
+    fn line(&self) -> String {
+        let Self {
+            first,
+            count,
+            services,
+            rate,
+            wall,
+        } = self;
+        format!("second {first} {count} {services} {rate} {wall}\n")
+    }
+
+    fn parse(line: &str) -> anyhow::Result<Self> {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let ["second", first, count, services, rate, wall] = fields[..] else {
+            bail!("expected `second FIRST COUNT SERVICES RATE WALL`");
+        };
+        let second = Self {
+            first: first.parse().context("FIRST")?,
+            count: count.parse().context("COUNT")?,
+            services: services.parse().context("SERVICES")?,
+            rate: rate.parse().context("RATE")?,
+            wall: wall.parse().context("WALL")?,
+        };
+        if second.services == 0 || second.rate == 0 {
+            bail!("SERVICES and RATE must not be 0");
+        }
+        Ok(second)
+    }
+
+    /// Change `first + j`'s offset from the second's start.
+    fn offset(&self, j: usize) -> Duration {
+        Duration::from_secs_f64(j as f64 / self.rate as f64)
+    }
+}
+
 async fn connection(
     stream: TcpStream,
     slices: Api<EndpointSlice>,
@@ -77,29 +139,63 @@ async fn connection(
         }
         anyhow::Ok(())
     });
-    let mut lines = BufReader::new(read).lines();
-    while let Some(line) = lines.next_line().await? {
-        let (slices, answers) = (slices.clone(), answers.clone());
-        tokio::spawn(async move {
-            let answer = match parse(&line) {
-                Ok((id, k, address, trigger)) => {
-                    let slice = objects::slice_replacing(k, address, trigger);
-                    match api::write_slice(&slices, k, &slice).await {
-                        Ok(()) => format!("{id} ok"),
-                        // A newline ends the answer: none in the reason.
-                        Err(e) => format!("{id} err {e:#}").replace('\n', " "),
-                    }
+    // Lines are read, and their arrival stamped, apart from the writes:
+    // a second whose writes run late must not delay the next second's
+    // arrival, from which its schedule and its lateness count.
+    let (seconds, mut arrived) = mpsc::unbounded_channel();
+    let reader = tokio::spawn(async move {
+        let mut lines = BufReader::new(read).lines();
+        while let Some(line) = lines.next_line().await? {
+            if line == "end" {
+                return anyhow::Ok(());
+            }
+            let second = Second::parse(&line)
+                .with_context(|| format!("the guest's line {line:?}"))?;
+            let _ = seconds.send((Instant::now(), second));
+        }
+        bail!("the guest left without `end`")
+    });
+    let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    // One write at a time per service, in the schedule's order: a second
+    // write could overtake the first.
+    let mut services: HashMap<usize, Arc<tokio::sync::Mutex<()>>> =
+        HashMap::new();
+    let (mut written, mut late) = (0usize, Duration::ZERO);
+    while let Some((arrival, second)) = arrived.recv().await {
+        for j in 0..second.count {
+            let due = arrival + second.offset(j);
+            tokio::time::sleep_until(due).await;
+            let slot = slots.clone().acquire_owned().await?;
+            let i = second.first + j;
+            let k = objects::churn_service(i, second.services);
+            let turn =
+                services.entry(k).or_default().clone().lock_owned().await;
+            late = late.max(due.elapsed());
+            let trigger = second
+                .wall
+                .checked_add(second.offset(j))
+                .context("the trigger time")?;
+            let (slices, answers) = (slices.clone(), answers.clone());
+            tokio::spawn(async move {
+                let slice = objects::slice_replacing(
+                    k,
+                    objects::churn_address(i),
+                    trigger,
+                );
+                if let Err(e) = api::write_slice(&slices, k, &slice).await {
+                    // A newline ends the answer: none in the reason.
+                    let reason = format!("{e:#}").replace('\n', " ");
+                    let _ = answers.send(format!("err {i} {reason}\n"));
                 }
-                // Without an id the guest cannot be told which write
-                // failed; it times out instead.
-                Err(e) => {
-                    eprintln!("relay: {line:?}: {e:#}");
-                    return;
-                }
-            };
-            let _ = answers.send(answer + "\n");
-        });
+                drop((turn, slot));
+            });
+            written += 1;
+        }
     }
+    reader.await??;
+    // The last writes' answers.
+    let _all = slots.acquire_many(IN_FLIGHT as u32).await?;
+    let _ = answers.send(format!("done {written} {}\n", late.as_millis()));
     drop(answers);
     sender.await??;
     Ok(())
@@ -150,28 +246,18 @@ async fn watch_host() {
     }
 }
 
-fn parse(line: &str) -> anyhow::Result<(u64, usize, Ipv4Addr, Timestamp)> {
-    let fields: Vec<&str> = line.split_whitespace().collect();
-    let [id, k, address, trigger] = fields[..] else {
-        bail!("expected `ID K ADDRESS TRIGGER`");
-    };
-    Ok((
-        id.parse().context("ID")?,
-        k.parse().context("K")?,
-        address.parse().context("ADDRESS")?,
-        trigger.parse().context("TRIGGER")?,
-    ))
+/// What the relay did, once every write is answered.
+pub struct Done {
+    pub written: usize,
+    /// The most any write started behind the guest's schedule.
+    pub late: Duration,
 }
 
-/// The writes awaiting their answer; `None` once the relay is gone.
-type Waiting =
-    Arc<Mutex<Option<HashMap<u64, oneshot::Sender<Result<(), String>>>>>>;
-
-/// In the guest: the writer's end of a relay connection.
+/// In the guest: the schedule's end of a relay connection.
 pub struct Relay {
     lines: mpsc::UnboundedSender<String>,
-    waiting: Waiting,
-    next: AtomicU64,
+    failures: Mutex<Option<mpsc::UnboundedReceiver<(usize, String)>>>,
+    done: tokio::sync::Mutex<Option<oneshot::Receiver<anyhow::Result<Done>>>>,
 }
 
 impl Relay {
@@ -190,62 +276,90 @@ impl Relay {
                 }
             }
         });
-        let waiting: Waiting = Arc::new(Mutex::new(Some(HashMap::new())));
-        let answered = Arc::clone(&waiting);
+        let (failed, failures) = mpsc::unbounded_channel();
+        let (done_tx, done) = oneshot::channel();
         tokio::spawn(async move {
             let mut answers = BufReader::new(read).lines();
-            while let Ok(Some(answer)) = answers.next_line().await {
-                let (id, outcome) =
-                    answer.split_once(' ').unwrap_or((&answer, ""));
-                let Ok(id) = id.parse::<u64>() else {
-                    continue;
+            let outcome = loop {
+                let answer = match answers.next_line().await {
+                    Ok(Some(answer)) => answer,
+                    Ok(None) => break Err(anyhow::anyhow!("the relay closed")),
+                    Err(e) => break Err(e).context("reading the relay"),
                 };
-                let result = match outcome.strip_prefix("err ") {
-                    Some(reason) => Err(reason.to_owned()),
-                    None => Ok(()),
-                };
-                let waiter =
-                    lock(&answered).as_mut().and_then(|w| w.remove(&id));
-                if let Some(waiter) = waiter {
-                    let _ = waiter.send(result);
+                match parse_answer(&answer) {
+                    Ok(Answer::Failed(i, reason)) => {
+                        let _ = failed.send((i, reason));
+                    }
+                    Ok(Answer::Done(done)) => break Ok(done),
+                    Err(e) => break Err(e),
                 }
-            }
-            // The relay is gone: every write waiting, or still to come,
-            // fails.
-            lock(&answered).take();
+            };
+            let _ = done_tx.send(outcome);
         });
         Ok(Self {
             lines,
-            waiting,
-            next: AtomicU64::new(0),
+            failures: Mutex::new(Some(failures)),
+            done: tokio::sync::Mutex::new(Some(done)),
         })
     }
 
-    /// Has the host write service `k`'s slice with its last endpoint at
-    /// `address`, stamped `trigger`; returns once the API server has
-    /// answered.
-    pub async fn write(
+    /// Has the relay write changes `first..first + count` to `services`
+    /// services at `rate` a second, starting as the line arrives; `wall`
+    /// is now on the guest's clock.
+    pub fn schedule(
         &self,
-        k: usize,
-        address: Ipv4Addr,
-        trigger: Timestamp,
+        first: usize,
+        count: usize,
+        services: usize,
+        rate: u64,
+        wall: Timestamp,
     ) -> anyhow::Result<()> {
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let (done, answer) = oneshot::channel();
-        lock(&self.waiting)
-            .as_mut()
-            .context("the relay connection is closed")?
-            .insert(id, done);
-        self.lines
-            .send(format!("{id} {k} {address} {trigger}\n"))
-            .map_err(|_| anyhow::anyhow!("the relay connection is closed"))?;
-        match answer.await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(reason)) => {
-                bail!("patching {} (relayed): {reason}", objects::slice_name(k))
-            }
-            Err(_) => bail!("the relay closed before answering"),
+        let line = Second {
+            first,
+            count,
+            services,
+            rate,
+            wall,
         }
+        .line();
+        self.lines
+            .send(line)
+            .map_err(|_| anyhow::anyhow!("the relay connection is closed"))
+    }
+
+    /// The writes that failed, as the relay reports them: the change's
+    /// number and why. Once.
+    pub fn failures(&self) -> Option<mpsc::UnboundedReceiver<(usize, String)>> {
+        lock(&self.failures).take()
+    }
+
+    /// Ends the schedule and waits for the relay's last answers. Once.
+    pub async fn finish(&self) -> anyhow::Result<Done> {
+        let done = self.done.lock().await.take().context("finished twice")?;
+        self.lines
+            .send("end\n".to_owned())
+            .map_err(|_| anyhow::anyhow!("the relay connection is closed"))?;
+        done.await.context("the relay's reader is gone")?
+    }
+}
+
+enum Answer {
+    Failed(usize, String),
+    Done(Done),
+}
+
+fn parse_answer(line: &str) -> anyhow::Result<Answer> {
+    let mut fields = line.splitn(3, ' ');
+    match (fields.next(), fields.next(), fields.next()) {
+        (Some("err"), Some(i), reason) => Ok(Answer::Failed(
+            i.parse().context("the failed change's number")?,
+            reason.unwrap_or_default().to_owned(),
+        )),
+        (Some("done"), Some(written), Some(late)) => Ok(Answer::Done(Done {
+            written: written.parse().context("WRITTEN")?,
+            late: Duration::from_millis(late.parse().context("LATE_MS")?),
+        })),
+        _ => bail!("unexpected answer from the relay: {line:?}"),
     }
 }
 

@@ -16,7 +16,7 @@
 # BENCH_PERF=bench of the bench itself; with VM_KEEP=1 it stays in the
 # kept results folder with the guest's kallsyms, for `perf report
 # --kallsyms`), BENCH_WRITER (`relay`, the default: the churn's
-# writes are made on the host on the guest's word, on BENCH_RELAY_PORT,
+# writes are made on the host on the guest's schedule, on BENCH_RELAY_PORT,
 # 6447; `guest`: from the guest itself, as before 2026-11-27, which
 # costs the guest about as much CPU as the proxy; benches/vs_upstream/
 # relay.rs) and E2E_K8S_DIR (where build-k8s.sh keeps upstream's binaries).
