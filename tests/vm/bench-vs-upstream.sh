@@ -26,8 +26,10 @@
 # as build-k8s.sh builds it. The guest reads the time from the TSC, as a
 # real node does (VM_APPEND; under TCG the kernel would otherwise fall
 # back to the HPET, ~6 us a read, a few per cent of both proxies' CPU
-# under churn). Under TCG, 10,000 services take upstream
-# several minutes per sync.
+# under churn). Its CPU model is QEMU's `max` (VM_CPU): under TCG the
+# default, qemu64, has no AES-NI, so both proxies' TLS fell back to
+# software AES, as no node's CPU of the last decade would make them.
+# Under TCG, 10,000 services take upstream several minutes per sync.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$VM_REPO"
@@ -138,6 +140,7 @@ EOF
             VM_HOST_PORTS="$host_ports" \
             VM_MEM=${VM_MEM:-3072} VM_TIMEOUT=${VM_TIMEOUT:-7200} \
             VM_APPEND=${VM_APPEND-tsc=reliable clocksource=tsc} \
+            VM_CPU=${VM_CPU:-max} \
             VM_PASS_ENV="${VM_PASS_ENV:-} KUBECONFIG BENCH_REPS BENCH_PERF \
 BENCH_CHURN_RATE BENCH_CHURN_SECONDS BENCH_CHURN_SAMPLE BENCH_CHANGE_TIMEOUT \
 BENCH_COLD_TIMEOUT BENCH_TRASH_WARMUP BENCH_RELAY" \
