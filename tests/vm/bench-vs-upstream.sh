@@ -28,7 +28,7 @@
 # back to the HPET, ~6 us a read, a few per cent of both proxies' CPU
 # under churn). Its CPU model is QEMU's `max` (VM_CPU): under TCG the
 # default, qemu64, has no AES-NI, so both proxies' TLS fell back to
-# software AES, as no node's CPU of the last decade would make them.
+# software AES where a node's CPU runs AES-NI, for both alike.
 # Under TCG, 10,000 services take upstream several minutes per sync.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
