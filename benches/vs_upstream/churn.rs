@@ -32,12 +32,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::Context;
 use futures::StreamExt;
 use ipvs_sys::{Destination, Handle, ServiceKey, SockoptSocket};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::Semaphore;
 
 use crate::{
     api, ipvs,
@@ -124,10 +123,9 @@ type SharedState = Arc<Mutex<Shared>>;
 
 /// Where the churn's writes are made: from the guest itself, or by the
 /// host's relay on the guest's schedule (relay.rs; BENCH_RELAY=HOST:PORT).
-#[derive(Clone)]
 pub enum Writer {
     Guest(Box<Api<EndpointSlice>>),
-    Relay(Arc<Relay>),
+    Relay(Box<Relay>),
 }
 
 impl Writer {
@@ -135,7 +133,7 @@ impl Writer {
     pub async fn from_env(slices: &Api<EndpointSlice>) -> anyhow::Result<Self> {
         match std::env::var("BENCH_RELAY") {
             Ok(address) if !address.is_empty() => {
-                Ok(Self::Relay(Arc::new(Relay::connect(&address).await?)))
+                Ok(Self::Relay(Box::new(Relay::connect(&address).await?)))
             }
             _ => Ok(Self::Guest(Box::new(slices.clone()))),
         }
@@ -156,7 +154,7 @@ fn lock(shared: &SharedState) -> MutexGuard<'_, Shared> {
 
 pub async fn run(
     settings: &Settings,
-    slices: &Writer,
+    writer: Writer,
     handle: &Handle,
     addresses: &Addresses,
     services: usize,
@@ -175,7 +173,7 @@ pub async fn run(
             sample: settings.churn_sample,
             services,
         },
-        slices.clone(),
+        writer,
         shared.clone(),
         errors.clone(),
     )));
@@ -348,7 +346,7 @@ async fn write(
             write_from_guest(plan, *slices, shared, errors).await
         }
         Writer::Relay(relay) => {
-            write_by_relay(plan, &relay, shared, errors).await
+            write_by_relay(plan, *relay, shared, errors).await
         }
     }
 }
@@ -444,19 +442,16 @@ async fn write_from_guest(
 /// cannot precede (relay.rs).
 async fn write_by_relay(
     plan: Plan,
-    relay: &Relay,
+    mut relay: Relay,
     shared: SharedState,
     errors: Arc<AtomicUsize>,
 ) -> anyhow::Result<usize> {
     let n = plan.services;
-    let mut failures = relay.failures().context("the relay used twice")?;
     // As from the guest: a failed write stops its service being followed.
-    let failed = |failures: &mut mpsc::UnboundedReceiver<(usize, String)>| {
-        while let Ok((i, reason)) = failures.try_recv() {
-            eprintln!("churn: change {i} (relayed): {reason}");
-            lock(&shared).followed.remove(&objects::churn_service(i, n));
-            errors.fetch_add(1, Ordering::Relaxed);
-        }
+    let failed = |(i, reason): (usize, String)| {
+        eprintln!("churn: change {i} (relayed): {reason}");
+        lock(&shared).followed.remove(&objects::churn_service(i, n));
+        errors.fetch_add(1, Ordering::Relaxed);
     };
     let per_second = plan.rate as usize;
     let total = plan.duration.as_secs() as usize * per_second;
@@ -485,13 +480,14 @@ async fn write_by_relay(
                 timed: (i as u64).is_multiple_of(plan.sample),
             };
             follow(&mut lock(&shared), objects::churn_service(i, n), change);
-            failed(&mut failures);
+            while let Some(failure) = relay.failure() {
+                failed(failure);
+            }
         }
         first += count;
     }
-    let done = relay.finish().await?;
-    // The relay answers `done` after its last failure.
-    failed(&mut failures);
+    let (done, last_failures) = relay.finish().await?;
+    last_failures.into_iter().for_each(failed);
     eprintln!(
         "churn: the relay wrote {} changes, none of them more than {} ms \
          behind the guest's schedule",

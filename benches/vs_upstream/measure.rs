@@ -186,7 +186,7 @@ pub async fn run(
             Err(_) => None,
         };
         let churn =
-            churn::run(settings, &writer, &handle, &addresses, n, &mut proxy)
+            churn::run(settings, writer, &handle, &addresses, n, &mut proxy)
                 .await?;
         if let Some(profile) = profile {
             profile.stop()?;

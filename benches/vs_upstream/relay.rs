@@ -28,11 +28,7 @@
 //! that failed, and after `end`, once every write is answered, `done
 //! WRITTEN LATE_MS` (the most any write started behind its schedule).
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{collections::HashMap, sync::Arc, time::Duration};
 
 use anyhow::{bail, Context};
 use k8s_openapi::{api::discovery::v1::EndpointSlice, jiff::Timestamp};
@@ -256,8 +252,8 @@ pub struct Done {
 /// In the guest: the schedule's end of a relay connection.
 pub struct Relay {
     lines: mpsc::UnboundedSender<String>,
-    failures: Mutex<Option<mpsc::UnboundedReceiver<(usize, String)>>>,
-    done: tokio::sync::Mutex<Option<oneshot::Receiver<anyhow::Result<Done>>>>,
+    failures: mpsc::UnboundedReceiver<(usize, String)>,
+    done: oneshot::Receiver<anyhow::Result<Done>>,
 }
 
 impl Relay {
@@ -298,8 +294,8 @@ impl Relay {
         });
         Ok(Self {
             lines,
-            failures: Mutex::new(Some(failures)),
-            done: tokio::sync::Mutex::new(Some(done)),
+            failures,
+            done,
         })
     }
 
@@ -327,19 +323,27 @@ impl Relay {
             .map_err(|_| anyhow::anyhow!("the relay connection is closed"))
     }
 
-    /// The writes that failed, as the relay reports them: the change's
-    /// number and why. Once.
-    pub fn failures(&self) -> Option<mpsc::UnboundedReceiver<(usize, String)>> {
-        lock(&self.failures).take()
+    /// A write that failed, as the relay reported it, if one is waiting:
+    /// the change's number and why.
+    pub fn failure(&mut self) -> Option<(usize, String)> {
+        self.failures.try_recv().ok()
     }
 
-    /// Ends the schedule and waits for the relay's last answers. Once.
-    pub async fn finish(&self) -> anyhow::Result<Done> {
-        let done = self.done.lock().await.take().context("finished twice")?;
+    /// Ends the schedule and waits for the relay's last answers: what it
+    /// did, and the failures not yet taken.
+    pub async fn finish(self) -> anyhow::Result<(Done, Vec<(usize, String)>)> {
         self.lines
             .send("end\n".to_owned())
             .map_err(|_| anyhow::anyhow!("the relay connection is closed"))?;
-        done.await.context("the relay's reader is gone")?
+        let Self {
+            mut failures, done, ..
+        } = self;
+        let done = done.await.context("the relay's reader is gone")??;
+        // The relay answers `done` after its last failure.
+        Ok((
+            done,
+            std::iter::from_fn(|| failures.try_recv().ok()).collect(),
+        ))
     }
 }
 
@@ -361,9 +365,4 @@ fn parse_answer(line: &str) -> anyhow::Result<Answer> {
         })),
         _ => bail!("unexpected answer from the relay: {line:?}"),
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // No holder panics; recover regardless.
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
