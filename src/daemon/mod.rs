@@ -335,6 +335,7 @@ impl<B: Backend> SyncLoop<B> {
                 }
                 self.reporter.synced(&self.state, &outcome, wall);
                 changes.applied();
+                self.failures = 0;
                 if !self.synced_once {
                     self.synced_once = true;
                     self.repair =

@@ -3,6 +3,7 @@
 //! sync, retries, the poller.
 
 use std::{
+    collections::VecDeque,
     future::Future,
     net::IpAddr,
     sync::{Arc, Mutex},
@@ -42,6 +43,9 @@ struct Recording {
     seen: Arc<Mutex<Vec<(u64, Seen)>>>,
     /// How many of the first applies fail.
     fail_first: Arc<Mutex<u32>>,
+    /// Then, applies that fail (true) or succeed, in order; all succeed
+    /// once it is empty.
+    script: Arc<Mutex<VecDeque<bool>>>,
     /// Steps a repair round takes, each a second long.
     steps: usize,
     /// What a repair round reads as the node's addresses.
@@ -67,6 +71,7 @@ impl Recording {
             start: Instant::now(),
             seen: Arc::default(),
             fail_first: Arc::default(),
+            script: Arc::default(),
             steps,
             local: vec![ip("198.18.100.1")],
             apply_time: Duration::from_millis(10),
@@ -115,6 +120,9 @@ impl Backend for Recording {
         let mut fail = self.fail_first.lock().unwrap();
         if *fail > 0 {
             *fail -= 1;
+            return Err(BackendError("injected".into()));
+        }
+        if self.script.lock().unwrap().pop_front() == Some(true) {
             return Err(BackendError("injected".into()));
         }
         Ok(())
@@ -330,6 +338,20 @@ async fn retries_back_off_while_the_backend_keeps_failing() {
     let at: Vec<u64> = backend.syncs().iter().map(|(at, ..)| *at).collect();
     // 1, 2, 4 and 8 s after each failure; then fine.
     assert_eq!(at, [0, 1, 3, 7, 15]);
+}
+
+/// A success ends the run of failures: the next failure, however many
+/// came before it over the process's life, is retried after a second.
+#[tokio::test(start_paused = true)]
+async fn a_successful_sync_resets_the_backoff() {
+    let backend = Recording::new(1);
+    *backend.script.lock().unwrap() =
+        VecDeque::from([true, true, false, true, false]);
+    run_for(backend.clone(), source(&[20]), Duration::from_secs(25)).await;
+    let at: Vec<u64> = backend.syncs().iter().map(|(at, ..)| *at).collect();
+    // Two failures (1 s, 2 s), fine at 3 s; the change at 20 s fails and
+    // is retried 1 s later, not 4 s.
+    assert_eq!(at, [0, 1, 3, 20, 21]);
 }
 
 /// The node's addresses come with each repair round's read: a new one
