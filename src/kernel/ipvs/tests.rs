@@ -169,7 +169,19 @@ async fn the_model_counts_operations_and_takes_connection_counts() {
         ),
         IpvsOp::DeleteService(tcp("198.18.0.9", 80)),
     ];
-    let _ = super::Ipvs::apply(&mut model, &ops).await;
+    let results = super::Ipvs::apply(&mut model, &ops).await;
+    let outcomes: Vec<_> = results.iter().map(contract::outcome).collect();
+    assert_eq!(
+        outcomes,
+        [
+            Ok(()),
+            Ok(()),
+            Err((ErrorKind::NotFound, Some(libc::ESRCH)))
+        ]
+    );
+    let missing = results[2].as_ref().expect_err("no such service");
+    assert_eq!(missing.object, "TCP 198.18.0.9:80");
+    // The count is of what was sent, so the failed delete is in it.
     assert_eq!(model.applied_ops(), 3);
     assert!(model.set_conns(&key, &backend, 2, 7));
     assert!(!model.set_conns(&key, &dest("198.19.0.9", 1), 1, 1));
