@@ -31,19 +31,26 @@ fn every_request_is_counted_and_timed_as_client_go_does() {
                 &"https://10.0.2.100:6443".parse().expect("url"),
             );
             let service = ServiceBuilder::new().layer(layer).service_fn(answer);
-            for (method, path) in [
-                ("GET", "/200"),
-                ("GET", "/200"),
-                ("GET", "/403"),
-                ("POST", "/201"),
-                ("PATCH", "/gone"),
+            // The layer only watches: each answer, the failure included,
+            // reaches the client as the API server gave it.
+            for (method, path, answered) in [
+                ("GET", "/200", Ok(200)),
+                ("GET", "/200", Ok(200)),
+                ("GET", "/403", Ok(403)),
+                ("POST", "/201", Ok(201)),
+                ("PATCH", "/gone", Err("connection reset")),
             ] {
                 let request = Request::builder()
                     .method(method)
                     .uri(path)
                     .body(())
                     .expect("request");
-                let _ = service.clone().oneshot(request).await;
+                let got = service.clone().oneshot(request).await;
+                assert_eq!(
+                    got.map(|r| r.status().as_u16()),
+                    answered,
+                    "{method} {path}"
+                );
             }
         });
     });
