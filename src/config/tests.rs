@@ -57,6 +57,103 @@ fn args(flags: &[&str]) -> ConfigArgs {
     }
 }
 
+/// Upstream kube-proxy's defaults (v1.34) written out, not taken from our
+/// `Default`s, so that a default of ours that drifts fails here and not
+/// only in the conformance diff. Where a field says `defaults.go`, the
+/// value is set by `SetDefaults_KubeProxyConfiguration` in
+/// k8s.io/kubernetes pkg/proxy/apis/config/v1alpha1/defaults.go; "not
+/// defaulted" means that function leaves Go's zero value.
+fn upstream_conntrack() -> ConntrackConfig {
+    ConntrackConfig {
+        // defaults.go: Conntrack.MaxPerCore, 32 * 1024.
+        max_per_core: 32_768,
+        // defaults.go: Conntrack.Min, 128 * 1024.
+        min: 131_072,
+        // defaults.go: Conntrack.TCPEstablishedTimeout, 24 h.
+        tcp_established_timeout: Duration::from_secs(86_400),
+        // defaults.go: Conntrack.TCPCloseWaitTimeout, 1 h.
+        tcp_close_wait_timeout: Duration::from_secs(3_600),
+        // Not defaulted: false, and zero timeouts leave the kernel's.
+        tcp_be_liberal: false,
+        udp_timeout: Duration::ZERO,
+        udp_stream_timeout: Duration::ZERO,
+    }
+}
+
+/// See [`upstream_conntrack`].
+fn upstream_defaults() -> Config {
+    Config {
+        ipvs: IpvsConfig {
+            // Not defaulted: an empty scheduler, which the IPVS proxier
+            // (pkg/proxy/ipvs/proxier.go, defaultScheduler) takes as rr.
+            scheduler: Scheduler::RoundRobin,
+            // defaults.go: IPVS.SyncPeriod, 30 s.
+            sync_period: Duration::from_secs(30),
+            // Not defaulted (unlike IPTables.MinSyncPeriod's 1 s).
+            min_sync_period: Duration::ZERO,
+            exclude_cidrs: vec![],
+            strict_arp: false,
+            tcp_timeout: None,
+            tcp_fin_timeout: None,
+            udp_timeout: None,
+        },
+        cluster_cidrs: vec![],
+        detect_local: DetectLocal::ClusterCidr,
+        node_port_addresses: vec![],
+        masquerade_all: false,
+        // defaults.go: IPTables.MasqueradeBit, 14.
+        masquerade_bit: 14,
+        hostname_override: None,
+        // defaults.go: BindAddress 0.0.0.0, which is no override.
+        primary_ip_override: None,
+        // defaults.go: 0.0.0.0 for an IPv4 bind address
+        // (getDefaultAddresses) and ports.ProxyHealthzPort, 10256
+        // (pkg/cluster/ports/ports.go).
+        healthz_bind_address: Some(sock("0.0.0.0:10256")),
+        // defaults.go: 127.0.0.1 and ports.ProxyStatusPort, 10249.
+        metrics_bind_address: Some(sock("127.0.0.1:10249")),
+        kubeconfig: None,
+        state_file: None,
+        api_endpoint: None,
+        api_tls_dir: None,
+        api_token_file: None,
+        service_proxy_name: None,
+        // defaults.go: ConfigSyncPeriod, 15 min.
+        config_sync_period: Duration::from_secs(900),
+        // defaults.go calls component-base's
+        // SetRecommendedLoggingConfiguration (logs/api/v1): format
+        // "text"; the verbosity is not defaulted.
+        logging: LoggingConfig {
+            format: LogFormat::Text,
+            verbosity: 0,
+        },
+        // defaults.go: qos.KubeProxyOOMScoreAdj, -999
+        // (pkg/kubelet/qos/policy.go).
+        oom_score_adj: -999,
+        conntrack: upstream_conntrack(),
+    }
+}
+
+#[test]
+fn defaults_are_upstreams() {
+    let upstream = upstream_defaults();
+    assert_eq!(Config::default(), upstream, "Config::default()");
+    assert_eq!(
+        resolve(&args(&[]), None).unwrap().config,
+        upstream,
+        "no flags"
+    );
+    let empty = from_file(&format!("{HEAD}mode: ipvs\n")).unwrap();
+    assert_eq!(empty.config, upstream, "a file that sets nothing");
+    assert_eq!(empty.warnings, vec![]);
+    // kubeadm writes every field, null or zero: the same defaults apply.
+    let kubeadm = from_file(KUBEADM).unwrap().config;
+    assert_eq!(kubeadm.conntrack, upstream.conntrack);
+    assert_eq!(kubeadm.ipvs.sync_period, upstream.ipvs.sync_period);
+    assert_eq!(kubeadm.config_sync_period, upstream.config_sync_period);
+    assert_eq!(kubeadm.oom_score_adj, upstream.oom_score_adj);
+}
+
 #[test]
 fn kubeadm_configmap_gives_upstream_defaults_in_ipvs_mode() {
     let resolved = from_file(KUBEADM).unwrap();
@@ -87,9 +184,12 @@ fn kubeadm_configmap_gives_upstream_defaults_in_ipvs_mode() {
         api_token_file: None,
         service_proxy_name: None,
         config_sync_period: Duration::from_secs(15 * 60),
-        logging: LoggingConfig::default(),
+        logging: LoggingConfig {
+            format: LogFormat::Text,
+            verbosity: 0,
+        },
         oom_score_adj: -999,
-        conntrack: ConntrackConfig::default(),
+        conntrack: upstream_conntrack(),
     };
     assert_eq!(resolved.config, expected);
     // Zero values everywhere else: nothing is being ignored.
@@ -117,7 +217,7 @@ fn empty_flags_give_the_same_defaults_as_kubeadm() {
     from_kubeadm.ipvs.strict_arp = false;
     from_kubeadm.kubeconfig = None;
     assert_eq!(from_flags, from_kubeadm);
-    assert_eq!(from_flags, Config::default());
+    assert_eq!(from_flags, upstream_defaults());
 }
 
 struct Valid {
@@ -261,7 +361,7 @@ const VALID: &[Valid] = &[
     Valid {
         name: "conntrack section absent: upstream's defaults",
         text: "mode: ipvs",
-        check: |c| c.conntrack == ConntrackConfig::default(),
+        check: |c| c.conntrack == upstream_conntrack(),
     },
 ];
 
@@ -637,7 +737,7 @@ fn flags_alone_configure_everything() {
             max_per_core: 0,
             tcp_be_liberal: true,
             udp_timeout: Duration::from_secs(30),
-            ..ConntrackConfig::default()
+            ..upstream_conntrack()
         },
     };
     assert_eq!(resolved.config, expected);
