@@ -15,6 +15,10 @@
 //! conformance wait STEP OUT [--pid PID] [--fresh] [--still N] [--timeout S]
 //!     in the guest: until the proxy has synced STEP and the snapshot
 //!     holds still, then the snapshot into OUT (marker.rs)
+//! conformance check SNAPSHOT --services N [--families N]
+//!     exit 0 if a synced proxy's snapshot has what the step's Services
+//!     and the marker make it program, else 1 and what it lacks
+//!     (snapshot.rs)
 //! ```
 
 mod marker;
@@ -33,7 +37,8 @@ const USAGE: &str = "usage: conformance split SCENARIO BASE DIR | \
                      conformance settled OBJECTS.json NODES.json | \
                      conformance marker STEP | conformance snapshot | \
                      conformance wait STEP OUT [--pid PID] [--fresh] \
-                     [--still N] [--timeout SECONDS] [--families N]";
+                     [--still N] [--timeout SECONDS] [--families N] | \
+                     conformance check SNAPSHOT --services N [--families N]";
 
 fn read_json(path: &str) -> Result<Value> {
     let text =
@@ -109,6 +114,30 @@ fn run(args: &[String]) -> Result<bool> {
         Some("snapshot") => {
             print!("{}", snapshot::take()?);
             Ok(true)
+        }
+        Some("check") => {
+            let file = args.get(1).ok_or_else(|| anyhow!(USAGE))?;
+            let text = fs::read_to_string(file)
+                .with_context(|| format!("reading {file}"))?;
+            let mut services = None;
+            let mut families = 2;
+            let mut rest = args[2..].iter();
+            while let Some(flag) = rest.next() {
+                match flag.as_str() {
+                    "--services" => {
+                        services = Some(number(rest.next(), "--services")?)
+                    }
+                    "--families" => {
+                        families = number(rest.next(), "--families")?
+                    }
+                    other => bail!("unknown option {other}; {USAGE}"),
+                }
+            }
+            let services =
+                services.ok_or_else(|| anyhow!("--services is required"))?;
+            let lacks = snapshot::lacking(&text, services, families);
+            println!("{}", lacks.join("; "));
+            Ok(lacks.is_empty())
         }
         Some("wait") => {
             let step = number(args.get(1), "STEP")?;

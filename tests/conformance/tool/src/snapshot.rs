@@ -18,6 +18,8 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
+use crate::marker::{REAL4, REAL6, VIP4, VIP6};
+
 /// How long one of the five reads may take: seconds in the emulated
 /// guest at the most. A read that hangs (a tool stuck in the kernel, a
 /// dump that never ends) fails the snapshot, and so the scenario, with
@@ -188,7 +190,8 @@ pub fn take() -> Result<String> {
     out.push("## ipsets".to_owned());
     out.extend(ipsets(&required("ipset", &["list"])?));
     for save in ["iptables-save", "ip6tables-save"] {
-        let text = output(save, &[])?.1;
+        // A failed save gives empty sections, on both proxies' side alike.
+        let text = required(save, &[])?;
         for table in ["nat", "filter"] {
             out.push(format!("## {save} -t {table}"));
             out.extend(iptables_table(&text, table));
@@ -199,9 +202,158 @@ pub fn take() -> Result<String> {
     Ok(text)
 }
 
+/// The marker's addresses: every snapshot of a synced proxy has them.
+fn is_marker(line: &str) -> bool {
+    [
+        VIP4.to_string(),
+        VIP6.to_string(),
+        REAL4.to_string(),
+        REAL6.to_string(),
+    ]
+    .iter()
+    .any(|addr| line.contains(addr.as_str()))
+}
+
+/// What a snapshot of a synced proxy lacks. With `services` Services that
+/// a proxy programs (the marker aside), a virtual server, a kube-ipvs0
+/// address and an ipset member besides the marker's; and whatever the
+/// scenario, for each of `families`, rules in nat and filter (the marker
+/// is a Service, and a proxy that has synced it has written them). Two
+/// snapshots that miss a section alike would compare equal.
+pub fn lacking(
+    snapshot: &str,
+    services: usize,
+    families: usize,
+) -> Vec<String> {
+    let mut sections: Vec<(&str, Vec<&str>)> = Vec::new();
+    for line in snapshot.lines() {
+        if let Some(name) = line.strip_prefix("## ") {
+            sections.push((name, Vec::new()));
+        } else if let Some((_, lines)) = sections.last_mut() {
+            lines.push(line);
+        }
+    }
+    let section = |name: &str| {
+        sections
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, lines)| lines.as_slice())
+    };
+    let mut lacks = Vec::new();
+    let mut require =
+        |name: &str, what: &str, wanted: &dyn Fn(&str) -> bool| match section(
+            name,
+        ) {
+            None => lacks.push(format!("no section {name}")),
+            Some(lines) if !lines.iter().any(|l| wanted(l)) => {
+                lacks.push(format!("{what} in {name}"))
+            }
+            Some(_) => {}
+        };
+    if services > 0 {
+        require("ipvs", "a virtual server besides the marker's", &|l| {
+            l.starts_with("-A ") && !is_marker(l)
+        });
+        require("kube-ipvs0", "an address besides the marker's", &|l| {
+            l.starts_with("inet") && !is_marker(l)
+        });
+        require("ipsets", "a member besides the marker's", &|l| {
+            l.contains(" member ") && !is_marker(l)
+        });
+    }
+    for save in ["iptables-save", "ip6tables-save"].iter().take(families) {
+        for table in ["nat", "filter"] {
+            require(&format!("{save} -t {table}"), "a rule", &|l| {
+                l.starts_with("-A ")
+            });
+        }
+    }
+    lacks
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A synced snapshot of one ClusterIP Service besides the marker, in
+    /// both families.
+    const SYNCED: &str = "## ipvs\n\
+        -A -t 198.18.0.10:80 -s rr\n\
+        -A -t 198.18.255.254:1003 -s rr\n\
+        -A -t [2001:db8:42::fffe]:1003 -s rr\n\
+        ## kube-ipvs0\n\
+        link kube-ipvs0\n\
+        inet 198.18.0.10/32\n\
+        inet 198.18.255.254/32\n\
+        inet6 2001:db8:42::fffe/128\n\
+        ## ipsets\n\
+        KUBE-CLUSTER-IP Type: hash:ip,port\n\
+        KUBE-CLUSTER-IP member 198.18.0.10,tcp:80\n\
+        KUBE-CLUSTER-IP member 198.18.255.254,tcp:1003\n\
+        KUBE-6-CLUSTER-IP member 2001:db8:42::fffe,tcp:1003\n\
+        ## iptables-save -t nat\n\
+        :KUBE-SERVICES\n\
+        -A PREROUTING -j KUBE-SERVICES\n\
+        ## iptables-save -t filter\n\
+        -A FORWARD -j KUBE-FORWARD\n\
+        ## ip6tables-save -t nat\n\
+        -A PREROUTING -j KUBE-SERVICES\n\
+        ## ip6tables-save -t filter\n\
+        -A FORWARD -j KUBE-FORWARD\n";
+
+    fn without(snapshot: &str, gone: &[&str]) -> String {
+        snapshot
+            .lines()
+            .filter(|l| !gone.iter().any(|g| l.contains(g)))
+            .map(|l| format!("{l}\n"))
+            .collect()
+    }
+
+    #[test]
+    fn a_synced_snapshot_lacks_nothing() {
+        assert_eq!(lacking(SYNCED, 1, 2), Vec::<String>::new());
+    }
+
+    #[test]
+    fn only_the_markers_is_not_enough_where_there_are_services() {
+        let only_marker = without(SYNCED, &["198.18.0.10"]);
+        assert_eq!(
+            lacking(&only_marker, 1, 2),
+            [
+                "a virtual server besides the marker's in ipvs",
+                "an address besides the marker's in kube-ipvs0",
+                "a member besides the marker's in ipsets",
+            ]
+        );
+        // Without Services, the marker's alone is right.
+        assert_eq!(lacking(&only_marker, 0, 2), Vec::<String>::new());
+    }
+
+    #[test]
+    fn an_empty_iptables_table_is_lacking_in_the_families_synced() {
+        let empty_v6_nat = SYNCED.replace(
+            "## ip6tables-save -t nat\n-A PREROUTING -j KUBE-SERVICES\n",
+            "## ip6tables-save -t nat\n",
+        );
+        assert_eq!(
+            lacking(&empty_v6_nat, 1, 2),
+            ["a rule in ip6tables-save -t nat"]
+        );
+        assert_eq!(lacking(&empty_v6_nat, 1, 1), Vec::<String>::new());
+        let no_v4_filter = without(SYNCED, &["KUBE-FORWARD"]);
+        assert_eq!(
+            lacking(&no_v4_filter, 0, 1),
+            ["a rule in iptables-save -t filter"]
+        );
+    }
+
+    #[test]
+    fn a_missing_section_is_lacking() {
+        let no_ipsets =
+            without(SYNCED, &["## ipsets", "KUBE-CLUSTER-IP", "KUBE-6"]);
+        assert_eq!(lacking(&no_ipsets, 1, 2), ["no section ipsets"]);
+        assert_eq!(lacking("", 0, 1).len(), 2);
+    }
 
     #[test]
     fn ipsets_keep_kube_sets_without_initval() {
