@@ -50,12 +50,14 @@
 # families: upstream's two proxiers sync apart), it has synced everything
 # the step changed. Then the snapshot must hold still for a second (two
 # seconds after a Node change, which the marker does not cover); one still
-# changing at the deadline fails the run, and so does one with no virtual
-# server but the marker's while the namespace has Services a proxy
-# programs.
+# changing at the deadline fails the run, and so does one that lacks a
+# section: no virtual server, kube-ipvs0 address or ipset member but the
+# marker's while the namespace has Services a proxy programs, or no rule
+# in nat or filter of a family. Every read of the kernel must succeed.
 #
 # Kernel-global state is reset to the guest's boot values before each
-# proxy and compared after it: the IPVS timeouts (`ipvsadm -L --timeout`),
+# proxy, read back (a value not back fails the run: ours would inherit
+# upstream's), and compared after it: the IPVS timeouts (`ipvsadm -L --timeout`),
 # every sysctl under net/ipv4/vs and net/netfilter (nf_conntrack_count
 # aside), conntrack's hashsize, ip_forward, the arp_ignore/arp_announce and
 # route_localnet of conf/all, IPv6 forwarding, and the mangle and raw
@@ -89,10 +91,6 @@ repo=$(cd "$here/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$repo/target}
 
 log() { printf '%s conformance: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
-
-# The marker's virtual addresses (tool/src/marker.rs has the objects).
-marker_v4=198.18.255.254
-marker_v6=2001:db8:42::fffe
 
 # ---------------------------------------------------------------- host side
 
@@ -497,48 +495,104 @@ collect_sysctl_files() {
     return 0
 }
 
+# The rules and chains of its own a table holds, counters dropped; fails
+# if the save does: an empty table and a failed save must not look alike.
+table_state() {
+    local text
+    text=$("$1-save" -t "$2") || {
+        echo "$1-save -t $2 failed"
+        return 1
+    }
+    text=${text//$'\r'/}
+    local line
+    while IFS= read -r line; do
+        [[ $line == -A* || $line == :*' - '* ]] || continue
+        printf '%s\n' "${line% \[*:*\]}"
+    done <<<"$text"
+}
+
 globals() {
+    local ok=0
     echo "## ipvsadm -L --timeout"
-    ipvsadm -L --timeout
+    ipvsadm -L --timeout || ok=1
     echo "## sysctls"
     local f v
     for f in "${sysctl_files[@]}"; do
         read -r v <"$f" || v="(unreadable)"
         printf '%s %s\n' "${f#/proc/sys/}" "${v//$'\t'/ }"
     done
-    local save table
-    for save in iptables-save ip6tables-save; do
+    local tool table text
+    for tool in iptables ip6tables; do
         for table in mangle raw; do
-            echo "## $save -t $table"
-            "$save" -t "$table" 2>/dev/null |
-                sed -e '/^#/d' -e 's/\[[0-9]*:[0-9]*\]$//' || true
+            echo "## $tool-save -t $table"
+            # A failed save fails: on both sides it would give the same
+            # empty section.
+            if text=$("$tool-save" -t "$table"); then
+                [[ -z $text ]] || sed -e '/^#/d' -e 's/\[[0-9]*:[0-9]*\]$//' <<<"$text"
+            else
+                echo "$tool-save -t $table failed"
+                ok=1
+            fi
         done
     done
+    return $ok
 }
 
-# Back to the boot values.
+# Back to the boot values, then read back: upstream runs first, and ours
+# must not inherit what upstream set, or the global-state diff would pass
+# without ours having set anything. Fails if anything is not back.
 reset_globals() {
-    local f boot now tcp tcpfin udp
+    local f boot now tcp tcpfin udp ok=0
     read -r _ _ _ _ tcp tcpfin udp <<<"$(ipvsadm -L --timeout)"
     if [[ "$tcp $tcpfin $udp" != "$boot_timeouts" ]]; then
         # shellcheck disable=SC2086 # three numbers
-        ipvsadm --set $boot_timeouts
+        ipvsadm --set $boot_timeouts || echo "ipvsadm --set $boot_timeouts failed"
     fi
     for f in "${sysctl_files[@]}"; do
         boot=${boot_sysctls[$f]}
         read -r now <"$f" || continue
         [[ $now == "$boot" ]] && continue
-        echo "$boot" >"$f" 2>/dev/null || echo "cannot reset $f to $boot (is $now)"
+        echo "$boot" >"$f" || echo "cannot write $boot to $f (is $now)"
     done
-    local tool table
+    # Chains of its own (upstream's canaries have no rule) as well as
+    # rules.
+    local tool table state
     for tool in iptables ip6tables; do
         for table in mangle raw; do
-            if [[ $("$tool-save" -t "$table" 2>/dev/null | grep -c '^-A') != 0 ]]; then
-                "$tool" -t "$table" -F
-                "$tool" -t "$table" -X
+            state=$(table_state "$tool" "$table") || {
+                echo "$state"
+                ok=1
+                continue
+            }
+            if [[ -n $state ]]; then
+                "$tool" -t "$table" -F || ok=1
+                "$tool" -t "$table" -X || ok=1
             fi
         done
     done
+    # The read back, with builtins but for the tools.
+    read -r _ _ _ _ tcp tcpfin udp <<<"$(ipvsadm -L --timeout)"
+    if [[ "$tcp $tcpfin $udp" != "$boot_timeouts" ]]; then
+        echo "cannot reset the IPVS timeouts to $boot_timeouts (are $tcp $tcpfin $udp)"
+        ok=1
+    fi
+    for f in "${sysctl_files[@]}"; do
+        read -r now <"$f" || now="(unreadable)"
+        if [[ $now != "${boot_sysctls[$f]}" ]]; then
+            echo "cannot reset $f to ${boot_sysctls[$f]} (is $now)"
+            ok=1
+        fi
+    done
+    for tool in iptables ip6tables; do
+        for table in mangle raw; do
+            if ! state=$(table_state "$tool" "$table") || [[ -n $state ]]; then
+                echo "cannot empty $tool -t $table:"
+                echo "$state"
+                ok=1
+            fi
+        done
+    done
+    return $ok
 }
 
 force_clean() {
@@ -554,11 +608,6 @@ force_clean() {
     for t in $(ipset list -n | grep '^KUBE-'); do
         ipset destroy "$t" 2>/dev/null || true
     done
-}
-
-# Virtual servers besides the marker's.
-programmed() {
-    ipvsadm -Sn | grep '^-A' | grep -v -e "$marker_v4:" -e "\[$marker_v6\]:" -c || true
 }
 
 # The proxy under test: its label, binary, pid and log.
@@ -632,10 +681,14 @@ end_process() {
     wait "$pid" 2>/dev/null || true
 }
 
+# Both fail if the process outlived SIGKILL: the next would start over
+# it, and two proxies would write the same kernel.
 stop_api_side() {
+    local rc=0
     [[ -n $api_pid ]] || return 0
-    end_process "$api_pid" "${1:-TERM}" "the API side" || true
+    end_process "$api_pid" "${1:-TERM}" "the API side" || rc=1
     api_pid=
+    return $rc
 }
 
 stop_proxy() {
@@ -714,11 +767,24 @@ sed -n 's/^ignore: *//p' "$here/differences.md" >"$ignores"
 # grep -f with no pattern at all matches nothing, not everything.
 [[ -s $ignores ]] || echo '^$never^' >"$ignores"
 
-# compare A B WHAT: prints the differences not excused; fails if any.
+# compare A B WHAT: prints the differences not excused; fails if any, and
+# if a snapshot is missing or empty or diff itself fails: two missing
+# files have no differences, and would pass for identical.
 excused_total=0
 compare() {
-    local raw left
-    raw=$(diff "$1" "$2" | grep '^[<>]' || true)
+    local raw left f rc=0
+    for f in "$1" "$2"; do
+        if [[ ! -s $f ]]; then
+            echo "--- $3: no snapshot $f to compare"
+            return 1
+        fi
+    done
+    raw=$(diff "$1" "$2") || rc=$?
+    if ((rc > 1)); then
+        echo "--- $3: diff failed (status $rc)"
+        return 1
+    fi
+    raw=$(printf '%s\n' "$raw" | grep '^[<>]' || true)
     left=$(printf '%s\n' "$raw" | grep -v -E -f "$ignores" | grep . || true)
     excused_total=$((excused_total + $(printf '%s' "$raw" | grep -c . || true) -
         $(printf '%s' "$left" | grep -c . || true)))
@@ -762,7 +828,11 @@ kills=()
 pass() {
     proxy_label=$1
     local problems=0
-    reset_globals >>"$dir/setup.log" 2>&1
+    if ! reset_globals >"$work/reset.out" 2>&1; then
+        echo "resetting the kernel-global state to the boot values before $proxy_label failed:"
+        cat "$work/reset.out"
+        return 1
+    fi
     if ! bash "$spec/setup.sh" >>"$dir/setup.log" 2>&1; then
         echo "the scenario's setup failed:"
         tail -n 5 "$dir/setup.log"
@@ -782,7 +852,7 @@ pass() {
     start_proxy
     local t0=$SECONDS
     if ! wait_synced 0 "$dir/$proxy_label-0.txt"; then
-        stop_proxy
+        stop_proxy || true
         finish "$proxy_label" || true
         return 1
     fi
@@ -794,7 +864,7 @@ pass() {
         [[ $proxy_label == upstream ]] && restart=$restart_upstream
         if [[ $restart != - ]]; then
             log "$run: $proxy_label stopped with SIG${restart^^} before step $i"
-            [[ $restart == kill ]] && stop_proxy KILL || stop_proxy TERM
+            stop_proxy "${restart^^}" || { problems=1; break; }
         fi
         local asked=$(now_ms) frozen=
         # Upstream rebuilds everything at each sync, so its state after a
@@ -830,18 +900,27 @@ pass() {
         check_programmed "$i" || problems=1
     done <"$steps_file"
     ((steps == 0)) || log "$run: $proxy_label went through $steps steps in $((SECONDS - t0))s"
-    stop_proxy
-    stop_api_side
-    globals >"$dir/$proxy_label-globals.txt"
+    stop_proxy || problems=1
+    stop_api_side || problems=1
+    if ! globals >"$dir/$proxy_label-globals.txt"; then
+        echo "reading the kernel-global state after $proxy_label failed:"
+        grep failed "$dir/$proxy_label-globals.txt"
+        problems=1
+    fi
     t0=$SECONDS
     finish "$proxy_label" || problems=1
     log "$run: $proxy_label cleaned up in $((SECONDS - t0))s"
     return $problems
 }
 
+# check_programmed STEP: the step's snapshot has what its Services make a
+# proxy program, in every section (tool: `conformance check`): two
+# snapshots that lack a section alike compare equal.
 check_programmed() {
-    if ((${services[$1]:-0} > 0 && $(programmed) == 0)); then
-        echo "$proxy_label: step $1 has ${services[$1]} Services but no virtual server"
+    local lacks
+    if ! lacks=$("$bin/conformance" check "$dir/$proxy_label-$1.txt" \
+        --services "${services[$1]:-0}" --families "$families"); then
+        echo "$proxy_label: step $1 has ${services[$1]:-0} Services, but its snapshot lacks: $lacks"
         return 1
     fi
 }
@@ -905,7 +984,7 @@ kill_during_step() {
     fi
     # No sleep process either: starting one takes ~0.1 s in the guest.
     ((ms == 0)) || read -r -t "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))" -u 9 || true
-    stop_proxy KILL
+    stop_proxy KILL || return 1
     process=$(sync_stage)
     doing "step $i: the kernel's state at the SIGKILL"
     at=$(snapshot)
@@ -967,7 +1046,7 @@ kill_api_side_during_step() {
     ) &
     requester=$!
     ((ms == 0)) || read -r -t "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))" -u 9 || true
-    stop_api_side KILL
+    stop_api_side KILL || return 1
     start_api_side
     api_kills=$((api_kills + 1))
     log "$run: the API side killed ${ms}ms into step $i and started again"
@@ -982,8 +1061,10 @@ kill_api_side_during_step() {
     answer=${answer#ok }
 }
 
-# Compares every step's snapshots and the global state; prints the steps
-# that differ.
+# compare_passes LABEL...: each pass that ran (ours, the split) against
+# upstream, every step's snapshots and the global state; prints the steps
+# that differ. A step without both snapshots counts as differing: it was
+# not compared.
 compare_passes() {
     local i name bad=0
     local -a names=("the initial objects")
@@ -1000,18 +1081,16 @@ compare_passes() {
     fi
     # Ours, and ours fed by the split when it ran: each against upstream.
     local label what
-    for label in ours split; do
+    for label in "$@"; do
         what=
         [[ $label == split ]] && what="the split's "
         for ((i = 0; i <= steps; i++)); do
-            [[ -f $dir/upstream-$i.txt && -f $dir/$label-$i.txt ]] || continue
             if ! compare "$dir/upstream-$i.txt" "$dir/$label-$i.txt" "$run ${what}step $i (${names[i]})"; then
                 bad=$((bad + 1))
                 differing+=("${what}step $i (${names[i]})")
             fi
         done
-        if [[ -f $dir/upstream-globals.txt && -f $dir/$label-globals.txt ]] &&
-            ! compare "$dir/upstream-globals.txt" "$dir/$label-globals.txt" "$run ${what}kernel-global state"; then
+        if ! compare "$dir/upstream-globals.txt" "$dir/$label-globals.txt" "$run ${what}kernel-global state"; then
             bad=$((bad + 1))
             differing+=("${what}kernel-global state")
         fi
@@ -1038,7 +1117,9 @@ scenario() {
         problems+=("the split's pass failed")
     fi
     request "delete $run" || problems+=("deleting its objects failed")
-    compare_passes || problems+=("${#differing[@]} steps differ: ${differing[*]}")
+    local passes=(ours)
+    ((split)) && passes+=(split)
+    compare_passes "${passes[@]}" || problems+=("${#differing[@]} steps differ: ${differing[*]}")
     if [[ -n ${CONFORMANCE_VERBOSE:-} ]]; then
         echo "--- $run: upstream's log"
         cat "$dir/upstream.log"
@@ -1130,9 +1211,12 @@ takeover() {
 
     pass ours || problems+=("our clean start failed")
     pass upstream || problems+=("upstream's clean start failed")
-    compare_passes || problems+=("the clean starts differ")
+    compare_passes ours || problems+=("the clean starts differ")
 
-    reset_globals >>"$dir/setup.log" 2>&1
+    if ! reset_globals >"$work/reset.out" 2>&1; then
+        cat "$work/reset.out"
+        problems+=("resetting the kernel-global state failed")
+    fi
     bash "$spec/setup.sh" >>"$dir/setup.log" 2>&1 || problems+=("setup failed")
     proxy_label=upstream
     start_proxy
@@ -1140,7 +1224,7 @@ takeover() {
     touch "$go"
     sleep 3
     log "$run: upstream stopped, ours starts over its state"
-    stop_proxy
+    stop_proxy || problems+=("upstream outlived SIGKILL")
     proxy_label=ours
     start_proxy
     wait_synced 0 "$dir/takeover-ours.txt" || problems+=("ours did not sync over upstream's state")
@@ -1148,7 +1232,7 @@ takeover() {
         problems+=("ours after the takeover differs from ours from a clean start")
     sleep 3
     log "$run: ours stopped, upstream starts over its state (the rollback)"
-    stop_proxy
+    stop_proxy || problems+=("ours outlived SIGKILL")
     proxy_label=upstream
     start_proxy
     wait_synced 0 "$dir/rollback-upstream.txt" || problems+=("upstream did not sync over our state")
@@ -1156,7 +1240,7 @@ takeover() {
         problems+=("upstream after the rollback differs from upstream from a clean start")
     sleep 3
     touch "$stop"
-    stop_proxy
+    stop_proxy || problems+=("upstream outlived SIGKILL")
     finish upstream || problems+=("cleaning up failed")
     touch "$done"
     wait "$traffic" || problems+=("the traffic client failed")
@@ -1198,6 +1282,7 @@ watchdog_pid=$!
 trap 'kill "$watchdog_pid" 2>/dev/null || true' EXIT
 failed=0
 start=$SECONDS
+done_runs=0
 for run in "${runs[@]}"; do
     t0=$SECONDS
     spec=$CONFORMANCE_WORK/$run
@@ -1208,16 +1293,29 @@ for run in "${runs[@]}"; do
     log "$run"
     what=scenario
     [[ $run == takeover-* ]] && what=takeover
-    if ! "$what" >"$work/$run.out" 2>&1; then
-        failed=$((failed + 1))
+    # Left of ||, "$what" runs with set -e off, and so do its functions:
+    # every status that matters in there is checked by hand.
+    ok=1
+    "$what" >"$work/$run.out" 2>&1 || ok=0
+    # A process that outlived SIGKILL would be under every later run's
+    # proxy: those are not run.
+    stuck=0
+    stop_proxy >>"$work/$run.out" 2>&1 || stuck=1
+    stop_api_side >>"$work/$run.out" 2>&1 || stuck=1
+    if ((stuck)); then
+        echo "RESULT $run DIFFERENT: a process of it outlived SIGKILL; the runs after it not run" \
+            >>"$work/$run.out"
+        ok=0
     fi
-    stop_proxy
-    stop_api_side
+    ((ok)) || failed=$((failed + 1))
+    done_runs=$((done_runs + 1))
     cat "$work/$run.out"
     grep '^RESULT' "$work/$run.out" | sed "s/\$/ [$((SECONDS - t0))s]/" >>"$results" ||
         echo "RESULT $run ERROR (no result; see above)" >>"$results"
     grep '^KILLS' "$work/$run.out" >>"$results" || true
+    ((stuck == 0)) || break
 done
+failed=$((failed + ${#runs[@]} - done_runs))
 echo "=== conformance: ${#runs[@]} runs in $((SECONDS - start))s, $failed not identical"
 cat "$results"
 ((failed == 0))
