@@ -13,7 +13,10 @@
 # under its src/ names the feature: then they are the host's `cargo test`
 # over again, 6-50x slower (kube-ipvs-proxy's took 90 s of the guest).
 # VM_TEST_FEATURES adds features to that build (comma separated, e.g.
-# `kube-ipvs-proxy/e2e-tests` for `make e2e`); the guest
+# `kube-ipvs-proxy/e2e-tests` for `make e2e`); VM_TEST_EXPECT, the number
+# of tests that must pass over all binaries: a name filter that matches
+# nothing, or tests ignored for a missing feature, pass having run
+# nothing, so a run with a filter says how many it means to run. The guest
 # settings of tests/vm/run (VM_HOST_PORTS, VM_PASS_ENV, ...) pass through.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -92,7 +95,22 @@ trap 'rm -f "$script"' EXIT
     printf 'args=('
     printf '%q ' "${test_args[@]}"
     printf ')\n'
+    printf 'expect=%q\n' "${VM_TEST_EXPECT:-}"
     echo 'failed=()'
+    # The last summary of each binary counts: a test that runs this
+    # binary again (kernel_iptables, under unshare) prints one too.
+    cat <<'EOF'
+passed=0
+out=/tmp/vm-test.out
+run_binary() {
+    local dir=$1 exe=$2 rc
+    (cd "$dir" && CARGO_MANIFEST_DIR=$dir "$exe" "${args[@]}") 2>&1 | tee "$out"
+    rc=${PIPESTATUS[0]}
+    passed=$((passed + $(awk 'match($0, /^test result: .* [0-9]+ passed;/) {
+        n = $0; sub(/ passed;.*/, "", n); sub(/.* /, "", n) } END { print n + 0 }' "$out")))
+    return "$rc"
+}
+EOF
     while IFS=$'\t' read -r exe dir what; do
         if [[ $what == *" lib "* ]] &&
             ! grep -rqs 'feature = "kernel-tests"' "$dir/src"; then
@@ -100,10 +118,13 @@ trap 'rm -f "$script"' EXIT
             continue
         fi
         printf 'echo %q\n' "==> $what"
-        printf '(cd %q && CARGO_MANIFEST_DIR=%q %q "${args[@]}") || failed+=(%q)\n' \
-            "$dir" "$dir" "$exe" "$what"
+        printf 'run_binary %q %q || failed+=(%q)\n' "$dir" "$exe" "$what"
     done <<<"$binaries"
     cat <<'EOF'
+echo "vm-test: $passed tests passed${expect:+, $expect expected}"
+if [[ -n $expect ]] && ((passed != expect)); then
+    failed+=("$passed tests passed where $expect were expected (a test renamed, a filter or a feature that leaves some out?)")
+fi
 if ((${#failed[@]})); then
     echo "vm-test: FAILED in the guest:"
     printf '  %s\n' "${failed[@]}"
