@@ -114,8 +114,11 @@ e2e-k8s:
 # kind-e2e). The control plane stops either way.
 # One feature set for the host and the guest part, and for node-e2e, so the
 # crate builds once; built before the control plane starts, whose
-# processes hold the memory a link needs.
+# processes hold the memory a link needs. GUEST_E2E_TESTS: how many tests
+# the guest_e2e filter must run (those of tests/cluster_e2e/guest_e2e*):
+# a filter that matches nothing passes too.
 E2E_FEATURES = kube-ipvs-proxy/kernel-tests,kube-ipvs-proxy/e2e-tests,kube-ipvs-proxy/node-tests
+GUEST_E2E_TESTS = 6
 e2e:
 	tests/vm/deps.sh prometheus
 	cargo test --no-run -p kube-ipvs-proxy --features $(E2E_FEATURES)
@@ -126,6 +129,7 @@ e2e:
 	VM_HOST_PORTS="$$E2E_VM_HOST_PORTS" \
 	VM_PASS_ENV="E2E_PROXY_KUBECONFIG E2E_ADMIN_GUEST_KUBECONFIG E2E_CONTROL_PORT" \
 	VM_TEST_FEATURES=kube-ipvs-proxy/e2e-tests,kube-ipvs-proxy/node-tests \
+	VM_TEST_EXPECT=$(GUEST_E2E_TESTS) \
 	tests/vm/run-tests.sh kube-ipvs-proxy -- guest_e2e --nocapture; \
 	rc=$$?; tests/e2e/control-plane.sh stop; exit $$rc
 
