@@ -1,9 +1,15 @@
 //! The `RESULT` lines of all runs into one table: printed as Markdown,
 //! written as CSV, and charted (upstream ÷ ours per measure and size) as
-//! a PNG by gnuplot.
+//! a PNG by gnuplot. Each proxy and size is one run, which the script
+//! stamps with a `RUN proxy services STAMP` line (commit, date, kernel,
+//! host); the table names each figure's run, because results kept from
+//! earlier runs sit beside new ones.
 
 use std::{
-    collections::BTreeMap, fmt::Write as _, path::Path, process::Command,
+    collections::{BTreeMap, BTreeSet},
+    fmt::Write as _,
+    path::Path,
+    process::Command,
 };
 
 use anyhow::{bail, Context};
@@ -195,13 +201,36 @@ impl Pair {
 /// (services, measure) -> both proxies' values.
 type Table = BTreeMap<(usize, String), Pair>;
 
-/// Every well-formed RESULT line into the table. A malformed one (a
-/// run killed mid-line, a measure that printed nothing) is named and
-/// skipped: the other measures of that run and the other runs still make
-/// the table.
-fn parse(text: &str) -> anyhow::Result<Table> {
+/// (services, whether upstream's) -> the stamp of the run that measured
+/// that proxy at that size.
+type Runs = BTreeMap<(usize, bool), String>;
+
+/// A size and proxy with results but no stamp: kept from a run made
+/// before runs were stamped, so nothing says which commit or day.
+const UNSTAMPED: &str = "not recorded";
+
+/// Every well-formed RESULT line into the table, every RUN line's stamp
+/// into the runs. A malformed one (a run killed mid-line, a measure that
+/// printed nothing) is named and skipped: the other measures of that run
+/// and the other runs still make the table.
+fn parse(text: &str) -> anyhow::Result<(Table, Runs)> {
     let mut table = Table::new();
+    let mut runs = Runs::new();
     for (i, line) in text.lines().enumerate() {
+        if let Some(rest) = line.strip_prefix("RUN ") {
+            match run(rest) {
+                Ok((upstream, services, stamp)) => {
+                    runs.insert((services, upstream), stamp.to_string());
+                }
+                Err(e) => {
+                    eprintln!(
+                        "report: line {}: {e:#}, skipped: {line:?}",
+                        i + 1
+                    )
+                }
+            }
+            continue;
+        }
         let Some(rest) = line.strip_prefix("RESULT ") else {
             continue;
         };
@@ -223,7 +252,31 @@ fn parse(text: &str) -> anyhow::Result<Table> {
     if table.is_empty() {
         bail!("no RESULT lines");
     }
-    Ok(table)
+    Ok((table, runs))
+}
+
+fn proxy_and_size(
+    proxy: &str,
+    services: &str,
+) -> anyhow::Result<(bool, usize)> {
+    let upstream = match proxy {
+        "upstream" => true,
+        "ours" => false,
+        other => bail!("unknown proxy {other:?}"),
+    };
+    Ok((upstream, services.parse().context("services")?))
+}
+
+/// One RUN line's fields: whether it is upstream's, the size, the stamp.
+fn run(rest: &str) -> anyhow::Result<(bool, usize, &str)> {
+    let mut fields = rest.splitn(3, ' ');
+    let (Some(proxy), Some(services), Some(stamp)) =
+        (fields.next(), fields.next(), fields.next())
+    else {
+        bail!("not `proxy services stamp`");
+    };
+    let (upstream, services) = proxy_and_size(proxy, services)?;
+    Ok((upstream, services, stamp.trim()))
 }
 
 /// One RESULT line's fields: whether it is upstream's, the size, the
@@ -233,12 +286,7 @@ fn result(rest: &str) -> anyhow::Result<(bool, usize, &str, f64)> {
     let [proxy, services, measure, value] = fields[..] else {
         bail!("not `proxy services measure value`");
     };
-    let upstream = match proxy {
-        "upstream" => true,
-        "ours" => false,
-        other => bail!("unknown proxy {other:?}"),
-    };
-    let services = services.parse().context("services")?;
+    let (upstream, services) = proxy_and_size(proxy, services)?;
     let value = value.parse().context("value")?;
     Ok((upstream, services, measure, value))
 }
@@ -259,7 +307,15 @@ fn sizes(table: &Table) -> Vec<usize> {
     sizes
 }
 
-fn markdown(table: &Table) -> String {
+/// The stamp of the run behind `value`, empty when there is no value.
+fn run_of(runs: &Runs, n: usize, upstream: bool, value: Option<f64>) -> &str {
+    match value {
+        None => "",
+        Some(_) => runs.get(&(n, upstream)).map_or(UNSTAMPED, String::as_str),
+    }
+}
+
+fn markdown(table: &Table, runs: &Runs) -> String {
     let mut out = String::from(
         "| services x 10 endpoints | measure | upstream | ours | upstream / ours |\n\
          |---:|---|---:|---:|---:|\n",
@@ -282,19 +338,50 @@ fn markdown(table: &Table) -> String {
             );
         }
     }
+    out.push_str(
+        "\n| services x 10 endpoints | proxy | measured in the run |\n\
+         |---:|---|---|\n",
+    );
+    let measured: BTreeSet<(usize, bool)> = table
+        .iter()
+        .flat_map(|((n, _), pair)| {
+            [(true, pair.upstream), (false, pair.ours)]
+                .into_iter()
+                .filter(|(_, value)| value.is_some())
+                .map(move |(upstream, _)| (*n, upstream))
+        })
+        .collect();
+    for n in sizes(table) {
+        for (upstream, proxy) in [(true, "upstream"), (false, "ours")] {
+            if measured.contains(&(n, upstream)) {
+                let stamp =
+                    runs.get(&(n, upstream)).map_or(UNSTAMPED, String::as_str);
+                let _ = writeln!(out, "| {n} | {proxy} | {stamp} |");
+            }
+        }
+    }
     out
 }
 
-fn csv(table: &Table) -> String {
-    let mut out = String::from("services,measure,upstream,ours,ratio\n");
+/// A CSV field, quoted: stamps have commas.
+fn quoted(text: &str) -> String {
+    format!("\"{}\"", text.replace('"', "\"\""))
+}
+
+fn csv(table: &Table, runs: &Runs) -> String {
+    let mut out = String::from(
+        "services,measure,upstream,ours,ratio,upstream_run,ours_run\n",
+    );
     let cell = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v}"));
     for ((n, measure), pair) in table {
         let _ = writeln!(
             out,
-            "{n},{measure},{},{},{}",
+            "{n},{measure},{},{},{},{},{}",
             cell(pair.upstream),
             cell(pair.ours),
-            cell(pair.ratio())
+            cell(pair.ratio()),
+            quoted(run_of(runs, *n, true, pair.upstream)),
+            quoted(run_of(runs, *n, false, pair.ours)),
         );
     }
     out
@@ -372,12 +459,12 @@ fn plot(data: &Path, png: &Path, columns: usize) -> anyhow::Result<()> {
 pub fn write(results: &Path, dir: &Path) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(results)
         .with_context(|| format!("reading {}", results.display()))?;
-    let table = parse(&text)?;
+    let (table, runs) = parse(&text)?;
     std::fs::create_dir_all(dir)?;
-    let table_md = markdown(&table);
+    let table_md = markdown(&table, &runs);
     print!("{table_md}");
     std::fs::write(dir.join("vs-upstream.md"), &table_md)?;
-    std::fs::write(dir.join("vs-upstream.csv"), csv(&table))?;
+    std::fs::write(dir.join("vs-upstream.csv"), csv(&table, &runs))?;
     let data = dir.join("vs-upstream.dat");
     std::fs::write(&data, chart_data(&table))?;
     let png = dir.join("vs-upstream.png");

@@ -56,12 +56,21 @@ cp "$(dirname "$(dirname "$exe")")/kube-ipvs-proxy" "$out/bin/kube-ipvs-proxy"
 cp "$E2E_K8S_DIR/bin/kube-proxy" "$out/bin/kube-proxy"
 bench=$out/bin/vs_upstream
 
-# BENCH_KEEP_RESULTS=1 keeps the other sizes' and proxies' results of an
-# earlier run (of the same commit, one hopes), replacing only those run
-# now.
+# BENCH_KEEP_RESULTS=1 keeps the other sizes' and proxies' results of
+# earlier runs, replacing only those run now. Each proxy and size's
+# results carry a RUN line, the stamp of the run that measured them
+# (the report prints it beside them), since kept ones may come from
+# another commit, day or host.
 results=$out/results.txt
 [[ -n ${BENCH_KEEP_RESULTS:-} ]] || : >"$results"
 touch "$results"
+# What the binaries just copied were built from: uncommitted changes
+# make a run no longer that commit's.
+commit=$(git rev-parse --short HEAD)
+git diff --quiet HEAD -- || commit+=-dirty
+machine="upstream kube-proxy $("$out/bin/kube-proxy" --version 2>/dev/null | awk '{print $2}'),\
+ guest kernel $(vm_kernel_release) under QEMU ${VM_ACCEL:-tcg}\
+ on $(nproc) x $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
 failed=()
 relay_pid=
 stop_relay() {
@@ -126,6 +135,7 @@ EOF
         # the development host is a VM, and what its neighbours take
         # slows both proxies' every step, unseen by the guest.
         steal_before=$(host_steal_ticks)
+        stamp="kube-ipvs-proxy $commit, $(date -u +%Y-%m-%dT%H:%MZ), $machine"
         host_ports=$E2E_VM_HOST_PORTS
         relay=
         if [[ $writer == relay ]]; then
@@ -153,7 +163,8 @@ BENCH_COLD_TIMEOUT BENCH_TRASH_WARMUP BENCH_RELAY" \
         fi
         steal=$(host_steal_pct "$steal_before")
         vm_log "$proxy, $n services: the host's hypervisor took $steal % of its CPUs over the run (steal)"
-        sed -i "/^RESULT $proxy $n /d" "$results"
+        sed -i "/^RESULT $proxy $n /d; /^RUN $proxy $n /d" "$results"
+        echo "RUN $proxy $n $stamp" >>"$results"
         grep '^RESULT ' "$out/$proxy-$n.log" >>"$results" || true
         echo "$api_alone" >>"$results"
         echo "RESULT $proxy $n host_steal_pct $steal" >>"$results"
@@ -167,12 +178,9 @@ BENCH_COLD_TIMEOUT BENCH_TRASH_WARMUP BENCH_RELAY" \
     done
 done
 
-{
-    echo "kube-ipvs-proxy $(git rev-parse --short HEAD) against upstream" \
-        "kube-proxy $("$out/bin/kube-proxy" --version 2>/dev/null | awk '{print $2}')," \
-        "$(date -u +%Y-%m-%d), guest kernel $(vm_kernel_release)" \
-        "under QEMU ${VM_ACCEL:-tcg} on $(nproc) x $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
-} | tee "$out/machine.txt"
+# The runs' own stamps, not this invocation's: kept results were
+# measured by earlier ones.
+grep '^RUN ' "$results" >"$out/machine.txt" || true
 "$bench" report "$results" "$out"
 if ((${#failed[@]} > 0)); then
     vm_die "failed: ${failed[*]}"
