@@ -273,51 +273,60 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// The proxy run in `ns` on examples/cluster.yaml with `extra`, its
+/// stderr through a file.
+fn run_in(ns: &Netns, scratch: &Scratch, extra: &[&str]) -> (Output, String) {
+    let log = scratch.0.join("stderr");
+    let state = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/cluster.yaml");
+    let file = File::create(&log).expect("stderr file");
+    let out = Command::new("ip")
+        .args(["netns", "exec", &ns.0, PROXY, "--state", state])
+        .args(["--healthz-bind-address=", "--metrics-bind-address="])
+        .args(extra)
+        .env_remove("RUST_LOG")
+        .stderr(Stdio::from(file))
+        .output()
+        .expect("the proxy runs");
+    (out, fs::read_to_string(&log).expect("log"))
+}
+
+// Oracles independent of the proxy: what a kernel with the modules loaded
+// shows (the proxy's requests load them where they exist).
+fn has_ipvs() -> bool {
+    Path::new("/proc/net/ip_vs").exists()
+}
+
+fn has_dummy() -> bool {
+    Path::new("/sys/module/dummy").exists()
+}
+
+const FORWARD: &str = "cat /proc/sys/net/ipv4/ip_forward";
+
 /// The start on this machine's kernel (no IPVS, no dummy driver): one
 /// line naming both and the modules, exit 69, and nothing left behind,
-/// sysctls included; `--init-only` checks the same. Where the kernel has
-/// them (the guest), `--init-only` passes the check, sets the sysctls and
-/// leaves nothing behind either.
+/// sysctls included; `--init-only` checks the same.
 #[test]
+#[cfg_attr(
+    feature = "kernel-tests",
+    ignore = "the guest has IPVS and the dummy driver loaded, and cannot \
+              unload them under the other tests: this runs on the host \
+              (`make unit`), whose kernel has neither"
+)]
 fn a_kernel_without_ipvs_is_refused_and_left_as_it_was() {
     assert!(
         is_root(),
         "needs root for a network namespace (CI and the development \
          machines run tests as root)"
     );
+    let (has_ipvs, has_dummy) = (has_ipvs(), has_dummy());
+    assert!(
+        !(has_ipvs && has_dummy),
+        "this kernel has IPVS and the dummy driver: nothing to refuse \
+         here (the development and CI hosts have neither)"
+    );
     let scratch = Scratch::new("no-ipvs");
     let ns = Netns::new("startup");
-    let forward = "cat /proc/sys/net/ipv4/ip_forward";
-    let forward_before = ns.sh(forward);
-    let log = scratch.0.join("stderr");
-    let state = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/cluster.yaml");
-    let run = |extra: &[&str]| {
-        let file = File::create(&log).expect("stderr file");
-        let out = Command::new("ip")
-            .args(["netns", "exec", &ns.0, PROXY, "--state", state])
-            .args(["--healthz-bind-address=", "--metrics-bind-address="])
-            .args(extra)
-            .env_remove("RUST_LOG")
-            .stderr(Stdio::from(file))
-            .output()
-            .expect("the proxy runs");
-        (out, fs::read_to_string(&log).expect("log"))
-    };
-
-    // --init-only first: it ends whatever the kernel has.
-    let (out, text) = run(&["--init-only"]);
-    // Oracles independent of the proxy: what a kernel with the modules
-    // loaded shows (the proxy's requests load them where they exist).
-    let has_ipvs = Path::new("/proc/net/ip_vs").exists();
-    let has_dummy = Path::new("/sys/module/dummy").exists();
-    if has_ipvs && has_dummy {
-        assert_eq!(out.status.code(), Some(0), "{text}");
-        assert!(text.contains("--init-only"), "{text}");
-        assert_eq!(leftovers(&ns), Vec::<String>::new());
-        assert_eq!(ns.sh("ipvsadm -Ln | grep -c ^TCP || true").trim(), "0");
-        assert_eq!(ns.sh(forward).trim(), "1", "IPVS mode's sysctls set");
-        return;
-    }
+    let forward_before = ns.sh(FORWARD);
     let check_refusal = |code: Option<i32>, text: &str| {
         assert_eq!(code, Some(69), "EX_UNAVAILABLE: {text}");
         let errors: Vec<&str> =
@@ -337,13 +346,38 @@ fn a_kernel_without_ipvs_is_refused_and_left_as_it_was() {
         let load = format!("`modprobe {}`", modules.join(" "));
         assert!(line.contains(&load), "{line}");
     };
+
+    let (out, text) = run_in(&ns, &scratch, &["--init-only"]);
     check_refusal(out.status.code(), &text);
     assert_eq!(leftovers(&ns), Vec::<String>::new());
-    assert_eq!(ns.sh(forward), forward_before, "sysctls untouched");
+    assert_eq!(ns.sh(FORWARD), forward_before, "sysctls untouched");
 
     // The proxy's own start: refused the same way, before anything.
-    let (out, text) = run(&[]);
+    let (out, text) = run_in(&ns, &scratch, &[]);
     check_refusal(out.status.code(), &text);
     assert_eq!(leftovers(&ns), Vec::<String>::new());
-    assert_eq!(ns.sh(forward), forward_before, "sysctls untouched");
+    assert_eq!(ns.sh(FORWARD), forward_before, "sysctls untouched");
+}
+
+/// Where the kernel has them (the guest), `--init-only` passes the check,
+/// sets the sysctls and leaves nothing behind either.
+#[test]
+#[cfg_attr(
+    not(feature = "kernel-tests"),
+    ignore = "needs IPVS and the dummy driver: run `make vm-test`"
+)]
+fn init_only_on_a_kernel_with_ipvs_sets_the_sysctls_and_leaves_nothing() {
+    assert!(is_root(), "needs root for a network namespace");
+    assert!(
+        has_ipvs() && has_dummy(),
+        "needs IPVS and the dummy driver loaded (the guest loads both)"
+    );
+    let scratch = Scratch::new("ipvs");
+    let ns = Netns::new("init-only");
+    let (out, text) = run_in(&ns, &scratch, &["--init-only"]);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("--init-only"), "{text}");
+    assert_eq!(leftovers(&ns), Vec::<String>::new());
+    assert_eq!(ns.sh("ipvsadm -Ln | grep -c ^TCP || true").trim(), "0");
+    assert_eq!(ns.sh(FORWARD).trim(), "1", "IPVS mode's sysctls set");
 }
