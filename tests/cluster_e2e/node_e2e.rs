@@ -644,6 +644,29 @@ fn the_daemonset_runs_under_the_kubelet() -> Result<()> {
             log.lines().count(),
             log.lines().next().unwrap_or_default()
         );
+
+        // `kubectl exec` (and exec probes) must run in the container's own
+        // filesystem: only the image has the proxy at this path and the
+        // kubeadm-style `kube-proxy` link beside it; a node whose runtime
+        // cannot pivot into the image runs the command in its own root.
+        let found = c.env.kubectl(
+            &[
+                "-n",
+                "kube-system",
+                "exec",
+                &pod_name,
+                "--",
+                "readlink",
+                "/usr/local/bin/kube-proxy",
+            ],
+            None,
+        )?;
+        ensure!(
+            found.trim() == "kube-ipvs-proxy",
+            "kubectl exec {pod_name} -- readlink /usr/local/bin/kube-proxy: \
+             {found:?}, not the image's link"
+        );
+        println!("node_e2e: kubectl exec runs in the image's filesystem");
         Ok(())
     })
 }
