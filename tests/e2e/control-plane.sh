@@ -11,11 +11,14 @@
 # (kubelet.kubeconfig), so no Node is made here and deploy/ is not
 # applied (the test applies it as a user would); kube-scheduler runs, the
 # controller-manager runs every controller (node lifecycle included) and
-# gives each Node a podCIDR from 198.19.0.0/16; the API server reaches the
-# kubelet (logs, exec) through an HTTP CONNECT egress on a Unix socket here
-# that connects every request to the host's E2E_KUBELET_FORWARD_PORT, which
-# the guest forwards to its kubelet (VM_GUEST_PORTS in tests/vm/run; `env`
-# prints E2E_VM_GUEST_PORTS).
+# gives each Node a podCIDR from 198.19.0.0/16; the API server reaches into
+# the cluster network (kubelets for logs and exec, Pods and Services for
+# the proxy subresources) through an HTTP CONNECT egress on a Unix socket
+# here, piped to the host's E2E_KUBELET_FORWARD_PORT, which the guest
+# forwards to its node's CONNECT agent (tests/node-e2e/connect.sh;
+# VM_GUEST_PORTS in tests/vm/run; `env` prints E2E_VM_GUEST_PORTS).
+# E2E_NODE_NAMES names every node that will join (default E2E_NODE_NAME
+# alone): each gets its client certificate and kubelet-NAME.kubeconfig.
 #
 #   control-plane.sh start   build if needed, start, wait until ready, add
 #                            the guest's Node, apply deploy/ (server-side
@@ -49,7 +52,9 @@
 #                           tests in the guest that create and change
 #                           objects
 #   kubelet.kubeconfig      (E2E_KUBELET=1) the node's client certificate
-#                           (system:node:NODE), https://10.0.2.100:6443
+#                           (system:node:NODE), https://10.0.2.100:6443;
+#                           kubelet-NAME.kubeconfig the same for each of
+#                           E2E_NODE_NAMES
 #   pki/ca.crt              the CA the kubelet trusts for client certificates
 #   logs/                   each component's log
 #
@@ -59,7 +64,8 @@
 # E2E_CONTROL_PORT (6440), E2E_ETCD_PORT (23790; the peer port is the next
 # one), E2E_NODE_NAME (node-a), E2E_NODE_IP (198.18.100.1),
 # E2E_READY_TIMEOUT (180 seconds), E2E_KUBELET (empty; 1 for a real node),
-# E2E_KUBELET_FORWARD_PORT (the control port + 2).
+# E2E_KUBELET_FORWARD_PORT (the control port + 2), E2E_SERVICE_RANGE (the
+# Service CIDRs, 198.18.0.0/16,2001:db8:42::/112).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -74,6 +80,7 @@ etcd_peer_port=$((etcd_port + 1))
 control_port=${E2E_CONTROL_PORT:-6440}
 node_name=${E2E_NODE_NAME:-node-a}
 node_ip=${E2E_NODE_IP:-198.18.100.1}
+node_names=${E2E_NODE_NAMES:-$node_name}
 ready_timeout=${E2E_READY_TIMEOUT:-180}
 real_node=${E2E_KUBELET:-}
 kubelet_forward_port=${E2E_KUBELET_FORWARD_PORT:-$((control_port + 2))}
@@ -82,7 +89,7 @@ kubelet_forward_port=${E2E_KUBELET_FORWARD_PORT:-$((control_port + 2))}
 cluster_cidr=198.19.0.0/16
 # The guest's view of the host's loopback (tests/vm/run, VM_HOST_PORTS).
 guest_host_ip=10.0.2.100
-service_range=198.18.0.0/16,2001:db8:42::/112
+service_range=${E2E_SERVICE_RANGE:-198.18.0.0/16,2001:db8:42::/112}
 # A fixed token is fine: it exists only for the life of a loopback-only
 # test cluster.
 admin_token=e2e-admin-token
@@ -140,6 +147,10 @@ EOF
     # and the node's: the Node authorizer knows a kubelet by this subject.
     client_cert "$pki/apiserver-kubelet" kube-apiserver-kubelet-client system:masters
     client_cert "$pki/node" "system:node:$node_name" system:nodes
+    local n
+    for n in $node_names; do
+        client_cert "$pki/node-$n" "system:node:$n" system:nodes
+    done
     openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
     openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
     # token,user,uid,"group,..."
@@ -158,10 +169,11 @@ client_cert() {
     rm -f "$1.csr" "$1.ext"
 }
 
-# The kubelet's kubeconfig: the node's certificate, the guest's view of the
-# API server.
+# write_kubelet_kubeconfig FILE NODE CERT: the node's certificate, the
+# guest's view of the API server.
 write_kubelet_kubeconfig() {
-    cat >"$run/kubelet.kubeconfig" <<EOF
+    local node=$2 cert=$3
+    cat >"$1" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
@@ -170,15 +182,15 @@ clusters:
     server: https://$guest_host_ip:$api_port
     certificate-authority-data: $(base64 -w0 <"$run/pki/ca.crt")
 users:
-- name: $node_name
+- name: $node
   user:
-    client-certificate-data: $(base64 -w0 <"$run/pki/node.crt")
-    client-key-data: $(base64 -w0 <"$run/pki/node.key")
+    client-certificate-data: $(base64 -w0 <"$cert.crt")
+    client-key-data: $(base64 -w0 <"$cert.key")
 contexts:
 - name: e2e
   context:
     cluster: e2e
-    user: $node_name
+    user: $node
 current-context: e2e
 EOF
 }
@@ -330,21 +342,6 @@ cmd_control_request() {
     esac
 }
 
-# One connection on the egress socket: the API server's CONNECT to a
-# kubelet (NODE_IP:10250). Every CONNECT goes to the one forwarded port;
-# the rest of the connection is the API server's TLS to the kubelet.
-cmd_egress_connect() {
-    local line
-    IFS= read -r line || exit 0
-    if [[ $line != CONNECT* ]]; then
-        printf 'HTTP/1.1 405 Method Not Allowed\r\n\r\n'
-        exit 0
-    fi
-    while IFS= read -r line && [[ -n ${line%$'\r'} ]]; do :; done
-    printf 'HTTP/1.1 200 Connection established\r\n\r\n'
-    exec socat - "TCP:127.0.0.1:$kubelet_forward_port"
-}
-
 start_failed() {
     local f
     for f in "$run"/logs/*.log; do
@@ -425,9 +422,13 @@ cmd_start() {
             --authorization-kubeconfig "$run/admin.kubeconfig" \
             --bind-address 127.0.0.1 --secure-port 0 \
             --leader-elect=false --profiling=false
-        write_kubelet_kubeconfig
+        write_kubelet_kubeconfig "$run/kubelet.kubeconfig" "$node_name" "$pki/node"
+        local n
+        for n in $node_names; do
+            write_kubelet_kubeconfig "$run/kubelet-$n.kubeconfig" "$n" "$pki/node-$n"
+        done
         spawn egress socat "UNIX-LISTEN:$run/egress.sock,fork,unlink-early" \
-            "EXEC:$here/control-plane.sh egress-connect"
+            "TCP:127.0.0.1:$kubelet_forward_port"
     else
         register_node
         apply_deploy
@@ -476,7 +477,7 @@ cmd_env() {
     if [[ -f $run/kubelet.kubeconfig ]]; then
         printf 'export E2E_KUBELET_KUBECONFIG=%q\n' "$run/kubelet.kubeconfig"
         printf 'export E2E_CA_CERT=%q\n' "$run/pki/ca.crt"
-        printf 'export E2E_VM_GUEST_PORTS=%q\n' "$kubelet_forward_port:10250"
+        printf 'export E2E_VM_GUEST_PORTS=%q\n' "$kubelet_forward_port:10260"
     fi
     printf 'export PATH=%q:"$PATH"\n' "$bin"
 }
@@ -628,7 +629,6 @@ smoke) cmd_smoke ;;
 apiserver-stop) cmd_apiserver_stop ;;
 apiserver-start) cmd_apiserver_start ;;
 control-request) cmd_control_request ;;
-egress-connect) cmd_egress_connect ;;
 stop) cmd_stop ;;
 env) cmd_env ;;
 check) cmd_check ;;

@@ -18,9 +18,19 @@
 # root, pod logs and /var/log/containers; containerd's root; the CNI
 # plugins' state) and /run.
 #
+# The API server reaches into the node (the kubelet's logs and exec, Pods
+# and Services through its proxy subresources) through an HTTP CONNECT
+# agent on port 10260 (connect.sh), forwarded from the host.
+#
 # Environment (run.sh passes it): E2E_K8S_BIN, E2E_IMAGES (the folder of
 # images.sh), E2E_KUBELET_KUBECONFIG, E2E_CA_CERT,
-# E2E_ADMIN_GUEST_KUBECONFIG, E2E_NODE_NAME, E2E_NODE_IP.
+# E2E_ADMIN_GUEST_KUBECONFIG, E2E_NODE_NAME, E2E_NODE_IP. For one node of
+# several (tests/k8s-e2e/): E2E_NODE_LINK_MAC, the MAC of the NIC that
+# joins the nodes, which then carries the node's address (else a dummy
+# link does); E2E_NODE_COUNT, the number of Nodes whose Pod ranges to route
+# to over that link; E2E_CLUSTER_DNS, the cluster DNS Service's address
+# for the kubelet to give Pods; E2E_EXTRA_IMAGES, a folder whose every
+# .tar is imported too.
 set -euo pipefail
 
 : "${E2E_K8S_BIN:?}" "${E2E_IMAGES:?}" "${E2E_KUBELET_KUBECONFIG:?}"
@@ -29,6 +39,7 @@ set -euo pipefail
 (($#)) || { echo "usage: $0 COMMAND [ARG...]" >&2; exit 2; }
 
 started=$SECONDS
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 log() { printf '%s node: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() {
     log "$*"
@@ -87,10 +98,28 @@ mount --bind "$modroot/lib/modules" /usr/lib/modules
 # Bridged pod traffic goes through iptables (the proxy's masquerading),
 # as on any kube-proxy node.
 sysctl -qw net.bridge.bridge-nf-call-iptables=1 net.ipv4.ip_forward=1
-# The node's address, the one its Node reports.
-ip link add node0 type dummy
-ip addr add "$E2E_NODE_IP/24" dev node0
-ip link set node0 up
+# The node's address, the one its Node reports: on the link to the other
+# nodes, or alone on a dummy link.
+if [[ -n ${E2E_NODE_LINK_MAC:-} ]]; then
+    link=
+    for dev in /sys/class/net/*; do
+        [[ $(cat "$dev/address") == "$E2E_NODE_LINK_MAC" ]] && link=${dev##*/}
+    done
+    [[ -n $link ]] || die "no NIC with MAC $E2E_NODE_LINK_MAC"
+else
+    link=node0
+    ip link add node0 type dummy
+fi
+ip addr add "$E2E_NODE_IP/24" dev "$link"
+ip link set "$link" up
+# Pods' traffic leaves the node under the node's address only when it
+# leaves the cluster's Pod network (the API server, on the host): between
+# Pods, on this node or another, their own addresses are kept, as the
+# e2e's client-IP tests require. (The bridge plugin's own ipMasq would
+# masquerade whatever leaves the node's Pod range, other nodes' Pods too.)
+cluster_cidr=198.19.0.0/16
+iptables -t nat -A POSTROUTING -s "$cluster_cidr" ! -d "$cluster_cidr" \
+    -m comment --comment "e2e node: Pods to outside the cluster" -j MASQUERADE
 
 # --- containerd ---------------------------------------------------------------
 conf=/run/node
@@ -104,7 +133,7 @@ cat >"$conf/cni.template" <<'EOF'
       "type": "bridge",
       "bridge": "cni0",
       "isGateway": true,
-      "ipMasq": true,
+      "ipMasq": false,
       "hairpinMode": true,
       "ipam": {
         "type": "host-local",
@@ -140,6 +169,11 @@ wait_for "containerd" 60 ctr version
 for image in pause testpod kube-ipvs-proxy kube-proxy; do
     ctr images import "$E2E_IMAGES/$image.tar" >/dev/null
 done
+if [[ -n ${E2E_EXTRA_IMAGES:-} ]]; then
+    for image in "$E2E_EXTRA_IMAGES"/*.tar; do
+        ctr images import "$image" >/dev/null || die "cannot import $image"
+    done
+fi
 # Two tags of our image, for the rolling update from one to the other.
 ctr images tag "$E2E_PROXY_IMAGE" "$E2E_PROXY_IMAGE-a" >/dev/null
 ctr images tag "$E2E_PROXY_IMAGE" "$E2E_PROXY_IMAGE-b" >/dev/null
@@ -170,6 +204,10 @@ evictionHard:
   imagefs.available: 1%
 failSwapOn: false
 EOF
+if [[ -n ${E2E_CLUSTER_DNS:-} ]]; then
+    printf 'clusterDNS: [%s]\nclusterDomain: cluster.local\n' "$E2E_CLUSTER_DNS" \
+        >>/var/lib/kubelet/config.yaml
+fi
 log "starting the kubelet"
 "$E2E_K8S_BIN/kubelet" --config /var/lib/kubelet/config.yaml \
     --kubeconfig /var/lib/kubelet/kubeconfig \
@@ -182,6 +220,28 @@ node_ready() {
 }
 wait_for "Node $E2E_NODE_NAME Ready" 300 node_ready
 log "Node $E2E_NODE_NAME Ready after $((SECONDS - started))s, podCIDR $(kubectl get node "$E2E_NODE_NAME" -o jsonpath='{.spec.podCIDR}')"
+
+# The API server's way in (see the top).
+socat TCP-LISTEN:10260,reuseaddr,fork EXEC:"$here/connect.sh" \
+    >/var/log/connect-agent.log 2>&1 &
+
+# Every other node's Pod range through that node's address, as a CNI's
+# route controller would (kind's kindnet does this): the Nodes register
+# about together, so their ranges are all known within the wait.
+other_ranges() {
+    kubectl get nodes -o jsonpath='{range .items[*]}{.metadata.name} {.spec.podCIDR} {.status.addresses[?(@.type=="InternalIP")].address}{"\n"}{end}' |
+        awk -v self="$E2E_NODE_NAME" '$1 != self && $2 != "" && $3 != "" {print $2, $3}'
+}
+all_ranges_known() {
+    (($(other_ranges | wc -l) == ${E2E_NODE_COUNT:-1} - 1))
+}
+if ((${E2E_NODE_COUNT:-1} > 1)); then
+    wait_for "the Pod ranges of ${E2E_NODE_COUNT} Nodes" 300 all_ranges_known
+    while read -r range via; do
+        ip route replace "$range" via "$via" dev "$link"
+        log "route to $range via $via"
+    done < <(other_ranges)
+fi
 
 status=0
 "$@" || status=$?
