@@ -51,9 +51,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// Flags the framework's packages declare through its config registry
-	// (test/e2e/network has some) only count once they are on the command
-	// line, so they go there before parsing.
+	// Test packages may declare options through the framework's config
+	// registry; they only count once on the command line. None of the
+	// network ones does in v1.34, but a newer version's could.
 	config.CopyFlags(config.Flags, flag.CommandLine)
 	framework.RegisterCommonFlags(flag.CommandLine)
 	framework.RegisterClusterFlags(flag.CommandLine)
