@@ -16,7 +16,10 @@
 # `kube-ipvs-proxy/e2e-tests` for `make e2e`); VM_TEST_EXPECT, the number
 # of tests that must pass over all binaries: a name filter that matches
 # nothing, or tests ignored for a missing feature, pass having run
-# nothing, so a run with a filter says how many it means to run. The guest
+# nothing, so a run with a filter says how many it means to run;
+# VM_TEST_TARGETS, cargo's target selection (e.g. `--test cluster_e2e`;
+# default every test target), so that such a run does not start in the
+# guest every binary the filter leaves empty. The guest
 # settings of tests/vm/run (VM_HOST_PORTS, VM_PASS_ENV, ...) pass through.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -74,7 +77,9 @@ features_csv=$(
     echo "${features[*]}"
 )
 # One line per test binary: executable, package directory, description.
-binaries=$(cargo test --no-run "${cargo_args[@]}" --features "$features_csv" \
+# shellcheck disable=SC2206 # cargo's flags, one word each
+targets=(${VM_TEST_TARGETS:-})
+binaries=$(cargo test --no-run "${cargo_args[@]}" "${targets[@]}" --features "$features_csv" \
     --message-format=json-render-diagnostics |
     jq -r --argjson meta "$metadata" '
         ($meta.packages | map({(.id): .name}) | add) as $names
