@@ -105,7 +105,9 @@ e2e-k8s:
 	tests/e2e/build-k8s.sh
 
 # Everything against the real control plane (tests/e2e/control-plane.sh,
-# upstream binaries built by build-k8s.sh on first use): our EndpointSlice
+# upstream binaries built by build-k8s.sh on first use): its own check
+# (e2e-control-plane's, on the control plane already started: the proxy's
+# RBAC enough and no more, deploy/'s DaemonSet admitted), our EndpointSlice
 # reconciler against the real controller (host), then the proxy in the
 # real-kernel guest with deploy/'s ServiceAccount through guestfwd: a
 # service following its pods (create, scale, readiness, delete), named
@@ -116,7 +118,8 @@ e2e-k8s:
 # crate builds once; built before the control plane starts, whose
 # processes hold the memory a link needs. GUEST_E2E_TESTS: how many tests
 # the guest_e2e filter must run (those of tests/cluster_e2e/guest_e2e*):
-# a filter that matches nothing passes too.
+# a filter that matches nothing passes too. Only cluster_e2e's binary
+# goes to the guest: every other one would start there to run nothing.
 E2E_FEATURES = kube-ipvs-proxy/kernel-tests,kube-ipvs-proxy/e2e-tests,kube-ipvs-proxy/node-tests
 GUEST_E2E_TESTS = 6
 e2e:
@@ -124,12 +127,13 @@ e2e:
 	cargo test --no-run -p kube-ipvs-proxy --features $(E2E_FEATURES)
 	tests/e2e/control-plane.sh start
 	eval "$$(tests/e2e/control-plane.sh env)" && \
+	tests/e2e/control-plane.sh check && \
 	cargo test -p kube-ipvs-proxy --features $(E2E_FEATURES) \
 		--test slices_vs_controller --test api_split_tokens && \
 	VM_HOST_PORTS="$$E2E_VM_HOST_PORTS" \
 	VM_PASS_ENV="E2E_PROXY_KUBECONFIG E2E_ADMIN_GUEST_KUBECONFIG E2E_CONTROL_PORT" \
 	VM_TEST_FEATURES=kube-ipvs-proxy/e2e-tests,kube-ipvs-proxy/node-tests \
-	VM_TEST_EXPECT=$(GUEST_E2E_TESTS) \
+	VM_TEST_EXPECT=$(GUEST_E2E_TESTS) VM_TEST_TARGETS="--test cluster_e2e" \
 	tests/vm/run-tests.sh kube-ipvs-proxy -- guest_e2e --nocapture; \
 	rc=$$?; tests/e2e/control-plane.sh stop; exit $$rc
 
