@@ -218,9 +218,6 @@ node_ready() {
     [[ $(kubectl get node "$E2E_NODE_NAME" \
         -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]]
 }
-wait_for "Node $E2E_NODE_NAME Ready" 300 node_ready
-log "Node $E2E_NODE_NAME Ready after $((SECONDS - started))s, podCIDR $(kubectl get node "$E2E_NODE_NAME" -o jsonpath='{.spec.podCIDR}')"
-
 # The API server's way in (see the top).
 socat TCP-LISTEN:10260,reuseaddr,fork EXEC:"$here/connect.sh" \
     >/var/log/connect-agent.log 2>&1 &
@@ -242,6 +239,10 @@ if ((${E2E_NODE_COUNT:-1} > 1)); then
         log "route to $range via $via"
     done < <(other_ranges)
 fi
+
+# The node's own wait ends here, with its routes in place.
+wait_for "Node $E2E_NODE_NAME Ready" 300 node_ready
+log "Node $E2E_NODE_NAME Ready after $((SECONDS - started))s, podCIDR $(kubectl get node "$E2E_NODE_NAME" -o jsonpath='{.spec.podCIDR}')"
 
 status=0
 "$@" || status=$?
