@@ -23,8 +23,11 @@ demo:
 # real-kernel suite in the guest.
 test: fmt-check lint unit vm-test
 
+# cargo fmt follows `mod` items, and never sees the modules src/lib.rs
+# declares through its macro: every tracked Rust file is checked as well.
 fmt-check:
 	cargo fmt --all -- --check
+	rustfmt --check --edition 2021 $$(git ls-files '*.rs')
 
 # Kernel-test code is only compiled with the feature, so lint it too.
 lint: dead-code

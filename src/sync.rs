@@ -311,7 +311,9 @@ impl SyncState {
                 .iter()
                 .filter_map(|change| match change {
                     Change::Service(name, _)
-                    | Change::Delete(Key::Service(name)) => Some((**name).clone()),
+                    | Change::Delete(Key::Service(name)) => {
+                        Some((**name).clone())
+                    }
                     _ => None,
                 })
                 .collect()
@@ -320,16 +322,18 @@ impl SyncState {
             .into_iter()
             .filter(|name| name.protocol == Protocol::Udp)
             .filter_map(|name| {
-                let ips = view.received.services.get(&name)?.cluster_ips.clone();
+                let ips =
+                    view.received.services.get(&name)?.cluster_ips.clone();
                 Some((name, ips))
             })
             .collect();
         let applied = view.received.apply(update);
         for (name, ips) in udp_before {
             let now = view.received.services.get(&name);
-            view.deleted_udp_cluster_ips.extend(ips.into_iter().filter(|ip| {
-                !now.is_some_and(|svc| svc.cluster_ips.contains(ip))
-            }));
+            view.deleted_udp_cluster_ips
+                .extend(ips.into_iter().filter(|ip| {
+                    !now.is_some_and(|svc| svc.cluster_ips.contains(ip))
+                }));
         }
         let mut needs_sync =
             !applied.services.is_empty() || !applied.endpoints.is_empty();
@@ -377,7 +381,9 @@ impl SyncState {
                     Err(restart) => return restart,
                 }
             }
-            _ => tracker::track(&mut self.services, &mut self.endpoints, change),
+            _ => {
+                tracker::track(&mut self.services, &mut self.endpoints, change)
+            }
         };
         ChangeOutcome::needs_sync(needs_sync)
     }
@@ -477,11 +483,16 @@ impl SyncState {
         }
         // After a context change every port was recomputed already; the
         // update below then finds nothing new for the changed ones.
-        deltas.extend(self.desired.update(
-            service_map,
-            endpoints_view,
-            services.changed_ports.iter().chain(&endpoints.changed_ports),
-        ));
+        deltas.extend(
+            self.desired.update(
+                service_map,
+                endpoints_view,
+                services
+                    .changed_ports
+                    .iter()
+                    .chain(&endpoints.changed_ports),
+            ),
+        );
         SyncOutcome {
             deltas,
             services,

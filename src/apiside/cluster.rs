@@ -11,8 +11,7 @@ use crate::{
     nodeview::{Update, Views},
     source::store::{record, RecordChange},
     tracker::{
-        self, endpoints::EndpointsChangeTracker,
-        services::ServiceChangeTracker,
+        self, endpoints::EndpointsChangeTracker, services::ServiceChangeTracker,
     },
 };
 

@@ -42,10 +42,8 @@ pub async fn serve_tls(
 ) -> Result<(), ServeError> {
     let (cert, key) = tls.identity.as_ref().ok_or(ServeError::NoIdentity)?;
     // Nodes that authenticate with a token show no certificate.
-    let optional = matches!(
-        service.access(),
-        server::Access::CertificatesOrTokens(_)
-    );
+    let optional =
+        matches!(service.access(), server::Access::CertificatesOrTokens(_));
     let config = ServerTlsConfig::new()
         .identity(Identity::from_pem(cert, key))
         .client_ca_root(Certificate::from_pem(&tls.ca))
@@ -74,12 +72,11 @@ pub async fn serve_unix(
             tracing::warn!(path = %path.display(), error = %e, "stale socket");
         }
     }
-    let listener = UnixListener::bind(path).map_err(|source| {
-        ServeError::Listen {
+    let listener =
+        UnixListener::bind(path).map_err(|source| ServeError::Listen {
             path: path.to_owned(),
             source,
-        }
-    })?;
+        })?;
     tonic::transport::Server::builder()
         .add_service(service.into_server())
         .serve_with_incoming_shutdown(

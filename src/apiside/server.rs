@@ -137,11 +137,14 @@ impl ViewService {
         };
         let certs = request.peer_certs().filter(|certs| !certs.is_empty());
         let node = match (certs, tokens, bearer(request)) {
-            (Some(certs), _, _) => {
-                certs.first().and_then(|cert| node_of(cert.as_ref())).ok_or_else(
-                    || Status::unauthenticated("the client certificate names no node"),
-                )?
-            }
+            (Some(certs), _, _) => certs
+                .first()
+                .and_then(|cert| node_of(cert.as_ref()))
+                .ok_or_else(|| {
+                    Status::unauthenticated(
+                        "the client certificate names no node",
+                    )
+                })?,
             (None, Some(reviewer), Some(token)) => reviewer
                 .node_of(token)
                 .await

@@ -218,10 +218,7 @@ async fn a_watch_without_a_node_name_is_refused() {
     let mut api = ApiSide::start("refused").await;
     api.list(vec![]);
     let mut client = api.client().await;
-    let status = client
-        .watch(v1::WatchRequest::default())
-        .await
-        .unwrap_err();
+    let status = client.watch(v1::WatchRequest::default()).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
 }
 
@@ -287,9 +284,11 @@ async fn over_tls_a_node_watches_its_own_view_only() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let server_files = pki.files("api-side");
-    let service = ViewService::new(api.shared.clone(), Access::ClientCertificates);
+    let service =
+        ViewService::new(api.shared.clone(), Access::ClientCertificates);
     tokio::spawn(async move {
-        serve_tls(listener, &server_files, service, std::future::pending()).await
+        serve_tls(listener, &server_files, service, std::future::pending())
+            .await
     });
     let endpoint = ApiEndpoint::Tls {
         host: "localhost".into(),
@@ -321,7 +320,9 @@ async fn over_tls_a_node_watches_its_own_view_only() {
     assert!(kubelet.full);
     let other = watch_as("node-a", "node-b").await.unwrap_err();
     assert_eq!(other.code(), tonic::Code::PermissionDenied, "{other:?}");
-    assert!(other.message().contains("node-a may not watch the view of node-b"));
+    assert!(other
+        .message()
+        .contains("node-a may not watch the view of node-b"));
 
     // Without credentials the client refuses to try, and a certificate
     // from another CA is refused by the server.

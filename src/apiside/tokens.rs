@@ -47,7 +47,10 @@ impl TokenPolicy {
     }
 
     /// The node a review lets its token watch, or why none.
-    pub fn node_of(&self, status: &TokenReviewStatus) -> Result<String, String> {
+    pub fn node_of(
+        &self,
+        status: &TokenReviewStatus,
+    ) -> Result<String, String> {
         if status.authenticated != Some(true) {
             return Err(match &status.error {
                 Some(error) if !error.is_empty() => {
@@ -128,18 +131,14 @@ impl TokenReviewer {
             // The API server could not say: not remembered, so the next
             // attempt asks again.
             .map_err(|e| format!("TokenReview failed: {e}"))?;
-        let answer = self
-            .policy
-            .node_of(&reviewed.status.unwrap_or_default());
+        let answer = self.policy.node_of(&reviewed.status.unwrap_or_default());
         let mut remembered = self.lock();
         remembered.retain(|_, (at, _)| now.duration_since(*at) < REMEMBERED);
         remembered.insert(token.to_owned(), (now, answer.clone()));
         answer
     }
 
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, Answers> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Answers> {
         self.remembered
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -183,14 +182,22 @@ mod tests {
                 .unwrap();
         let proxy = "system:serviceaccount:kube-system:kube-ipvs-proxy";
         assert_eq!(
-            policy.node_of(&status(proxy, &["node-a"], Some(&["kube-ipvs-proxy"]))),
+            policy.node_of(&status(
+                proxy,
+                &["node-a"],
+                Some(&["kube-ipvs-proxy"])
+            )),
             Ok("node-a".to_owned())
         );
         let refused = [
             status("system:serviceaccount:default:other", &["node-a"], None),
             status(proxy, &[], None),
             status(proxy, &["node-a", "node-b"], None),
-            status(proxy, &["node-a"], Some(&["https://kubernetes.default.svc"])),
+            status(
+                proxy,
+                &["node-a"],
+                Some(&["https://kubernetes.default.svc"]),
+            ),
             TokenReviewStatus {
                 authenticated: Some(false),
                 error: Some("token expired".to_owned()),

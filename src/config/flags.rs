@@ -146,7 +146,11 @@ pub struct ApiServerArgs {
     #[arg(long, value_name = "AUDIENCE")]
     pub token_audience: Option<String>,
     /// The ServiceAccount (`NAMESPACE/NAME`) whose tokens are let in.
-    #[arg(long, value_name = "NS/NAME", default_value = "kube-system/kube-ipvs-proxy")]
+    #[arg(
+        long,
+        value_name = "NS/NAME",
+        default_value = "kube-system/kube-ipvs-proxy"
+    )]
     pub token_service_account: String,
 }
 

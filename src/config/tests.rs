@@ -825,11 +825,8 @@ fn with_a_config_file_every_configuration_flag_given_is_named() {
     let given: Vec<&str> =
         not_replaced.iter().chain(&configuration).copied().collect();
     let resolved = resolve(&args(&given), Some(KUBEADM)).unwrap();
-    let warned: Vec<&str> = resolved
-        .warnings
-        .iter()
-        .map(|w| w.field.as_str())
-        .collect();
+    let warned: Vec<&str> =
+        resolved.warnings.iter().map(|w| w.field.as_str()).collect();
     let names: Vec<&str> = configuration
         .iter()
         .map(|f| f.split('=').next().unwrap())
@@ -837,7 +834,8 @@ fn with_a_config_file_every_configuration_flag_given_is_named() {
     assert_eq!(warned, names);
     // What the command line takes, from clap itself: the list above is
     // every flag of the configuration, so a new one must join it.
-    let command = <ConfigArgs as clap::Args>::augment_args(clap::Command::new("t"));
+    let command =
+        <ConfigArgs as clap::Args>::augment_args(clap::Command::new("t"));
     let mut visible: Vec<String> = command
         .get_arguments()
         .filter(|a| !a.is_hide_set())
@@ -1055,9 +1053,14 @@ fn every_boolean_flag_is_a_go_boolean() {
     for (flag, field) in flags {
         assert_eq!(field(&cli(&[]).unwrap()), None, "{flag}");
         assert_eq!(field(&cli(&[flag]).unwrap()), Some(true), "{flag}");
-        for (value, expected) in [("false", false), ("no", false), ("1", true)] {
+        for (value, expected) in [("false", false), ("no", false), ("1", true)]
+        {
             let given = format!("{flag}={value}");
-            assert_eq!(field(&cli(&[&given]).unwrap()), Some(expected), "{given}");
+            assert_eq!(
+                field(&cli(&[&given]).unwrap()),
+                Some(expected),
+                "{given}"
+            );
         }
         assert!(cli(&[flag, "false"]).is_err(), "{flag} false");
         assert!(cli(&[&format!("{flag}=maybe")]).is_err(), "{flag}=maybe");

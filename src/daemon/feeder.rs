@@ -35,10 +35,7 @@ pub(super) enum Input {
     Listed,
     /// A consistent update of the node's view from the API side; the
     /// first one is the whole picture.
-    View {
-        update: Update,
-        received: Instant,
-    },
+    View { update: Update, received: Instant },
 }
 
 /// Feeds until the source ends or the loop is gone; the loop learns of

@@ -29,9 +29,9 @@ use tracing::{debug, error, info_span, warn, Instrument, Level};
 
 use crate::{
     backend::{Backend, Observation, RepairStep, SyncBatch},
+    nodeview::Update,
     runner::{BoundedFrequencyRunner, RunnerHandle, SyncTrigger},
     server::SyncReporter,
-    nodeview::Update,
     source::SourceEvent,
     sync::{ChangeOutcome, SyncState},
     telemetry::events::{InternalEvent, RepairPart, RepairTimed},
@@ -425,7 +425,8 @@ fn thread_cpu() -> Duration {
         tv_nsec: 0,
     };
     // SAFETY: clock_gettime writes only the timespec it is given.
-    let read = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    let read =
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
     if read != 0 {
         return Duration::ZERO;
     }

@@ -53,8 +53,10 @@ fn nice() -> Option<libc::c_int> {
     // also a valid one, so errno, cleared before, tells errors apart.
     unsafe {
         *libc::__errno_location() = 0;
-        let nice =
-            libc::getpriority(libc::PRIO_PROCESS as _, libc::gettid() as libc::id_t);
+        let nice = libc::getpriority(
+            libc::PRIO_PROCESS as _,
+            libc::gettid() as libc::id_t,
+        );
         (*libc::__errno_location() == 0).then_some(nice)
     }
 }
@@ -71,7 +73,11 @@ fn lower_priority() {
     // SAFETY: setpriority takes plain integers and touches no memory of
     // ours; gettid cannot fail.
     let set = unsafe {
-        libc::setpriority(libc::PRIO_PROCESS as _, libc::gettid() as libc::id_t, NICE)
+        libc::setpriority(
+            libc::PRIO_PROCESS as _,
+            libc::gettid() as libc::id_t,
+            NICE,
+        )
     };
     if set != 0 {
         tracing::warn!(
@@ -139,7 +145,11 @@ mod tests {
         .unwrap()
         .unwrap();
         let ours = nice().unwrap();
-        assert_eq!(blocking, ours.max(NICE), "the caller's nice value is {ours}");
+        assert_eq!(
+            blocking,
+            ours.max(NICE),
+            "the caller's nice value is {ours}"
+        );
     }
 
     #[tokio::test]

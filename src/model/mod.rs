@@ -12,9 +12,9 @@ mod protocol;
 mod records;
 mod service;
 
-pub use convert::{node_info, Converted, EndpointSliceInfo, InvalidObject};
 #[cfg(test)]
 pub(crate) use convert::{endpoint_slice_info, service_ports};
+pub use convert::{node_info, Converted, EndpointSliceInfo, InvalidObject};
 pub use endpoint::{EndpointInfo, EndpointsMap};
 pub use ip_family::IpFamily;
 pub use node::NodeInfo;

@@ -93,13 +93,16 @@ impl<T: PartialEq> Layer<T> {
         revision: u64,
     ) -> impl Iterator<Item = (&Arc<ServicePortName>, Option<&Arc<T>>)> {
         self.by_revision.range(revision + 1..).map(|(_, name)| {
-            let value = self.entries.get(&**name).and_then(|e| e.value.as_ref());
+            let value =
+                self.entries.get(&**name).and_then(|e| e.value.as_ref());
             (name, value)
         })
     }
 
     /// Every entry that is not deleted.
-    pub fn live(&self) -> impl Iterator<Item = (&Arc<ServicePortName>, &Arc<T>)> {
+    pub fn live(
+        &self,
+    ) -> impl Iterator<Item = (&Arc<ServicePortName>, &Arc<T>)> {
         self.entries
             .iter()
             .filter_map(|(name, e)| Some((name, e.value.as_ref()?)))

@@ -115,7 +115,11 @@ impl Cluster {
     }
 
     /// The endpoints `node` gets for `name` in a full state.
-    fn endpoints_of(&self, node: &str, name: &ServicePortName) -> NodeEndpoints {
+    fn endpoints_of(
+        &self,
+        node: &str,
+        name: &ServicePortName,
+    ) -> NodeEndpoints {
         let mut received = Received::default();
         received.apply(self.views.full(node));
         received
@@ -192,7 +196,9 @@ fn a_key_changed_many_times_is_sent_once_in_its_latest_form() {
     let start = cluster.revision("node-a");
     for last in 2..=5 {
         let ip = format!("198.19.0.{last}");
-        cluster.endpoints.insert(web.clone(), vec![on("node-b", &ip)]);
+        cluster
+            .endpoints
+            .insert(web.clone(), vec![on("node-b", &ip)]);
         cluster.update(&[&web]);
     }
     let update = cluster.since("node-a", Some(start));
@@ -292,9 +298,10 @@ fn a_udp_port_carries_every_serving_address_and_a_tcp_port_none() {
         protocol: Protocol::Udp,
         ..dns
     };
-    cluster
-        .services
-        .insert(dns.clone(), Arc::new(port_info(|s| s.protocol = Protocol::Udp)));
+    cluster.services.insert(
+        dns.clone(),
+        Arc::new(port_info(|s| s.protocol = Protocol::Udp)),
+    );
     cluster.endpoints.insert(
         dns.clone(),
         vec![
@@ -309,7 +316,10 @@ fn a_udp_port_carries_every_serving_address_and_a_tcp_port_none() {
     assert_eq!(ips(&udp.ipv4.cluster), ["198.19.0.1"]);
     assert_eq!(
         udp.serving,
-        ["198.19.0.1".parse::<std::net::IpAddr>().unwrap(), "198.19.0.2".parse().unwrap()]
+        [
+            "198.19.0.1".parse::<std::net::IpAddr>().unwrap(),
+            "198.19.0.2".parse().unwrap()
+        ]
     );
     assert!(cluster.endpoints_of("node-a", &web).serving.is_empty());
 }
@@ -329,7 +339,10 @@ fn a_split_update_is_full_in_its_first_part_and_synced_in_its_last() {
         .iter()
         .map(|p| (p.changes.len(), p.full, p.synced))
         .collect();
-    assert_eq!(flags, [(3, true, false), (3, false, false), (1, false, true)]);
+    assert_eq!(
+        flags,
+        [(3, true, false), (3, false, false), (1, false, true)]
+    );
     assert!(parts.iter().all(|p| p.revision == update.revision));
 
     // A node that has the first part only holds no consistent revision,
@@ -365,7 +378,9 @@ fn a_split_update_is_full_in_its_first_part_and_synced_in_its_last() {
         ..update
     };
     let parts = update.split(3);
-    assert!(parts[..parts.len() - 1].iter().all(|p| p.trigger_times.is_empty()));
+    assert!(parts[..parts.len() - 1]
+        .iter()
+        .all(|p| p.trigger_times.is_empty()));
     assert_eq!(parts.last().unwrap().trigger_times, times);
 }
 
@@ -391,8 +406,7 @@ fn trigger_times_go_with_the_endpoints_to_the_nodes_behind_them() {
     );
     cluster.update_triggered(&[&web], &[("web", at(10))]);
     let times = |update: &Update| update.trigger_times.clone();
-    let expected: TriggerTimes =
-        [(web.service.clone(), vec![at(10)])].into();
+    let expected: TriggerTimes = [(web.service.clone(), vec![at(10)])].into();
     assert_eq!(times(&cluster.since("node-a", Some(a0))), expected);
     assert_eq!(times(&cluster.since("node-b", Some(b0))), expected);
     let a1 = cluster.revision("node-a");
@@ -401,16 +415,16 @@ fn trigger_times_go_with_the_endpoints_to_the_nodes_behind_them() {
 
     // A change without times (the service's own) sends none, and a node
     // past web's change does not get web's times with db's.
-    cluster.services.insert(
-        db.clone(),
-        Arc::new(port_info(|s| s.port = 81)),
-    );
+    cluster
+        .services
+        .insert(db.clone(), Arc::new(port_info(|s| s.port = 81)));
     cluster.update(&[&db]);
     let update = cluster.since("node-a", Some(a1));
     assert!(
-        update.changes.iter().any(
-            |c| matches!(c, Change::Service(name, _) if **name == db)
-        ),
+        update
+            .changes
+            .iter()
+            .any(|c| matches!(c, Change::Service(name, _) if **name == db)),
         "{update:?}"
     );
     assert!(update.trigger_times.is_empty());

@@ -28,8 +28,8 @@ use super::{
 };
 use crate::{
     model::{
-        EndpointInfo, EndpointsMap, NamespacedName, NodeInfo,
-        ServicePortInfo, ServicePortMap, ServicePortName,
+        EndpointInfo, EndpointsMap, NamespacedName, NodeInfo, ServicePortInfo,
+        ServicePortMap, ServicePortName,
     },
     selection::NodeEndpoints,
 };
@@ -218,12 +218,15 @@ impl Views {
         self.zone(&zone, services, endpoints);
         let info = info.map(Arc::new);
         let known = self.nodes.contains_key(node);
-        let state = self.nodes.entry(node.to_owned()).or_insert_with(|| NodeState {
-            node: None,
-            zone: zone.clone(),
-            own: Layer::new(self.max_tombstones),
-            horizon: 0,
-        });
+        let state =
+            self.nodes
+                .entry(node.to_owned())
+                .or_insert_with(|| NodeState {
+                    node: None,
+                    zone: zone.clone(),
+                    own: Layer::new(self.max_tombstones),
+                    horizon: 0,
+                });
         if state.node.as_ref().and_then(|e| e.value.as_ref()) != info.as_ref() {
             self.revision += 1;
             state.node = Some(Entry {
@@ -250,7 +253,11 @@ impl Views {
             let name = self.name(name);
             let selected = node_endpoints(svc, eps, node, &zone);
             if let Some(state) = self.nodes.get_mut(node) {
-                state.own.put(&name, Some(Arc::new(selected)), &mut self.revision);
+                state.own.put(
+                    &name,
+                    Some(Arc::new(selected)),
+                    &mut self.revision,
+                );
             }
             self.owners.entry(name).or_default().insert(node.to_owned());
         }
@@ -330,11 +337,13 @@ impl Views {
             };
             changes.insert(Key::Service(name.clone()), change);
         }
-        let endpoints = |name: &Arc<ServicePortName>| {
-            match state.own.get(name).or_else(|| zone?.get(name)) {
-                Some(eps) => Change::Endpoints(name.clone(), eps.clone()),
-                None => Change::Delete(Key::Endpoints(name.clone())),
-            }
+        let endpoints = |name: &Arc<ServicePortName>| match state
+            .own
+            .get(name)
+            .or_else(|| zone?.get(name))
+        {
+            Some(eps) => Change::Endpoints(name.clone(), eps.clone()),
+            None => Change::Delete(Key::Endpoints(name.clone())),
         };
         // A zone's change is nothing to a node whose own selection the
         // port has; its own changes come from its overlay.
@@ -371,7 +380,9 @@ impl Views {
     pub fn full(&self, node: &str) -> Update {
         let mut changes: BTreeMap<Key, Change> = BTreeMap::new();
         if let Some(state) = self.nodes.get(node) {
-            if let Some(info) = state.node.as_ref().and_then(|e| e.value.clone()) {
+            if let Some(info) =
+                state.node.as_ref().and_then(|e| e.value.clone())
+            {
                 changes.insert(Key::Node, Change::Node(info));
             }
             if let Some(zone) = self.zones.get(&state.zone) {

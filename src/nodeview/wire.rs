@@ -16,12 +16,12 @@ use nodeview_protocol::v1;
 
 use super::{Change, Key, TriggerTimes, Update};
 use crate::{
-    telemetry::{events::InternalEvent, INVALID_VIEW_CHANGES_TOTAL},
     model::{
         EndpointInfo, NamespacedName, NodeInfo, Protocol, ServicePortInfo,
         ServicePortName,
     },
     selection::{Categorized, NodeEndpoints},
+    telemetry::{events::InternalEvent, INVALID_VIEW_CHANGES_TOTAL},
 };
 
 #[cfg(test)]
@@ -168,7 +168,11 @@ fn encode_service(
         node_port: svc.node_port.into(),
         session_affinity_timeout: svc.session_affinity_timeout,
         external_ips: svc.external_ips.iter().map(ip_bytes).collect(),
-        load_balancer_vips: svc.load_balancer_vips.iter().map(ip_bytes).collect(),
+        load_balancer_vips: svc
+            .load_balancer_vips
+            .iter()
+            .map(ip_bytes)
+            .collect(),
         load_balancer_source_ranges: svc
             .load_balancer_source_ranges
             .iter()
@@ -296,9 +300,7 @@ fn decode_change(i: usize, change: v1::Change) -> Result<Change, WireError> {
     use v1::change::Change as C;
     match change.change {
         None => Err(error(format!("change {i}"), "change", "empty")),
-        Some(C::Node(node)) => {
-            Ok(Change::Node(Arc::new(decode_node(node)?)))
-        }
+        Some(C::Node(node)) => Ok(Change::Node(Arc::new(decode_node(node)?))),
         Some(C::Service(svc)) => {
             let name = decode_name(i, svc.name.as_ref())?;
             let info = decode_service(&name, svc)?;
@@ -463,7 +465,11 @@ fn decode_endpoints(
         .map(|ep| {
             Ok(Arc::new(EndpointInfo {
                 ip: decode_ip(&ep.ip).ok_or_else(|| {
-                    error(entry(), "endpoints.ip", format!("{} bytes", ep.ip.len()))
+                    error(
+                        entry(),
+                        "endpoints.ip",
+                        format!("{} bytes", ep.ip.len()),
+                    )
                 })?,
                 port: decode_port(&entry, "endpoints.port", ep.port)?,
                 is_local: ep.is_local,

@@ -150,7 +150,8 @@ fn watch_nodes(
     if !fields.is_empty() {
         node_config = node_config.fields(fields);
     }
-    let nodes = watcher(Api::<Node>::all(client), node_config).default_backoff();
+    let nodes =
+        watcher(Api::<Node>::all(client), node_config).default_backoff();
 
     Ok(stream::select(
         log_errors("Service", services).map(SourceEvent::Service),

@@ -22,7 +22,6 @@ use k8s_openapi::api::{
     discovery::v1::EndpointSlice,
 };
 
-
 /// One watcher event for one of the kinds the proxy reads.
 // Unboxed on purpose: each event is moved once from source to store, and
 // matching on it should look like matching on the watcher's own events.

@@ -12,17 +12,17 @@
 use std::{fmt, path::PathBuf, time::Duration};
 
 use nodeview_protocol::v1::{self, node_view_client::NodeViewClient};
+use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tokio::net::UnixStream;
 use tonic::transport::{
     Certificate, Channel, ClientTlsConfig, Endpoint, Identity,
 };
 use tracing::{info, warn};
 
 use crate::{
-    telemetry::events::InternalEvent,
     nodeview::{wire, Update},
+    telemetry::events::InternalEvent,
 };
 
 /// Where the API side listens.
@@ -80,12 +80,11 @@ impl ApiEndpoint {
                 if let Some((cert, key)) = &tls.identity {
                     config = config.identity(Identity::from_pem(cert, key));
                 }
-                let channel = Endpoint::from_shared(format!(
-                    "https://{host}:{port}"
-                ))?
-                .tls_config(config)?
-                .connect()
-                .await?;
+                let channel =
+                    Endpoint::from_shared(format!("https://{host}:{port}"))?
+                        .tls_config(config)?
+                        .connect()
+                        .await?;
                 Ok(NodeViewClient::new(channel))
             }
         }
@@ -283,11 +282,13 @@ async fn session(
         revision: from.revision,
     });
     if let Some(path) = &credentials.token_file {
-        let token = std::fs::read_to_string(path)
-            .map_err(|e| WatchError::Token(format!("{}: {e}", path.display())))?;
-        let value = format!("Bearer {}", token.trim())
-            .parse()
-            .map_err(|_| WatchError::Token(format!("{}: not a token", path.display())))?;
+        let token = std::fs::read_to_string(path).map_err(|e| {
+            WatchError::Token(format!("{}: {e}", path.display()))
+        })?;
+        let value =
+            format!("Bearer {}", token.trim()).parse().map_err(|_| {
+                WatchError::Token(format!("{}: not a token", path.display()))
+            })?;
         request.metadata_mut().insert("authorization", value);
     }
     let mut stream = client.watch(request).await?.into_inner();
@@ -330,7 +331,11 @@ fn merge(batch: Option<Update>, part: Update) -> Update {
             batch.revision = part.revision;
             batch.synced = part.synced;
             for (service, times) in part.trigger_times {
-                batch.trigger_times.entry(service).or_default().extend(times);
+                batch
+                    .trigger_times
+                    .entry(service)
+                    .or_default()
+                    .extend(times);
             }
             batch
         }
@@ -357,7 +362,8 @@ mod tests {
             })
         );
         assert_eq!(
-            ApiEndpoint::parse("https://[2001:db8::1]:9443/").map(|e| e.to_string()),
+            ApiEndpoint::parse("https://[2001:db8::1]:9443/")
+                .map(|e| e.to_string()),
             Ok("https://[2001:db8::1]:9443".into())
         );
         let tcp = ApiEndpoint::parse("198.18.0.1:9100").unwrap_err();
@@ -371,7 +377,9 @@ mod tests {
         let part = |full, n: usize, synced| Update {
             full,
             changes: vec![
-                crate::nodeview::Change::Delete(crate::nodeview::Key::Node);
+                crate::nodeview::Change::Delete(
+                    crate::nodeview::Key::Node
+                );
                 n
             ],
             revision: 9,
@@ -379,7 +387,10 @@ mod tests {
             trigger_times: Default::default(),
         };
         let batch = merge(Some(part(true, 2, false)), part(false, 1, true));
-        assert_eq!((batch.full, batch.changes.len(), batch.synced), (true, 3, true));
+        assert_eq!(
+            (batch.full, batch.changes.len(), batch.synced),
+            (true, 3, true)
+        );
         let batch = merge(Some(part(false, 2, false)), part(true, 1, false));
         assert_eq!((batch.full, batch.changes.len()), (true, 1));
     }

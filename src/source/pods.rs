@@ -89,8 +89,12 @@ fn service_key(service: &Service) -> NamespacedName {
 /// Splits slices into the controller's, by service, and all others.
 fn group_controller_slices(
     slices: Vec<EndpointSlice>,
-) -> (HashMap<NamespacedName, Vec<EndpointSlice>>, Vec<EndpointSlice>) {
-    let mut grouped: HashMap<NamespacedName, Vec<EndpointSlice>> = HashMap::new();
+) -> (
+    HashMap<NamespacedName, Vec<EndpointSlice>>,
+    Vec<EndpointSlice>,
+) {
+    let mut grouped: HashMap<NamespacedName, Vec<EndpointSlice>> =
+        HashMap::new();
     let mut others = Vec::new();
     for slice in slices {
         let labels = slice.metadata.labels.as_ref();

@@ -7,9 +7,7 @@ use std::{
     net::IpAddr,
 };
 
-use super::{
-    errno_error, AddressOp, Addresses, EADDRNOTAVAIL, ENODEV,
-};
+use super::{errno_error, AddressOp, Addresses, EADDRNOTAVAIL, ENODEV};
 use crate::kernel::{DetachedRead, KernelError};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

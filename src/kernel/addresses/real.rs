@@ -11,9 +11,7 @@ use rtnetlink::{
     AddressMessageBuilder, Handle, LinkDummy,
 };
 
-use super::{
-    errno_error, host_prefix_len, AddressOp, Addresses, ENODEV,
-};
+use super::{errno_error, host_prefix_len, AddressOp, Addresses, ENODEV};
 use crate::kernel::{read_thread, DetachedRead, ErrorKind, KernelError};
 
 /// Requests in flight at once. The kernel answers each into our socket's

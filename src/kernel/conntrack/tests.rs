@@ -57,11 +57,8 @@ fn endpoint(addr: &str, serving: bool) -> EndpointInfo {
 fn serving(eps: &[EndpointInfo]) -> Vec<IpAddr> {
     use crate::selection::EndpointsView;
     let name = port_name("any");
-    let map: crate::model::EndpointsMap = [(
-        name.clone(),
-        eps.iter().cloned().map(Arc::new).collect(),
-    )]
-    .into();
+    let map: crate::model::EndpointsMap =
+        [(name.clone(), eps.iter().cloned().map(Arc::new).collect())].into();
     map.serving_addresses(&name).into_owned()
 }
 

@@ -18,11 +18,11 @@ use std::{
     future::Future,
 };
 
+use super::{DetachedRead, KernelError};
+pub use crate::desired::{SetEntry, SetType};
 #[cfg(any(test, feature = "test-support"))]
 pub use model::IpsetsModel;
 pub use real::NetlinkIpsets;
-use super::{DetachedRead, KernelError};
-pub use crate::desired::{SetEntry, SetType};
 
 /// A set as the proxy creates it (kube-proxy's options: family, hash
 /// size 1024, maxelem 65536; bitmap:port with range 0-65535).

@@ -177,9 +177,7 @@ pub trait Ipvs {
     /// [`Ipvs::dump`] on a connection of its own, as a future that
     /// borrows nothing: the repair reads the table while this handle goes
     /// on writing.
-    fn dump_detached(
-        &self,
-    ) -> impl DetachedRead<IpvsTable> + use<Self>;
+    fn dump_detached(&self) -> impl DetachedRead<IpvsTable> + use<Self>;
 
     /// Reads one service with its real servers; `None` when it does not
     /// exist. A retry compares just the services whose writes failed.

@@ -213,9 +213,7 @@ impl Ipvs for IpvsModel {
     }
 
     /// The table as it is now: a read that finished at once.
-    fn dump_detached(
-        &self,
-    ) -> impl DetachedRead<IpvsTable> + use<> {
+    fn dump_detached(&self) -> impl DetachedRead<IpvsTable> + use<> {
         std::future::ready(Ok(self.table.clone()))
     }
 

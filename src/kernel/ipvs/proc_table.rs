@@ -245,7 +245,13 @@ SCTP  C6120003:2328 wrr
         }
     }
 
-    fn dest(address: &str, port: u16, weight: u32, active: u32, inactive: u32) -> (DestKey, DestState) {
+    fn dest(
+        address: &str,
+        port: u16,
+        weight: u32,
+        active: u32,
+        inactive: u32,
+    ) -> (DestKey, DestState) {
         (
             DestKey {
                 address: address.parse().unwrap(),
@@ -291,7 +297,10 @@ SCTP  C6120003:2328 wrr
     #[test]
     fn an_unreadable_line_drops_its_virtual_server_alone() {
         let text = TABLE
-            .replace("C6130002:1F90      Masq    0", "C6130002:1F90      Masq    -1")
+            .replace(
+                "C6130002:1F90      Masq    0",
+                "C6130002:1F90      Masq    -1",
+            )
             .replace("[2001:0db8:0000:0000:0000:0000:0000:000a]", "[2001:zz]");
         let listed = parse(text.as_bytes()).unwrap();
         let mut keys: Vec<_> = listed.dests.keys().copied().collect();
@@ -333,7 +342,13 @@ SCTP  C6120003:2328 wrr
             socket("[0000:0000:0000:0000:0000:ffff:c612:0001]:FFFF"),
             Some(("::ffff:198.18.0.1".parse().unwrap(), 65535))
         );
-        for bad in ["C61201:0050", "C6120001", "C6120001:10000", "[::1:0050", "xyz:0050"] {
+        for bad in [
+            "C61201:0050",
+            "C6120001",
+            "C6120001:10000",
+            "[::1:0050",
+            "xyz:0050",
+        ] {
             assert_eq!(socket(bad), None, "{bad}");
         }
     }

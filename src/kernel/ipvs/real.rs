@@ -121,8 +121,10 @@ impl NetlinkIpvs {
         &mut self,
         service: &VirtualServerKey,
     ) -> Option<BTreeMap<DestKey, DestState>> {
-        let socket =
-            self.sockopt.as_ref().filter(|_| service.address.is_ipv4())?;
+        let socket = self
+            .sockopt
+            .as_ref()
+            .filter(|_| service.address.is_ipv4())?;
         match socket.dests(&to_key(service)) {
             Ok(dests) => Some(dests.iter().map(from_destination).collect()),
             Err(err) => {
@@ -275,7 +277,9 @@ async fn dump_with_text(
             Some(dests) => dests,
             None => list_dests(handle, &spec.key).await?,
         };
-        table.services.insert(spec.key, ServiceEntry { spec, dests });
+        table
+            .services
+            .insert(spec.key, ServiceEntry { spec, dests });
     }
     Ok(table)
 }
@@ -288,9 +292,7 @@ impl Ipvs for NetlinkIpvs {
         }
     }
 
-    fn dump_detached(
-        &self,
-    ) -> impl DetachedRead<IpvsTable> + use<> {
+    fn dump_detached(&self) -> impl DetachedRead<IpvsTable> + use<> {
         let reader = self.reader.clone();
         let text = self.text.clone();
         read_thread::run(async move {
@@ -372,8 +374,9 @@ impl Ipvs for NetlinkIpvs {
         if !to_netlink.is_empty() {
             let netlink: Vec<&IpvsOp> =
                 to_netlink.iter().map(|&i| &ops[i]).collect();
-            for (i, result) in
-                to_netlink.into_iter().zip(self.apply_by_netlink(&netlink).await)
+            for (i, result) in to_netlink
+                .into_iter()
+                .zip(self.apply_by_netlink(&netlink).await)
             {
                 results[i] = Some(result);
             }

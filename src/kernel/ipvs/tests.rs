@@ -225,7 +225,10 @@ fn ipv4_changes_go_by_socket_option_unless_their_service_cannot() {
     ];
     assert_eq!(
         sockopt_route(&ops),
-        [true, true, false, false, false, false, false, true, false, true, false]
+        [
+            true, true, false, false, false, false, false, true, false, true,
+            false
+        ]
     );
     assert!(sockopt_route(&[]).is_empty());
 }

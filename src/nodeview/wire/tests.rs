@@ -12,8 +12,14 @@ fn trigger_times_survive_the_wire_to_the_nanosecond() {
         revision: 2,
         synced: true,
         trigger_times: [
-            (NamespacedName::new("ns", "web"), vec![at(1_700_000_000_123_456_789), at(5)]),
-            (NamespacedName::new("ns", "db"), vec![at(1_700_000_000_000_000_001)]),
+            (
+                NamespacedName::new("ns", "web"),
+                vec![at(1_700_000_000_123_456_789), at(5)],
+            ),
+            (
+                NamespacedName::new("ns", "db"),
+                vec![at(1_700_000_000_000_000_001)],
+            ),
         ]
         .into(),
     };
@@ -37,8 +43,10 @@ fn name() -> Arc<ServicePortName> {
 #[test]
 fn an_update_survives_the_wire_but_for_what_the_node_does_not_read() {
     let svc = port_info(|s| {
-        s.cluster_ips =
-            vec!["198.18.0.1".parse().unwrap(), "2001:db8::1".parse().unwrap()];
+        s.cluster_ips = vec![
+            "198.18.0.1".parse().unwrap(),
+            "2001:db8::1".parse().unwrap(),
+        ];
         s.session_affinity_timeout = Some(10800);
         s.load_balancer_source_ranges = vec!["198.18.0.0/15".parse().unwrap()];
         s.node_port = 30080;
@@ -92,7 +100,8 @@ fn an_update_survives_the_wire_but_for_what_the_node_does_not_read() {
         trigger_times: [(
             NamespacedName::new("ns", "web"),
             vec![
-                SystemTime::UNIX_EPOCH + Duration::from_nanos(1_700_000_000_123_456_789),
+                SystemTime::UNIX_EPOCH
+                    + Duration::from_nanos(1_700_000_000_123_456_789),
                 SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_001),
             ],
         )]
@@ -159,10 +168,7 @@ fn a_malformed_message_is_an_error_naming_the_entry_and_field() {
     let good = encode(
         &Update {
             full: false,
-            changes: vec![Change::Service(
-                name(),
-                Arc::new(port_info(|_| {})),
-            )],
+            changes: vec![Change::Service(name(), Arc::new(port_info(|_| {})))],
             revision: 1,
             synced: true,
             trigger_times: TriggerTimes::new(),
@@ -244,7 +250,9 @@ fn a_malformed_message_is_an_error_naming_the_entry_and_field() {
 /// message's other changes are taken.
 #[test]
 fn a_malformed_change_is_left_out_and_counted_the_rest_taken() {
-    use crate::{model::fixtures::TestRecorder, telemetry::events::InternalEvent};
+    use crate::{
+        model::fixtures::TestRecorder, telemetry::events::InternalEvent,
+    };
     let mut message = encode(
         &Update {
             full: false,
@@ -258,7 +266,8 @@ fn a_malformed_change_is_left_out_and_counted_the_rest_taken() {
         },
         "i",
     );
-    if let Some(v1::change::Change::Service(svc)) = &mut message.changes[0].change
+    if let Some(v1::change::Change::Service(svc)) =
+        &mut message.changes[0].change
     {
         svc.port = 70_000;
     }
@@ -273,7 +282,8 @@ fn a_malformed_change_is_left_out_and_counted_the_rest_taken() {
     let recorder = TestRecorder::default();
     recorder.run(|| rejected[0].emit());
     assert_eq!(
-        recorder.counter("kube_ipvs_proxy_invalid_view_changes_total{field=port}"),
+        recorder
+            .counter("kube_ipvs_proxy_invalid_view_changes_total{field=port}"),
         1
     );
 }
