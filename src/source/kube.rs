@@ -6,15 +6,21 @@
 //! that belong to another service proxy, or to a headless Service, are
 //! filtered out by the API server, so they never reach the proxy at all.
 
+use std::borrow::Cow;
+
 use ::kube::{
     runtime::{watcher, WatchStreamExt},
-    Api, Client,
+    Api, Client, Resource,
 };
 use futures::{stream, Stream, StreamExt};
-use k8s_openapi::api::{
-    core::v1::{Node, Service},
-    discovery::v1::EndpointSlice,
+use k8s_openapi::{
+    api::{
+        core::v1::{Node, Service},
+        discovery::v1::EndpointSlice,
+    },
+    apimachinery::pkg::apis::meta::v1::ObjectMeta,
 };
+use serde::Deserialize;
 
 use super::SourceEvent;
 
@@ -137,10 +143,11 @@ fn watch_nodes(
     );
 
     let services = watcher(
-        Api::<Service>::all(client.clone()),
+        Api::<WatchedService>::all(client.clone()),
         watcher::Config::default().labels(&labels),
     )
-    .default_backoff();
+    .default_backoff()
+    .map(|event| event.map(|event| map_event(event, |svc| svc.0)));
     let slices = watcher(
         Api::<EndpointSlice>::all(client.clone()),
         watcher::Config::default().labels(&labels),
@@ -160,6 +167,75 @@ fn watch_nodes(
             log_errors("Node", nodes).map(SourceEvent::Node),
         ),
     ))
+}
+
+/// A Service as the proxy reads it: without `status.conditions`, which no
+/// proxy uses and whose entries the generated type holds to the schema
+/// that the API server does not enforce (Kubernetes' own e2e suite writes
+/// a condition with a null lastTransitionTime). One such Service would
+/// otherwise fail every watch and list of Services, cluster-wide, for as
+/// long as it exists.
+#[derive(Clone, Debug)]
+struct WatchedService(Service);
+
+impl<'de> Deserialize<'de> for WatchedService {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Self, D::Error> {
+        let mut value = serde_json::Value::deserialize(deserializer)?;
+        if let Some(status) =
+            value.get_mut("status").and_then(|s| s.as_object_mut())
+        {
+            status.remove("conditions");
+        }
+        Service::deserialize(value)
+            .map(WatchedService)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+impl Resource for WatchedService {
+    type DynamicType = ();
+    type Scope = <Service as Resource>::Scope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        Service::kind(dt)
+    }
+
+    fn group(dt: &()) -> Cow<'_, str> {
+        Service::group(dt)
+    }
+
+    fn version(dt: &()) -> Cow<'_, str> {
+        Service::version(dt)
+    }
+
+    fn plural(dt: &()) -> Cow<'_, str> {
+        Service::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        self.0.meta()
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        self.0.meta_mut()
+    }
+}
+
+/// The same event, its object turned into another type.
+fn map_event<A, B>(
+    event: watcher::Event<A>,
+    f: impl FnOnce(A) -> B,
+) -> watcher::Event<B> {
+    use watcher::Event;
+    match event {
+        Event::Apply(obj) => Event::Apply(f(obj)),
+        Event::Delete(obj) => Event::Delete(f(obj)),
+        Event::InitApply(obj) => Event::InitApply(f(obj)),
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
+    }
 }
 
 /// Drops watcher errors after logging them: the watcher itself recovers

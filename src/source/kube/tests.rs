@@ -123,3 +123,54 @@ async fn errors_are_dropped_and_the_stream_goes_on() {
         vec!["init", "init-apply a", "init-done", "apply b", "delete a"]
     );
 }
+
+/// What Kubernetes' own e2e suite writes (its Service status lifecycle
+/// test): a condition whose lastTransitionTime Go's zero time turns into
+/// null. The API server keeps it, and every watch and list of Services
+/// then carries it.
+fn service_json_with_a_condition_without_time() -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "test-service", "namespace": "services-1", "resourceVersion": "42"},
+        "spec": {
+            "type": "ClusterIP",
+            "clusterIP": "198.18.0.20",
+            "clusterIPs": ["198.18.0.20"],
+            "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080}]
+        },
+        "status": {
+            "loadBalancer": {"ingress": [{"ip": "198.18.200.1"}]},
+            "conditions": [{
+                "type": "StatusUpdate",
+                "status": "True",
+                "lastTransitionTime": null,
+                "reason": "E2E",
+                "message": "Set from e2e test"
+            }]
+        }
+    })
+}
+
+#[test]
+fn a_service_condition_without_a_time_decodes() {
+    let json = service_json_with_a_condition_without_time();
+    // The generated type refuses it, which stopped the whole Service
+    // watch (relists included) for as long as the Service had it.
+    assert!(serde_json::from_value::<Service>(json.clone()).is_err());
+    let WatchedService(svc) = serde_json::from_value(json).unwrap();
+    assert_eq!(svc.metadata.name.as_deref(), Some("test-service"));
+    assert_eq!(svc.metadata.resource_version.as_deref(), Some("42"));
+    let spec = svc.spec.unwrap();
+    assert_eq!(spec.cluster_ip.as_deref(), Some("198.18.0.20"));
+    assert_eq!(spec.ports.unwrap()[0].port, 80);
+    let ingress = svc.status.unwrap().load_balancer.unwrap().ingress.unwrap();
+    assert_eq!(ingress[0].ip.as_deref(), Some("198.18.200.1"));
+}
+
+#[test]
+fn a_service_that_is_wrong_elsewhere_still_fails_to_decode() {
+    let mut json = service_json_with_a_condition_without_time();
+    json["spec"]["ports"] = serde_json::json!("not a list");
+    assert!(serde_json::from_value::<WatchedService>(json).is_err());
+}
