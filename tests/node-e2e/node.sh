@@ -75,6 +75,11 @@ wait_for() {
     done
 }
 
+# A node's host name is its Node's name, as on any node whose kubelet is not
+# told otherwise: hostNetwork Pods answer with it, and tests compare it
+# with the Node's name.
+hostname "$E2E_NODE_NAME"
+
 # --- writable places and the kernel's parts ---------------------------------
 mount -t tmpfs -o size=3g,mode=755 tmpfs /var/lib
 mount -t tmpfs -o mode=755 tmpfs /var/log
