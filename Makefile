@@ -2,7 +2,7 @@
 # needs (tests/vm/deps.sh) and caches the kernel under target/vm/.
 
 .PHONY: e2e demo test fmt-check lint dead-code unit bench bench-ipsets bench-ipvs bench-vs-upstream vm-test vm-shell vm-kernel \
-	e2e-k8s e2e-control-plane e2e-guest-smoke kind-e2e node-e2e conformance \
+	e2e-k8s e2e-control-plane e2e-guest-smoke kind-e2e node-e2e conformance k8s-e2e k8s-e2e-compare \
 	conformance-random
 
 # Crates whose kernel tests vm-test runs; empty means every workspace crate
@@ -218,3 +218,24 @@ e2e-guest-smoke:
 	cargo build --bin kube-ipvs-proxy
 	tests/e2e/control-plane.sh start
 	tests/e2e/guest-smoke.sh; rc=$$?; tests/e2e/control-plane.sh stop; exit $$rc
+
+# Kubernetes' own [sig-network] e2e suite (k8s.io/kubernetes's e2e.test,
+# the control plane's version) against one proxy on a fresh cluster of two
+# real-kernel guests as worker nodes, the proxy installed as kubeadm
+# installs kube-proxy, CoreDNS as cluster DNS (tests/k8s-e2e/run.sh).
+# PROXY=ours|upstream; FOCUS and SKIP replace the default selection
+# (upstream's IPVS job's, limited to networking). Results under
+# target/k8s-e2e/results/PROXY/; RESULT lines at the end.
+# (FOCUS and SKIP given on make's command line reach the script through
+# the environment.)
+PROXY ?= ours
+k8s-e2e:
+	tests/k8s-e2e/run.sh $(PROXY)
+
+# Both proxies, one fresh cluster each, and the table side by side:
+# passed by both, upstream only, ours only, failed by both, skipped.
+k8s-e2e-compare:
+	tests/k8s-e2e/run.sh upstream
+	tests/k8s-e2e/run.sh ours
+	tests/k8s-e2e/junit.py compare target/k8s-e2e/results/ours \
+		target/k8s-e2e/results/upstream

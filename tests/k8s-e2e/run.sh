@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# `make k8s-e2e`: Kubernetes' own [sig-network] e2e suite (e2e.test, built
+# by build.sh from the control plane's k8s.io/kubernetes version) against
+# one proxy on a fresh two-node cluster (cluster.sh).
+#
+#   tests/k8s-e2e/run.sh ours|upstream
+#
+# The default focus and skip are upstream's kube-proxy IPVS job's
+# (ci-kubernetes-kind-network-ipvs), limited to networking, plus the
+# suite's own default skip of [Feature:...] tests and the skips listed in
+# the documentation with their reasons. FOCUS and SKIP, when given (not
+# empty), replace them entirely, so that any test can be run.
+#
+# K8S_E2E_SHARD=I/N runs only shard I of N of the selected tests (every
+# Nth in name order): under TCG one proxy's whole selection takes longer
+# than a session may run, and its shards, run one after another on fresh
+# clusters, add up to the whole.
+#
+# Writes $TARGET/k8s-e2e/results/PROXY/RUN/ (RUN is `all`, `custom` for
+# another FOCUS or SKIP, with -shard-I-of-N for a shard; replaced by a new
+# run of the same): junit.xml, e2e.log and pods.txt
+# (`kubectl get pods -A -o wide` before the suite); then, from every RUN
+# of the default selection there, PROXY/passed.txt, failed.txt and
+# skipped.txt (a test name a line;
+# skipped: selected, and skipped by the test itself). Its last lines are
+# machine-readable, for this run:
+#   RESULT k8s-e2e PROXY passed N | failed N | skipped N | minutes N
+#
+# Environment: FOCUS, SKIP, K8S_E2E_SHARD, K8S_E2E_PROCS (ginkgo
+# processes, 4), K8S_E2E_KEEP=1 (leave the cluster up afterwards;
+# `cluster.sh down` stops it), and cluster.sh's.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+target=${CARGO_TARGET_DIR:-$repo/target}
+case $target in /*) ;; *) target=$repo/$target ;; esac
+proxy=${1:?usage: $0 ours|upstream}
+[[ $proxy == ours || $proxy == upstream ]] || {
+    echo "usage: $0 ours|upstream" >&2
+    exit 2
+}
+
+log() { printf '%s k8s-e2e: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+
+default_focus='\[sig-network\]'
+# Upstream's IPVS job, then the suite's default, then what a cluster of
+# two QEMU guests without the internet cannot do (docs/k8s-e2e.md).
+default_skip='Alpha|Beta|LoadBalancer|Disruptive|Flaky|Networking-IPv6|IPv6DualStack|AdmissionWebhook|LocalhostNodePorts|session.affinity.timeout'
+default_skip+='|\[Feature:.+\]'
+focus=${FOCUS:-$default_focus}
+skip=${SKIP:-$default_skip}
+
+out=$target/k8s-e2e
+# A run of another selection is kept apart from the default's, which the
+# comparison reads.
+run_name=all
+[[ -z ${FOCUS:-}${SKIP:-} ]] || run_name=custom
+shard=${K8S_E2E_SHARD:-}
+if [[ -n $shard ]]; then
+    [[ $shard =~ ^([0-9]+)/([0-9]+)$ ]] || {
+        echo "K8S_E2E_SHARD must be I/N, not '$shard'" >&2
+        exit 2
+    }
+    run_name=$run_name-shard-${BASH_REMATCH[1]}-of-${BASH_REMATCH[2]}
+fi
+results=$out/results/$proxy/$run_name
+start=$SECONDS
+
+"$here/build.sh" "$out"
+rm -rf "$results"
+mkdir -p "$results"
+"$here/cluster.sh" up
+if [[ -z ${K8S_E2E_KEEP:-} ]]; then
+    trap '"$here/cluster.sh" down' EXIT
+fi
+eval "$("$here/cluster.sh" env)"
+"$here/cluster.sh" check
+"$here/cluster.sh" proxy "$proxy"
+"$here/cluster.sh" dns
+
+# What the suite starts from (its pre-flight requires every kube-system Pod
+# Running and Ready); kubectl and KUBECONFIG come from cluster.sh env.
+kubectl get pods -A -o wide | tee "$results/pods.txt" >&2
+
+suite=(--kubeconfig="$KUBECONFIG" --kubectl-path="$(command -v kubectl)"
+    --provider=skeleton --num-nodes=2)
+if [[ -n $shard ]]; then
+    # The shard's tests by name, from a dry run of the whole selection.
+    "$out/bin/ginkgo" --dry-run --focus="$focus" --skip="$skip" \
+        --output-dir="$results" --json-report=selected.json \
+        "$out/bin/e2e.test" -- "${suite[@]}" >/dev/null
+    focus=$(python3 "$here/junit.py" shard "$results/selected.json" \
+        "${shard%/*}" "${shard#*/}")
+fi
+
+log "running the suite against $proxy${shard:+, shard $shard}: focus '$focus', skip '$skip'"
+suite_start=$SECONDS
+status=0
+"$out/bin/ginkgo" --procs="${K8S_E2E_PROCS:-4}" --timeout=24h \
+    --focus="$focus" --skip="$skip" --output-dir="$results" \
+    --junit-report=junit.xml --no-color \
+    "$out/bin/e2e.test" -- "${suite[@]}" \
+    --disable-log-dump=true --e2e-output-dir="$results/output" \
+    >"$results/e2e.log" 2>&1 || status=$?
+log "the suite exited with $status after $(((SECONDS - suite_start) / 60)) minutes (log: $results/e2e.log)"
+[[ -s $results/junit.xml ]] || {
+    log "the suite wrote no report"
+    exit 1
+}
+
+# This run's figures, then the lists over every run of the default
+# selection for this proxy (its shards, or the whole).
+python3 "$here/junit.py" summarize "$results" "$results/junit.xml"
+reports=()
+for f in "$out/results/$proxy"/all*/junit.xml; do
+    [[ -f $f ]] && reports+=("$f")
+done
+if ((${#reports[@]})); then
+    python3 "$here/junit.py" summarize "$out/results/$proxy" "${reports[@]}"
+fi
+minutes=$(((SECONDS - start + 30) / 60))
+for kind in passed failed skipped; do
+    echo "RESULT k8s-e2e $proxy $kind $(wc -l <"$results/$kind.txt")"
+done
+echo "RESULT k8s-e2e $proxy minutes $minutes"
