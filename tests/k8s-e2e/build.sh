@@ -167,39 +167,8 @@ timed pause-binary pause_part
 
 # As tests/node-e2e/images.sh makes it, under the same name, so whichever
 # script runs first makes it for both.
-make_base() {
-    if buildah inspect --type image "$base" >/dev/null 2>&1; then
-        return
-    fi
-    log "making $base from Debian's packages (mmdebstrap)"
-    local tar=$out/base.tar conf=$out/apt-conf ctr
-    rm -rf "$conf"
-    mkdir -p "$conf"
-    local clean='"rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true";'
-    cat >"$conf/docker-clean" <<EOF
-DPkg::Post-Invoke { $clean };
-APT::Update::Post-Invoke { $clean };
-Dir::Cache::pkgcache "";
-Dir::Cache::srcpkgcache "";
-EOF
-    mmdebstrap --quiet --variant=minbase --mode=root --format=tar \
-        --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
-        --dpkgopt='path-exclude=/usr/share/man/*' \
-        --dpkgopt='path-exclude=/usr/share/doc/*' \
-        --dpkgopt='path-include=/usr/share/doc/*/copyright' \
-        --dpkgopt='path-exclude=/usr/share/locale/*' \
-        --dpkgopt='path-exclude=/usr/share/info/*' \
-        --customize-hook="copy-in $conf/docker-clean /etc/apt/apt.conf.d" \
-        --customize-hook='rm -f "$1"/var/cache/apt/*.bin' \
-        bookworm "$tar" http://deb.debian.org/debian
-    ctr=$(buildah from scratch)
-    buildah add --quiet "$ctr" "$tar" / >/dev/null
-    buildah config --cmd bash "$ctr"
-    buildah commit --quiet "$ctr" "$base" >/dev/null
-    buildah rm "$ctr" >/dev/null
-    rm -rf "$tar" "$conf"
-}
-timed base make_base
+# node-e2e's Debian base, made once and kept in buildah's storage.
+timed base "$repo/tests/node-e2e/base-image.sh" "$out" >/dev/null
 base_id=$(buildah images --no-trunc --format '{{.ID}}' "$base")
 
 built=()

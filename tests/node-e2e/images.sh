@@ -15,7 +15,7 @@
 #
 # The base, debian:bookworm-slim, cannot be pulled either: it is made once
 # from Debian's packages with mmdebstrap (minbase, without documentation,
-# as the official slim image) and kept in buildah's storage. The runtime
+# as the official slim image; base-image.sh) and kept in buildah's storage. The runtime
 # stage's `apt-get install` runs for real (host network: Debian's mirror is
 # reachable).
 #
@@ -41,7 +41,6 @@ proxy_image=docker.io/library/kube-ipvs-proxy:e2e
 upstream_image=docker.io/library/kube-proxy:e2e
 pause_image=docker.io/kube-ipvs-proxy-e2e/pause:1
 testpod_image=docker.io/kube-ipvs-proxy-e2e/testpod:1
-base=docker.io/library/debian:bookworm-slim
 
 log() { printf '%s images: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() {
@@ -51,42 +50,6 @@ die() {
 
 "$repo/tests/vm/deps.sh" buildah mmdebstrap
 
-make_base() {
-    if buildah inspect --type image "$base" >/dev/null 2>&1; then
-        return
-    fi
-    log "making $base from Debian's packages (mmdebstrap)"
-    local tar=$out/base.tar ctr
-    # As the official image: merged /usr without the usrmerge package (and
-    # the perl it pulls in), no documentation, and apt configured to keep
-    # no package caches in later layers (its docker-clean file).
-    local conf=$out/apt-conf
-    rm -rf "$conf"
-    mkdir -p "$conf"
-    local clean='"rm -f /var/cache/apt/archives/*.deb /var/cache/apt/archives/partial/*.deb /var/cache/apt/*.bin || true";'
-    cat >"$conf/docker-clean" <<EOF
-DPkg::Post-Invoke { $clean };
-APT::Update::Post-Invoke { $clean };
-Dir::Cache::pkgcache "";
-Dir::Cache::srcpkgcache "";
-EOF
-    mmdebstrap --quiet --variant=minbase --mode=root --format=tar \
-        --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
-        --dpkgopt='path-exclude=/usr/share/man/*' \
-        --dpkgopt='path-exclude=/usr/share/doc/*' \
-        --dpkgopt='path-include=/usr/share/doc/*/copyright' \
-        --dpkgopt='path-exclude=/usr/share/locale/*' \
-        --dpkgopt='path-exclude=/usr/share/info/*' \
-        --customize-hook="copy-in $conf/docker-clean /etc/apt/apt.conf.d" \
-        --customize-hook='rm -f "$1"/var/cache/apt/*.bin' \
-        bookworm "$tar" http://deb.debian.org/debian
-    ctr=$(buildah from scratch)
-    buildah add --quiet "$ctr" "$tar" / >/dev/null
-    buildah config --cmd bash "$ctr"
-    buildah commit --quiet "$ctr" "$base" >/dev/null
-    buildah rm "$ctr" >/dev/null
-    rm -rf "$tar" "$conf"
-}
 
 # archive IMAGE FILE: a Docker archive, which `ctr images import` names by
 # its RepoTags.
@@ -110,7 +73,7 @@ static_image() {
     rm -f "$out/$1.bin"
 }
 
-make_base
+"$here/base-image.sh" "$out" >/dev/null
 
 profile=${NODE_E2E_PROFILE:-release}
 log "building the proxy ($profile) and testkit's static programs"
