@@ -15,7 +15,9 @@ use ::kube::{
 use futures::{stream, Stream, StreamExt};
 use k8s_openapi::{
     api::{
-        core::v1::{Node, Service},
+        core::v1::{
+            LoadBalancerStatus, Node, Service, ServiceSpec, ServiceStatus,
+        },
         discovery::v1::EndpointSlice,
     },
     apimachinery::pkg::apis::meta::v1::ObjectMeta,
@@ -182,15 +184,34 @@ impl<'de> Deserialize<'de> for WatchedService {
     fn deserialize<D: serde::Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        let mut value = serde_json::Value::deserialize(deserializer)?;
-        if let Some(status) =
-            value.get_mut("status").and_then(|s| s.as_object_mut())
-        {
-            status.remove("conditions");
+        // Straight from the stream, no intermediate tree: a cold start
+        // decodes every Service of the cluster. Unknown fields are
+        // skipped, the conditions among them.
+        #[derive(Deserialize)]
+        struct Fields {
+            #[serde(default)]
+            metadata: ObjectMeta,
+            spec: Option<ServiceSpec>,
+            status: Option<StatusFields>,
         }
-        Service::deserialize(value)
-            .map(WatchedService)
-            .map_err(serde::de::Error::custom)
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct StatusFields {
+            load_balancer: Option<LoadBalancerStatus>,
+        }
+        let Fields {
+            metadata,
+            spec,
+            status,
+        } = Fields::deserialize(deserializer)?;
+        Ok(WatchedService(Service {
+            metadata,
+            spec,
+            status: status.map(|s| ServiceStatus {
+                load_balancer: s.load_balancer,
+                conditions: None,
+            }),
+        }))
     }
 }
 

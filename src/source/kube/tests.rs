@@ -174,3 +174,40 @@ fn a_service_that_is_wrong_elsewhere_still_fails_to_decode() {
     json["spec"]["ports"] = serde_json::json!("not a list");
     assert!(serde_json::from_value::<WatchedService>(json).is_err());
 }
+
+#[test]
+fn a_service_decodes_as_the_generated_type_decodes_it() {
+    let json = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "web", "namespace": "shop", "uid": "u-1", "resourceVersion": "7",
+            "labels": {"app": "web"},
+            "annotations": {"note": "x"},
+            "deletionTimestamp": "2026-11-28T10:00:00Z"
+        },
+        "spec": {
+            "type": "LoadBalancer",
+            "clusterIP": "198.18.0.30",
+            "clusterIPs": ["198.18.0.30", "2001:db8:42::30"],
+            "ipFamilies": ["IPv4", "IPv6"],
+            "ipFamilyPolicy": "RequireDualStack",
+            "externalIPs": ["198.18.201.1"],
+            "externalTrafficPolicy": "Local",
+            "internalTrafficPolicy": "Cluster",
+            "healthCheckNodePort": 32000,
+            "loadBalancerSourceRanges": ["198.18.0.0/24"],
+            "sessionAffinity": "ClientIP",
+            "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 600}},
+            "selector": {"app": "web"},
+            "ports": [
+                {"name": "http", "port": 80, "protocol": "TCP", "targetPort": "http", "nodePort": 30080},
+                {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 5353}
+            ]
+        },
+        "status": {"loadBalancer": {"ingress": [{"ip": "198.18.200.2", "ipMode": "VIP"}]}}
+    });
+    let generated: Service = serde_json::from_value(json.clone()).unwrap();
+    let WatchedService(ours) = serde_json::from_value(json).unwrap();
+    assert_eq!(ours, generated);
+}
