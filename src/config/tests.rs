@@ -157,39 +157,16 @@ fn defaults_are_upstreams() {
 #[test]
 fn kubeadm_configmap_gives_upstream_defaults_in_ipvs_mode() {
     let resolved = from_file(KUBEADM).unwrap();
+    // kubeadm's file differs from upstream's defaults in these alone.
+    let upstream = upstream_defaults();
     let expected = Config {
         ipvs: IpvsConfig {
-            scheduler: Scheduler::RoundRobin,
-            sync_period: Duration::from_secs(30),
-            min_sync_period: Duration::ZERO,
-            exclude_cidrs: vec![],
             strict_arp: true,
-            tcp_timeout: None,
-            tcp_fin_timeout: None,
-            udp_timeout: None,
+            ..upstream.ipvs.clone()
         },
         cluster_cidrs: vec![net("198.19.0.0/16")],
-        detect_local: DetectLocal::ClusterCidr,
-        node_port_addresses: vec![],
-        masquerade_all: false,
-        masquerade_bit: 14,
-        hostname_override: None,
-        primary_ip_override: None,
-        healthz_bind_address: Some(sock("0.0.0.0:10256")),
-        metrics_bind_address: Some(sock("127.0.0.1:10249")),
         kubeconfig: Some(PathBuf::from("/var/lib/kube-proxy/kubeconfig.conf")),
-        state_file: None,
-        api_endpoint: None,
-        api_tls_dir: None,
-        api_token_file: None,
-        service_proxy_name: None,
-        config_sync_period: Duration::from_secs(15 * 60),
-        logging: LoggingConfig {
-            format: LogFormat::Text,
-            verbosity: 0,
-        },
-        oom_score_adj: -999,
-        conntrack: upstream_conntrack(),
+        ..upstream
     };
     assert_eq!(resolved.config, expected);
     // Zero values everywhere else: nothing is being ignored.
