@@ -35,9 +35,12 @@
 # agent (tests/node-e2e/connect.sh).
 #
 # Environment: E2E_K8S_DIR (tests/e2e/build-k8s.sh), K8S_E2E_IMAGES (a
-# folder of image archives every node imports besides node-e2e's; default
-# $TARGET/k8s-e2e/images when it exists), NODE_E2E_PROFILE (the proxy
-# image's build, dev here), VM_MEM (3072 per node), VM_SMP (2 per node).
+# folder of image archives every node imports besides node-e2e's; default:
+# the archives build.sh last built, listed in $TARGET/k8s-e2e/images.txt),
+# K8S_E2E_PROXY (ours or upstream: the nodes import only that proxy's
+# image; default both), NODE_E2E_PROFILE (the proxy image's build, dev
+# here), VM_MEM (3072 per node), VM_SMP (1 per node: two guests share a
+# 2-core host, and one vCPU keeps out the cross-CPU lockup CI once met).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -47,7 +50,7 @@ case $target in /*) ;; *) target=$repo/$target ;; esac
 run=$target/k8s-e2e/cluster
 k8s_bin="${E2E_K8S_DIR:-$target/k8s}/bin"
 node_images=$target/node-e2e/images
-extra_images=${K8S_E2E_IMAGES:-$target/k8s-e2e/images}
+built_images=$target/k8s-e2e/images.txt
 
 nodes=(node-a node-b)
 node_ips=(198.18.128.11 198.18.128.12)
@@ -105,16 +108,17 @@ boot_node() {
     # setsid: `down` stops the guest's whole process group.
     # shellcheck disable=SC2154 # set by control-plane.sh env
     VM_HOST_PORTS=$E2E_VM_HOST_PORTS VM_GUEST_PORTS=$guest_ports \
-        VM_MEM=${VM_MEM:-3072} VM_SMP=${VM_SMP:-2} VM_TIMEOUT=86400 \
+        VM_MEM=${VM_MEM:-3072} VM_SMP=${VM_SMP:-1} VM_TIMEOUT=86400 \
         VM_QEMU_ARGS="$link" \
         VM_PASS_ENV="E2E_K8S_BIN E2E_IMAGES E2E_KUBELET_KUBECONFIG E2E_CA_CERT \
 E2E_ADMIN_GUEST_KUBECONFIG E2E_NODE_NAME E2E_NODE_IP E2E_APISERVER_PORT \
-E2E_NODE_LINK_MAC E2E_NODE_COUNT E2E_CLUSTER_DNS E2E_EXTRA_IMAGES" \
+E2E_NODE_LINK_MAC E2E_NODE_COUNT E2E_CLUSTER_DNS E2E_EXTRA_IMAGES E2E_NODE_IMAGES" \
         E2E_K8S_BIN=$k8s_bin E2E_IMAGES=$node_images \
         E2E_KUBELET_KUBECONFIG=$E2E_RUN_DIR/kubelet-$n.kubeconfig \
         E2E_NODE_NAME=$n E2E_NODE_IP=${node_ips[$i]} \
         E2E_NODE_LINK_MAC=${link_macs[$i]} E2E_NODE_COUNT=${#nodes[@]} \
         E2E_CLUSTER_DNS=$cluster_dns E2E_EXTRA_IMAGES=$extra \
+        E2E_NODE_IMAGES=$node_image_names \
         setsid "$repo/tests/vm/run" "$repo/tests/node-e2e/node.sh" \
         sleep infinity </dev/null >"$run/$n.log" 2>&1 &
     echo $! >"$run/$n.pid"
@@ -127,13 +131,29 @@ cmd_up() {
     "$repo/tests/e2e/build-k8s.sh"
     NODE_E2E_PROFILE=${NODE_E2E_PROFILE:-dev} \
         "$repo/tests/node-e2e/images.sh" "$node_images"
-    extra=
-    if [[ -d $extra_images ]]; then
-        extra=$extra_images
-    else
-        log "no $extra_images: the nodes get node-e2e's images only"
-    fi
+    # Importing is most of a node's start under TCG: only what will run.
+    case ${K8S_E2E_PROXY:-} in
+    ours) node_image_names="pause kube-ipvs-proxy" ;;
+    upstream) node_image_names="pause kube-proxy" ;;
+    '') node_image_names="pause kube-ipvs-proxy kube-proxy" ;;
+    *) die "K8S_E2E_PROXY must be ours or upstream, not $K8S_E2E_PROXY" ;;
+    esac
     mkdir -p "$run"
+    extra=
+    if [[ -n ${K8S_E2E_IMAGES:-} ]]; then
+        extra=$K8S_E2E_IMAGES
+    elif [[ -s $built_images ]]; then
+        # The folder may also hold archives of an earlier, larger build.
+        extra=$run/images
+        mkdir -p "$extra"
+        local name file
+        while IFS='=' read -r name file; do
+            [[ -f $file ]] || die "build.sh listed $name as $file, which is missing"
+            ln -s "$file" "$extra/"
+        done <"$built_images"
+    else
+        log "no $built_images: the nodes get node-e2e's images only"
+    fi
     "$repo/tests/e2e/control-plane.sh" start
     eval "$("$repo/tests/e2e/control-plane.sh" env)"
     local started=$SECONDS i

@@ -29,7 +29,8 @@
 # joins the nodes, which then carries the node's address (else a dummy
 # link does); E2E_NODE_COUNT, the number of Nodes whose Pod ranges to route
 # to over that link; E2E_CLUSTER_DNS, the cluster DNS Service's address
-# for the kubelet to give Pods; E2E_EXTRA_IMAGES, a folder whose every
+# for the kubelet to give Pods; E2E_NODE_IMAGES, which of images.sh's
+# archives to import (default all); E2E_EXTRA_IMAGES, a folder whose every
 # .tar is imported too.
 set -euo pipefail
 
@@ -171,7 +172,8 @@ log "starting containerd"
 containerd --config "$conf/containerd.toml" >/var/log/containerd.log 2>&1 &
 ctr() { command ctr --address /run/containerd/containerd.sock -n k8s.io "$@"; }
 wait_for "containerd" 60 ctr version
-for image in pause testpod kube-ipvs-proxy kube-proxy; do
+node_images=${E2E_NODE_IMAGES:-pause testpod kube-ipvs-proxy kube-proxy}
+for image in $node_images; do
     ctr images import "$E2E_IMAGES/$image.tar" >/dev/null
 done
 if [[ -n ${E2E_EXTRA_IMAGES:-} ]]; then
@@ -180,8 +182,10 @@ if [[ -n ${E2E_EXTRA_IMAGES:-} ]]; then
     done
 fi
 # Two tags of our image, for the rolling update from one to the other.
-ctr images tag "$E2E_PROXY_IMAGE" "$E2E_PROXY_IMAGE-a" >/dev/null
-ctr images tag "$E2E_PROXY_IMAGE" "$E2E_PROXY_IMAGE-b" >/dev/null
+if [[ " $node_images " == *" kube-ipvs-proxy "* ]]; then
+    ctr images tag "$E2E_PROXY_IMAGE" "$E2E_PROXY_IMAGE-a" >/dev/null
+    ctr images tag "$E2E_PROXY_IMAGE" "$E2E_PROXY_IMAGE-b" >/dev/null
+fi
 log "images imported after $((SECONDS - started))s: $(ctr images list -q | grep -vc '^sha256:') names"
 
 # --- the kubelet ----------------------------------------------------------------
