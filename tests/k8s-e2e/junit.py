@@ -6,8 +6,10 @@
       from one run's report or from the reports of a run's shards
   junit.py compare OURS_DIR UPSTREAM_DIR
       the two runs side by side: passed by both, upstream only, ours only,
-      failed by both, skipped by both; the last lines are
-      RESULT k8s-e2e-compare upstream_only N / ours_only N
+      failed by both, skipped by both, over the tests both ran; then those
+      run by one side only (a shard the other has not run yet); the last
+      lines are RESULT k8s-e2e-compare compared N / one_side_only N /
+      upstream_only N / ours_only N
   junit.py shard DRY_RUN_JSON I N
       from ginkgo's JSON report of a dry run (the specs the focus and skip
       select), the focus regex that selects shard I of N (1-based): every
@@ -84,10 +86,16 @@ def read(results):
 
 def compare(ours_dir, upstream_dir):
     ours, upstream = read(ours_dir), read(upstream_dir)
+    # Only a test both sides ran is compared: one run by one side only (its
+    # shard not yet run by the other, a different selection, an aborted
+    # run) is listed apart, not counted as a difference.
+    ran_ours = ours["passed"] | ours["failed"]
+    ran_upstream = upstream["passed"] | upstream["failed"]
+    both = ran_ours & ran_upstream
     rows = [
         ("passed by both", ours["passed"] & upstream["passed"]),
-        ("upstream only", upstream["passed"] - ours["passed"]),
-        ("ours only", ours["passed"] - upstream["passed"]),
+        ("upstream only", (upstream["passed"] - ours["passed"]) & both),
+        ("ours only", (ours["passed"] - upstream["passed"]) & both),
         ("failed by both", ours["failed"] & upstream["failed"]),
         ("skipped by both", ours["skipped"] & upstream["skipped"]),
     ]
@@ -99,16 +107,14 @@ def compare(ours_dir, upstream_dir):
             print(f"\n{title}:")
             for name in sorted(names):
                 print(f"  {name}")
-    # A test run by one side and not the other (a different selection, an
-    # aborted run) is not a comparison: say so rather than count it.
-    ran_ours = ours["passed"] | ours["failed"]
-    ran_upstream = upstream["passed"] | upstream["failed"]
-    differ = ran_ours ^ ran_upstream
-    unmatched = differ - (ours["passed"] ^ upstream["passed"])
-    if unmatched:
-        print("\nrun by one side only:")
-        for name in sorted(unmatched):
-            print(f"  {name}")
+    one_side = (ran_ours ^ ran_upstream) | (ours["skipped"] ^ upstream["skipped"])
+    if one_side:
+        print("\nrun (or skipped) by one side only, not compared:")
+        for name in sorted(one_side):
+            side = "ours" if name in ran_ours | ours["skipped"] else "upstream"
+            print(f"  {side}: {name}")
+    print(f"RESULT k8s-e2e-compare compared {len(both)}")
+    print(f"RESULT k8s-e2e-compare one_side_only {len(one_side)}")
     print(f"RESULT k8s-e2e-compare upstream_only {len(rows[1][1])}")
     print(f"RESULT k8s-e2e-compare ours_only {len(rows[2][1])}")
 
