@@ -28,7 +28,10 @@
 #
 # Environment: FOCUS, SKIP, K8S_E2E_SHARD, K8S_E2E_PROCS (ginkgo
 # processes, 4), K8S_E2E_KEEP=1 (leave the cluster up afterwards;
-# `cluster.sh down` stops it), and cluster.sh's.
+# `cluster.sh down` stops it), K8S_E2E_EXPECT=N (fail unless exactly N
+# tests passed and none failed: a subset that must pass, as in CI; a
+# renamed test would otherwise select nothing and pass), build.sh's
+# K8S_E2E_IMAGES_ONLY, and cluster.sh's.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -70,7 +73,7 @@ start=$SECONDS
 "$here/build.sh" "$out"
 rm -rf "$results"
 mkdir -p "$results"
-"$here/cluster.sh" up
+K8S_E2E_PROXY=$proxy "$here/cluster.sh" up
 if [[ -z ${K8S_E2E_KEEP:-} ]]; then
     trap '"$here/cluster.sh" down' EXIT
 fi
@@ -124,3 +127,14 @@ for kind in passed failed skipped; do
     echo "RESULT k8s-e2e $proxy $kind $(wc -l <"$results/$kind.txt")"
 done
 echo "RESULT k8s-e2e $proxy minutes $minutes"
+
+if [[ -n ${K8S_E2E_EXPECT:-} ]]; then
+    passed=$(wc -l <"$results/passed.txt")
+    failed=$(wc -l <"$results/failed.txt")
+    if ((passed != K8S_E2E_EXPECT || failed != 0)); then
+        log "expected $K8S_E2E_EXPECT passed and none failed; $passed passed, $failed failed:"
+        cat "$results/failed.txt" >&2
+        exit 1
+    fi
+    log "all $passed expected tests passed"
+fi
