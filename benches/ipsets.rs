@@ -5,11 +5,7 @@
 //! for reading the sets back (our dump against `ipset save`).
 //!
 //! `make bench-ipsets` (or `cargo bench --bench ipsets`). `IPSETS_BENCH_N`
-//! changes the number of entries. Seen on a loaded development host:
-//! add 42-50 ms against 104-158 ms (ratio 0.3-0.5), read 10-13 ms against
-//! 130-170 ms. In the TCG guest, 1,000 entries: add 13 ms against 1,016 ms,
-//! read 5 ms against 1,918 ms: the guest's ipset slowness is the tool's,
-//! not the kernel's.
+//! changes the number of entries. Figures: docs/benchmarks.md.
 
 use std::{
     io::Write,

@@ -10,7 +10,7 @@
 //! whether a sync follows what changed (1.0) or the cluster's size.
 //!
 //! `cargo bench --bench memory`; for a breakdown by call site, run the
-//! built binary under `heaptrack` (README, "Where the memory goes").
+//! built binary under `heaptrack` (docs/benchmarks.md, "Memory").
 
 use std::{
     future::Future,

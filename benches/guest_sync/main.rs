@@ -1,4 +1,4 @@
-//! `make bench`'s guest part (issue #5): the proxy against the kernel
+//! `make bench`'s guest part: the proxy against the kernel
 //! tools on the same state, in one boot of the real-kernel guest, as
 //! root. Prints one Markdown table.
 //!

@@ -1,4 +1,4 @@
-//! `make bench-vs-upstream` (issue #7): upstream kube-proxy in IPVS mode
+//! `make bench-vs-upstream`: upstream kube-proxy in IPVS mode
 //! against ours, on the same API objects, in the same real-kernel guest,
 //! against the loopback control plane (tests/e2e/control-plane.sh).
 //! tests/vm/bench-vs-upstream.sh drives it in three steps:

@@ -8,12 +8,11 @@
 //! So the host's `relay` makes the API requests natively, and the guest
 //! keeps every change's time on its own clock.
 //!
-//! Until 2026-11-28 the guest sent a line per change and read an answer
-//! per change: a profile of the bench under churn at 10,000 services
-//! (`BENCH_PERF=bench`) put 29 % of its CPU in sending those lines
-//! through the guest's TCP stack and virtio, more than its reads of the
-//! kernel. Now it sends one line a second: which changes, at what rate,
-//! from when. Change `i` goes to service `i mod N` with
+//! A line per change from the guest would cost the bench more of the
+//! guest's CPU, in its TCP stack and virtio, than its reads of the kernel
+//! (a profile with `BENCH_PERF=bench` shows it). So the guest sends one
+//! line a second: which changes, at what rate, from when. Change `i`
+//! goes to service `i mod N` with
 //! [`objects::churn_address`]`(i)`, so neither side needs the other to
 //! name it. The relay writes the changes of a second at their offsets
 //! from the line's arrival, which is after the guest sent it: each write
