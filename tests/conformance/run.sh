@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Side by side with upstream kube-proxy (issues 7 and 12): upstream's
+# Side by side with upstream kube-proxy: upstream's
 # kube-proxy (IPVS mode) and ours live through the same scenario, one after
 # the other, in the real-kernel guest against the loopback control plane
 # (tests/e2e/control-plane.sh, already started); the kernel state each
@@ -64,7 +64,7 @@
 # tables of both families.
 #
 # With CONFORMANCE_SPLIT=1 every scenario and walk (not the takeovers) has
-# a third pass, after ours: ours fed by the split (issue 16), an API side
+# a third pass, after ours: ours fed by the API/node split, an API side
 # (`kube-ipvs-proxy api-server`) watching the control plane and serving
 # the node's view on a unix socket, and ours with --api-endpoint on it;
 # its snapshots are diffed against upstream's like ours'. In a walk with
