@@ -13,9 +13,8 @@
 //! destinations on a per-namespace "trash" list, and every destination
 //! add walks that list first (to revive a match). A flush puts every
 //! destination there and does not arm the timer that empties it, so the
-//! side that loads after a flush pays ~10^10 comparisons at 10,000 × 10:
-//! measured in the guest, a batch load of 110,000 rules took 11 s on a
-//! fresh table and 91 s after a flush and a 100 s pause. A fresh
+//! side that loads after a flush pays ~10^10 comparisons at 10,000 × 10,
+//! several times the load itself. A fresh
 //! namespace has a fresh table and an empty trash; the first side's
 //! namespace is flushed and left before the second starts.
 //!

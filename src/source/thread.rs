@@ -2,10 +2,9 @@
 //!
 //! Under churn, most of what an API event costs is before the trackers:
 //! the watch connection's TLS, HTTP chunking, the JSON decoding of the
-//! object and the store's conversion and diff: 13 to 19 s of CPU in a
-//! minute of a hundred changes a second at 10,000 services, beside the
-//! loop's 34 s (the vs_upstream bench's CPU by thread). On the sync
-//! loop's thread that work took turns with the syncs; here it runs
+//! object and the store's conversion and diff: roughly a third of the
+//! process's CPU under churn (the vs_upstream bench's CPU by thread). On
+//! the sync loop's thread that work took turns with the syncs; here it runs
 //! beside the loop, on a thread of its own, and hands the loop converted
 //! changes through a channel.
 //!

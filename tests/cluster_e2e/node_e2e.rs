@@ -808,7 +808,7 @@ fn a_rolling_update_loses_no_request() -> Result<()> {
     })
 }
 
-/// deploy/README.md's migration, under steady traffic: kubeadm's
+/// docs/install.md's migration, under steady traffic: kubeadm's
 /// kube-proxy DaemonSet (upstream's binary, IPVS mode) running; kept off
 /// the node by a nodeSelector and ours applied; rolled back. Then
 /// kubeadm's way of upgrading: only the image of kubeadm's DaemonSet
@@ -867,7 +867,7 @@ fn a_migration_from_kube_proxy_and_back_loses_no_request() -> Result<()> {
         let our_image = format!("{}-a", c.env.proxy_image);
         step(
             c,
-            "kube-proxy replaced by kube-ipvs-proxy (deploy/README.md)",
+            "kube-proxy replaced by kube-ipvs-proxy (docs/install.md)",
             &|c| {
                 c.env.kubectl(
                 &["-n", "kube-system", "patch", "daemonset", "kube-proxy", "--type=merge", "-p",
@@ -882,7 +882,7 @@ fn a_migration_from_kube_proxy_and_back_loses_no_request() -> Result<()> {
                 c.wait_rolled_out(&c.proxy(), &our_image)
             },
         )?;
-        step(c, "rolled back to kube-proxy (deploy/README.md)", &|c| {
+        step(c, "rolled back to kube-proxy (docs/install.md)", &|c| {
             c.env.kubectl(
                 &["delete", "--wait=true", "-f", "-"],
                 Some(&c.env.our_manifest(&our_image)?),

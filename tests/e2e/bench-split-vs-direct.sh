@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The API/node split against N proxies that each watch the API server, at
-# a real kube-apiserver (issue 16; what is measured: benches/split_vs_direct.rs).
+# a real kube-apiserver (what is measured: benches/split_vs_direct.rs).
 # A control plane of its own (its own run folder and ports, so that it
 # can run beside another), the cluster created from the host, then N
 # nodes fed each way, no guest: both ways stop short of the kernel.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Upstream kube-proxy (IPVS mode) against ours on the same objects, in the
-# real-kernel guest, against the loopback control plane (issue #7; what is
+# real-kernel guest, against the loopback control plane (what is
 # measured: benches/vs_upstream/main.rs). For each size and each proxy:
 # a fresh control plane, the objects created from the host, a fresh guest
 # boot running the proxy and the measurements; then one table of both,
@@ -17,7 +17,7 @@
 # kept results folder with the guest's kallsyms, for `perf report
 # --kallsyms`), BENCH_WRITER (`relay`, the default: the churn's
 # writes are made on the host on the guest's schedule, on BENCH_RELAY_PORT,
-# 6447; `guest`: from the guest itself, as before 2026-11-27, which
+# 6447; `guest`: from the guest itself, as the bench first did, which
 # costs the guest about as much CPU as the proxy; benches/vs_upstream/
 # relay.rs) and E2E_K8S_DIR (where build-k8s.sh keeps upstream's binaries).
 # Each proxy's row also has the host's steal over its run (the host may be

@@ -11,7 +11,7 @@
 # (e.g. a name filter, --nocapture). Any failing binary fails the run, after
 # all have run. A library's own unit tests are the exception when nothing
 # under its src/ names the feature: then they are the host's `cargo test`
-# over again, 6-50x slower (kube-ipvs-proxy's took 90 s of the guest).
+# over again, many times slower under emulation.
 # VM_TEST_FEATURES adds features to that build (comma separated, e.g.
 # `kube-ipvs-proxy/e2e-tests` for `make e2e`); VM_TEST_EXPECT, the number
 # of tests that must pass over all binaries: a name filter that matches

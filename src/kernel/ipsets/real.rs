@@ -41,8 +41,8 @@ fn revision_cap(set_type: SetType) -> u8 {
 ///
 /// `dump` and `apply` do their I/O on the calling thread without
 /// yielding: the kernel handles each request inside `sendmsg`, so a call
-/// never waits on anything but the kernel's own work (about 4 µs per
-/// element on the host, see `make bench-ipsets`). A lost answer is bounded
+/// never waits on anything but the kernel's own work (microseconds per
+/// element, see `make bench-ipsets`). A lost answer is bounded
 /// by a 5 s receive timeout and reported as a transport error for the
 /// operations it covered. `dump_detached` reads over a second socket,
 /// opened with the first (so in the same network namespace), on the

@@ -1,4 +1,4 @@
-//! The guest's proxy fed by the API/node split (issue 16): an API side
+//! The guest's proxy fed by the API/node split: an API side
 //! (`kube-ipvs-proxy api-server`) in the guest watches the real control
 //! plane and serves the node's view on a unix socket, and the proxy takes
 //! its input from there (`--api-endpoint`). The API side is then killed

@@ -8,7 +8,8 @@
 //! pod over its own veth, and pods answer any source, including a virtual
 //! service address on kube-ipvs0 after IPVS masquerading.
 //!
-//! Setup costs few processes, as each one costs ~0.1 s in the guest: one
+//! Setup costs few processes, as each one is slow to start in the
+//! emulated guest: one
 //! `ip -batch` for the root-namespace side of all pods, one per pod inside
 //! its namespace, and the server itself. [`Drop`] kills the server and
 //! deletes the veth pair and the namespace.
