@@ -29,7 +29,6 @@ mod tests;
 use std::{
     collections::{BTreeMap, BTreeSet},
     net::IpAddr,
-    ops::RangeInclusive,
     time::Instant,
 };
 
@@ -58,16 +57,11 @@ pub const DUMMY_LINK: &str = "kube-ipvs0";
 /// Every set of ours starts with this; dumps ask for nothing else.
 const SET_PREFIX: &str = "KUBE-";
 
-/// The Kubernetes default `--service-node-port-range`.
-pub const DEFAULT_NODE_PORT_RANGE: RangeInclusive<u16> = 30000..=32767;
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxierConfig {
     pub link: String,
     pub exclude_cidrs: Vec<IpNet>,
     pub graceful: GracefulConfig,
-    /// See [`Ownership::node_port_range`].
-    pub node_port_range: Option<RangeInclusive<u16>>,
     /// The families whose sets `start` creates before the first sync
     /// says which the node runs.
     pub ipv4: bool,
@@ -80,7 +74,6 @@ impl Default for ProxierConfig {
             link: DUMMY_LINK.to_string(),
             exclude_cidrs: Vec::new(),
             graceful: GracefulConfig::default(),
-            node_port_range: Some(DEFAULT_NODE_PORT_RANGE),
             ipv4: true,
             ipv6: false,
         }
@@ -252,8 +245,7 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
                 exclude_cidrs: config.exclude_cidrs.clone(),
                 programmed: BTreeSet::new(),
                 node_addresses: BTreeSet::new(),
-                node_port_range: config.node_port_range.clone(),
-                listed: BTreeSet::new(),
+                listed: plan::Listed::default(),
             },
             config,
             ledger: Ledger::new(),

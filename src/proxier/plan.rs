@@ -42,7 +42,7 @@ use std::{
     cmp::Ordering,
     collections::{BTreeMap, BTreeSet, HashMap, HashSet},
     net::IpAddr,
-    ops::{Bound, RangeInclusive},
+    ops::Bound,
     sync::Arc,
 };
 
@@ -61,7 +61,7 @@ use crate::{
             VirtualServerKey,
         },
     },
-    model::ServicePortName,
+    model::{Protocol, ServicePortName},
 };
 
 #[cfg(test)]
@@ -515,14 +515,23 @@ pub struct Ownership {
     pub programmed: BTreeSet<VirtualServerKey>,
     /// The addresses NodePorts listen on.
     pub node_addresses: BTreeSet<IpAddr>,
-    /// A virtual server on a node address with a port in this range is
-    /// taken for a NodePort of an earlier run (after a restart the
-    /// process has no record of it). `None` trusts only `programmed`.
-    pub node_port_range: Option<RangeInclusive<u16>>,
-    /// Virtual servers the kernel's sets of external and load-balancer
-    /// IPs list ([`listed_in_sets`]): a kube-proxy's, ours or upstream's,
-    /// even on an address of the node's own, which nothing else marks.
-    pub listed: BTreeSet<VirtualServerKey>,
+    /// What the kernel's sets say a kube-proxy (ours or upstream's)
+    /// programmed ([`listed_in_sets`]): after a restart or a takeover the
+    /// process has no record of a NodePort or an external IP on a node
+    /// address deleted meanwhile, and nothing else marks it.
+    pub listed: Listed,
+}
+
+/// The virtual servers a kube-proxy's sets list.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listed {
+    /// From the sets of external and load-balancer IPs, and SCTP
+    /// NodePorts (address, protocol and port in each entry).
+    pub services: BTreeSet<VirtualServerKey>,
+    /// From the TCP and UDP NodePort sets, which hold ports only: a
+    /// virtual server on a node address with one of these is a NodePort,
+    /// whatever the cluster's `--service-node-port-range`.
+    pub node_ports: BTreeSet<(Protocol, u16)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -546,15 +555,12 @@ impl Ownership {
         {
             return Owner::Excluded;
         }
-        let stale_node_port = self.node_addresses.contains(&key.address)
-            && self
-                .node_port_range
-                .as_ref()
-                .is_some_and(|range| range.contains(&key.port));
+        let listed_node_port = self.node_addresses.contains(&key.address)
+            && self.listed.node_ports.contains(&(key.protocol, key.port));
         if link_addresses.contains(&key.address)
             || self.programmed.contains(key)
-            || stale_node_port
-            || self.listed.contains(key)
+            || listed_node_port
+            || self.listed.services.contains(key)
         {
             Owner::Ours
         } else {
@@ -936,34 +942,53 @@ pub fn reconcile(
     )
 }
 
-/// The virtual servers that the sets of external and load-balancer IPs
-/// (both families, `Local` ones included) list. Only a kube-proxy writes
-/// those sets, so a virtual server they list is one, even when its
-/// address is the node's own: an external IP that is a node address needs
-/// no binding to kube-ipvs0, and upstream's state after a takeover has no
-/// record of ours.
-pub fn listed_in_sets(
-    sets: &BTreeMap<String, SetState>,
-) -> BTreeSet<VirtualServerKey> {
+/// What the sets of external and load-balancer IPs and of NodePorts (both
+/// families, `Local` ones included) list. Only a kube-proxy writes those
+/// sets, so a virtual server they list is one, even when its address is
+/// the node's own: an external IP that is a node address needs no binding
+/// to kube-ipvs0, a NodePort none, and upstream's state after a takeover
+/// has no record of ours.
+pub fn listed_in_sets(sets: &BTreeMap<String, SetState>) -> Listed {
     let kinds = [
         SetKind::ExternalIp,
         SetKind::ExternalIpLocal,
         SetKind::LoadBalancer,
         SetKind::LoadBalancerLocal,
+        SetKind::NodePortTcp,
+        SetKind::NodePortLocalTcp,
+        SetKind::NodePortUdp,
+        SetKind::NodePortLocalUdp,
+        SetKind::NodePortSctp,
+        SetKind::NodePortLocalSctp,
     ];
-    let mut out = BTreeSet::new();
+    let mut out = Listed::default();
     for ipv6 in [false, true] {
         for kind in kinds {
             let Some(set) = sets.get(&SetName { kind, ipv6 }.name()) else {
                 continue;
             };
+            let port_protocol = match kind {
+                SetKind::NodePortTcp | SetKind::NodePortLocalTcp => {
+                    Some(Protocol::Tcp)
+                }
+                SetKind::NodePortUdp | SetKind::NodePortLocalUdp => {
+                    Some(Protocol::Udp)
+                }
+                _ => None,
+            };
             for entry in &set.entries {
-                if let SetEntry::IpPort(address, protocol, port) = entry {
-                    out.insert(VirtualServerKey {
-                        address: *address,
-                        port: *port,
-                        protocol: *protocol,
-                    });
+                match (entry, port_protocol) {
+                    (SetEntry::IpPort(address, protocol, port), _) => {
+                        out.services.insert(VirtualServerKey {
+                            address: *address,
+                            port: *port,
+                            protocol: *protocol,
+                        });
+                    }
+                    (SetEntry::Port(port), Some(protocol)) => {
+                        out.node_ports.insert((protocol, *port));
+                    }
+                    _ => {}
                 }
             }
         }

@@ -188,6 +188,53 @@ fn a_foreign_virtual_server_is_left_alone() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A NodePort deleted while the proxy was down, in a cluster whose
+/// `--service-node-port-range` is not the default: the restarted proxy
+/// has no record of it, but the kernel's NodePort set still lists its
+/// port, so it goes. A virtual server on the node address that no set
+/// lists stays, even with a port in the default range.
+#[test]
+#[cfg_attr(
+    not(feature = "kernel-tests"),
+    ignore = "needs the real-kernel guest: run `make vm-test`"
+)]
+fn a_node_port_deleted_while_down_goes_whatever_its_range() -> anyhow::Result<()>
+{
+    testkit::guest::require();
+    let ports = [Port::tcp("http", 80, 8080).node_port(40080)];
+    let state = [
+        node(),
+        service("custom", "198.18.9.10", &ports, ""),
+        endpoint_slice("custom", &ports, &[("198.19.9.2", "node-a")]),
+    ];
+    let pods = [PodSpec::new("custom-1")
+        .ip("198.19.9.2".parse()?)
+        .port(8080)];
+    let node_port = format!("{NODE_IP}:40080");
+    let foreign = format!("{NODE_IP}:30999");
+    let mut cluster = Cluster::new("custom-range", &pods, &state)?;
+    cluster.add_foreign(&foreign, FOREIGN_REAL)?;
+    cluster.start_proxy(&[])?;
+    cluster.wait_for("the NodePort outside the default range", || {
+        Ok(real_servers("-t", &node_port)?.len() == 1)
+    })?;
+    assert_eq!(
+        tcp_tally(node_port.parse()?, 1, TIMEOUT)?.get("custom-1"),
+        Some(&1)
+    );
+
+    cluster.stop_proxy();
+    cluster.write_state(&[node()])?;
+    cluster.start_proxy(&[])?;
+    let left = ipvs_services()?;
+    assert!(
+        !left.iter().any(|l| l.contains(&node_port)),
+        "the stale NodePort survived the restart: {left:?}"
+    );
+    assert_eq!(real_servers("-t", &foreign)?, [FOREIGN_REAL]);
+    Ok(())
+}
+
 #[test]
 #[cfg_attr(
     not(feature = "kernel-tests"),

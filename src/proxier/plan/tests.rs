@@ -517,8 +517,7 @@ fn ownership() -> Ownership {
         exclude_cidrs: vec!["198.18.250.0/24".parse().unwrap()],
         programmed: BTreeSet::new(),
         node_addresses: [ip(NODE_IP)].into(),
-        node_port_range: Some(30000..=32767),
-        listed: BTreeSet::new(),
+        listed: Listed::default(),
     }
 }
 
@@ -667,7 +666,7 @@ fn reconcile_repairs_drift_and_touches_only_what_is_ours() {
             name: "foreign virtual servers and sets are left alone",
             drift: Box::new(|o| {
                 foreign_vs(table(o), "198.18.200.1", 80);
-                // On a node address, but not in the node-port range.
+                // On a node address, but no set lists its port.
                 foreign_vs(table(o), NODE_IP, 8443);
                 o.sets.as_mut().unwrap().insert(
                     "KUBE-SOMEONE-ELSE".into(),
@@ -710,13 +709,10 @@ fn reconcile_repairs_drift_and_touches_only_what_is_ours() {
             expected: Reconciled::default(),
         },
         ReconcileCase {
-            name: "stale NodePort of an earlier run is removed",
+            name: "a port in the default NodePort range that no set lists is foreign",
             drift: Box::new(|o| foreign_vs(table(o), NODE_IP, 30999)),
             expected: Reconciled {
-                ops: KernelOps {
-                    ipvs: vec![IpvsOp::DeleteService(key(NODE_IP, 30999))],
-                    ..KernelOps::default()
-                },
+                foreign: vec![key(NODE_IP, 30999)],
                 ..Reconciled::default()
             },
         },
@@ -1080,4 +1076,63 @@ fn a_virtual_server_on_a_node_address_that_a_set_lists_is_ours() {
         repaired.ops.ipvs
     );
     assert_eq!(repaired.foreign, [key(NODE_IP, 22)]);
+}
+
+/// A NodePort deleted while the proxy was down (or before a takeover):
+/// the process has no record of it, but the NodePort sets still list its
+/// port, whatever the cluster's `--service-node-port-range`. Each set
+/// claims its own protocol only, and only on a node address.
+#[test]
+fn a_node_port_that_the_sets_list_is_ours_in_any_range() {
+    let ledger = Ledger::new();
+    let mut observed = kernel_of(&ledger);
+    // Outside 30000-32767: a custom range.
+    foreign_vs(table(&mut observed), NODE_IP, 40080);
+    table(&mut observed).services.insert(
+        key_p(NODE_IP, 40080, Protocol::Udp),
+        ServiceEntry {
+            spec: spec_of(key_p(NODE_IP, 40080, Protocol::Udp), "rr", None),
+            dests: BTreeMap::new(),
+        },
+    );
+    foreign_vs(table(&mut observed), NODE_IP, 40443);
+    foreign_vs(table(&mut observed), "198.18.200.1", 40080);
+    let local_tcp = SetName {
+        kind: SetKind::NodePortLocalTcp,
+        ipv6: false,
+    };
+    observed
+        .sets
+        .as_mut()
+        .unwrap()
+        .get_mut(&local_tcp.name())
+        .unwrap()
+        .entries
+        .insert(SetEntry::Port(40080));
+    let listed = listed_in_sets(observed.sets.as_ref().unwrap());
+    assert_eq!(
+        listed.node_ports,
+        [(Protocol::Tcp, 40080)].into_iter().collect()
+    );
+    let ownership = Ownership {
+        listed,
+        ..ownership()
+    };
+
+    let repaired =
+        reconcile(&ledger, &expected_sets(true, false), &observed, &ownership);
+    assert_eq!(
+        repaired.ops.ipvs,
+        [IpvsOp::DeleteService(key(NODE_IP, 40080))]
+    );
+    assert_eq!(
+        repaired.foreign,
+        [
+            key_p(NODE_IP, 40080, Protocol::Udp),
+            key(NODE_IP, 40443),
+            key("198.18.200.1", 40080),
+        ]
+    );
+    let ops = cleanup(&observed, &ownership);
+    assert_eq!(ops.ipvs, [IpvsOp::DeleteService(key(NODE_IP, 40080))]);
 }
