@@ -8,6 +8,7 @@
 //! the log line and the metric change in one place. [`exporter`] builds
 //! the Prometheus recorder with upstream's histogram buckets.
 
+pub mod catalogue;
 pub mod events;
 pub mod exporter;
 pub mod process;

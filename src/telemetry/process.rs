@@ -133,7 +133,84 @@ pub fn network_bytes(dev: &str) -> Option<(u64, u64)> {
     Some((rx, tx))
 }
 
-fn family(out: &mut String, name: &str, kind: &str, help: &str, value: f64) {
+/// One family this module renders: client_golang's process collector's
+/// name, type and help (and its goroutine gauge's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Family {
+    pub name: &'static str,
+    pub kind: &'static str,
+    pub help: &'static str,
+}
+
+const CPU_SECONDS: Family = Family {
+    name: "process_cpu_seconds_total",
+    kind: "counter",
+    help: "Total user and system CPU time spent in seconds.",
+};
+const OPEN_FDS: Family = Family {
+    name: "process_open_fds",
+    kind: "gauge",
+    help: "Number of open file descriptors.",
+};
+const MAX_FDS: Family = Family {
+    name: "process_max_fds",
+    kind: "gauge",
+    help: "Maximum number of open file descriptors.",
+};
+const VIRTUAL_MEMORY: Family = Family {
+    name: "process_virtual_memory_bytes",
+    kind: "gauge",
+    help: "Virtual memory size in bytes.",
+};
+const VIRTUAL_MEMORY_MAX: Family = Family {
+    name: "process_virtual_memory_max_bytes",
+    kind: "gauge",
+    help: "Maximum amount of virtual memory available in bytes.",
+};
+const RESIDENT_MEMORY: Family = Family {
+    name: "process_resident_memory_bytes",
+    kind: "gauge",
+    help: "Resident memory size in bytes.",
+};
+const START_TIME: Family = Family {
+    name: "process_start_time_seconds",
+    kind: "gauge",
+    help: "Start time of the process since unix epoch in seconds.",
+};
+const NETWORK_RECEIVE: Family = Family {
+    name: "process_network_receive_bytes_total",
+    kind: "counter",
+    help: "Number of bytes received by the process over the network.",
+};
+const NETWORK_TRANSMIT: Family = Family {
+    name: "process_network_transmit_bytes_total",
+    kind: "counter",
+    help: "Number of bytes sent by the process over the network.",
+};
+const GOROUTINES: Family = Family {
+    name: "go_goroutines",
+    kind: "gauge",
+    help: "Number of goroutines that currently exist (kube-ipvs-proxy: live \
+           tokio tasks).",
+};
+
+/// Every family this module may render, for the metrics page.
+#[cfg(test)]
+pub const FAMILIES: [Family; 10] = [
+    CPU_SECONDS,
+    OPEN_FDS,
+    MAX_FDS,
+    VIRTUAL_MEMORY,
+    VIRTUAL_MEMORY_MAX,
+    RESIDENT_MEMORY,
+    START_TIME,
+    NETWORK_RECEIVE,
+    NETWORK_TRANSMIT,
+    GOROUTINES,
+];
+
+fn family(out: &mut String, family: Family, value: f64) {
+    let Family { name, kind, help } = family;
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
     let _ = writeln!(out, "{name} {value}");
@@ -141,90 +218,29 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str, value: f64) {
 
 /// Appends the process families in the text format.
 pub fn render(stats: &ProcessStats, out: &mut String) {
-    family(
-        out,
-        "process_cpu_seconds_total",
-        "counter",
-        "Total user and system CPU time spent in seconds.",
-        stats.cpu_seconds,
-    );
-    family(
-        out,
-        "process_open_fds",
-        "gauge",
-        "Number of open file descriptors.",
-        stats.open_fds as f64,
-    );
+    family(out, CPU_SECONDS, stats.cpu_seconds);
+    family(out, OPEN_FDS, stats.open_fds as f64);
     if let Some(max) = stats.max_fds {
-        family(
-            out,
-            "process_max_fds",
-            "gauge",
-            "Maximum number of open file descriptors.",
-            max,
-        );
+        family(out, MAX_FDS, max);
     }
-    family(
-        out,
-        "process_virtual_memory_bytes",
-        "gauge",
-        "Virtual memory size in bytes.",
-        stats.virtual_memory_bytes as f64,
-    );
+    family(out, VIRTUAL_MEMORY, stats.virtual_memory_bytes as f64);
     if let Some(max) = stats.virtual_memory_max_bytes {
-        family(
-            out,
-            "process_virtual_memory_max_bytes",
-            "gauge",
-            "Maximum amount of virtual memory available in bytes.",
-            max,
-        );
+        family(out, VIRTUAL_MEMORY_MAX, max);
     }
-    family(
-        out,
-        "process_resident_memory_bytes",
-        "gauge",
-        "Resident memory size in bytes.",
-        stats.resident_memory_bytes as f64,
-    );
-    family(
-        out,
-        "process_start_time_seconds",
-        "gauge",
-        "Start time of the process since unix epoch in seconds.",
-        stats.start_time_seconds,
-    );
+    family(out, RESIDENT_MEMORY, stats.resident_memory_bytes as f64);
+    family(out, START_TIME, stats.start_time_seconds);
     if let (Some(rx), Some(tx)) =
         (stats.network_receive_bytes, stats.network_transmit_bytes)
     {
-        family(
-            out,
-            "process_network_receive_bytes_total",
-            "counter",
-            "Number of bytes received by the process over the network.",
-            rx as f64,
-        );
-        family(
-            out,
-            "process_network_transmit_bytes_total",
-            "counter",
-            "Number of bytes sent by the process over the network.",
-            tx as f64,
-        );
+        family(out, NETWORK_RECEIVE, rx as f64);
+        family(out, NETWORK_TRANSMIT, tx as f64);
     }
 }
 
 /// `go_goroutines` from the live tasks of the runtime rendering the
 /// scrape.
 pub fn render_tasks(alive_tasks: usize, out: &mut String) {
-    family(
-        out,
-        "go_goroutines",
-        "gauge",
-        "Number of goroutines that currently exist (kube-ipvs-proxy: live \
-         tokio tasks).",
-        alive_tasks as f64,
-    );
+    family(out, GOROUTINES, alive_tasks as f64);
 }
 
 /// Everything this module adds to a scrape, from the running process.
