@@ -249,4 +249,4 @@ k8s-e2e-compare:
 K8S_E2E_CI_FOCUS = \[sig-network\] Services should (serve a basic endpoint from pods|be able to create a functioning NodePort service|have session affinity work for service with type clusterIP|preserve source pod IP for traffic thru service cluster IP|support externalTrafficPolicy=Local for type=NodePort)
 k8s-e2e-ci:
 	K8S_E2E_IMAGES_ONLY="agnhost pause coredns" K8S_E2E_EXPECT=5 \
-		FOCUS='$(K8S_E2E_CI_FOCUS)' tests/k8s-e2e/run.sh ours
+		K8S_E2E_TIMEOUT=20m FOCUS='$(K8S_E2E_CI_FOCUS)' tests/k8s-e2e/run.sh ours

@@ -27,7 +27,8 @@
 #   RESULT k8s-e2e PROXY passed N | failed N | skipped N | minutes N
 #
 # Environment: FOCUS, SKIP, K8S_E2E_SHARD, K8S_E2E_PROCS (ginkgo
-# processes, 4), K8S_E2E_KEEP=1 (leave the cluster up afterwards;
+# processes, 4), K8S_E2E_TIMEOUT (ginkgo's for the whole suite, 24h),
+# K8S_E2E_KEEP=1 (leave the cluster up afterwards;
 # `cluster.sh down` stops it), K8S_E2E_EXPECT=N (fail unless exactly N
 # tests passed and none failed: a subset that must pass, as in CI; a
 # renamed test would otherwise select nothing and pass), build.sh's
@@ -100,7 +101,7 @@ fi
 log "running the suite against $proxy${shard:+, shard $shard}: focus '$focus', skip '$skip'"
 suite_start=$SECONDS
 status=0
-"$out/bin/ginkgo" --procs="${K8S_E2E_PROCS:-4}" --timeout=24h \
+"$out/bin/ginkgo" --procs="${K8S_E2E_PROCS:-4}" --timeout="${K8S_E2E_TIMEOUT:-24h}" \
     --focus="$focus" --skip="$skip" --output-dir="$results" \
     --junit-report=junit.xml --no-color \
     "$out/bin/e2e.test" -- "${suite[@]}" \
