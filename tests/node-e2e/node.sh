@@ -5,8 +5,9 @@
 #   tests/node-e2e/node.sh COMMAND [ARG...]
 #
 # The node: containerd and runc (Debian's), the CNI plugins (Debian's
-# bridge, host-local and loopback; containerd writes the bridge network's
-# configuration from the podCIDR the kubelet hands it), the images of
+# bridge, host-local, portmap for hostPorts, and loopback; containerd
+# writes the bridge network's configuration from the podCIDR the kubelet
+# hands it), the images of
 # E2E_IMAGES imported, and the kubelet from build-k8s.sh registering Node
 # E2E_NODE_NAME (address E2E_NODE_IP, on a dummy link) with its client
 # certificate. Returns once the Node is Ready, as the controller-manager's
@@ -146,6 +147,10 @@ cat >"$conf/cni.template" <<'EOF'
         "ranges": [[{"subnet": "{{.PodCIDR}}"}]],
         "routes": [{"dst": "0.0.0.0/0"}]
       }
+    },
+    {
+      "type": "portmap",
+      "capabilities": {"portMappings": true}
     }
   ]
 }
