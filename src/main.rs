@@ -25,7 +25,8 @@ use kube_ipvs_proxy::{
     backend::Backend,
     config::{
         self, ApiServerArgs, Cli, Command, Config, ConfigArgs, ConfigWarning,
-        OutputFormat, PlanArgs, Resolved, RunArgs,
+        OutputFormat, PlanArgs, Resolved, RunArgs, EXIT_BAD_CONFIG,
+        EXIT_KERNEL_UNSUPPORTED,
     },
     daemon::{self, LoopSettings, Source},
     kernel::{
@@ -62,10 +63,6 @@ use kube_ipvs_proxy::{
     version::{VersionFlag, BUILD},
 };
 
-/// sysexits' EX_USAGE, as linkerd2-proxy uses for a bad configuration.
-const EXIT_BAD_CONFIG: u8 = 64;
-/// sysexits' EX_UNAVAILABLE: the kernel lacks what IPVS mode needs.
-const EXIT_KERNEL_UNSUPPORTED: u8 = 69;
 /// Where the kubelet reads a container's termination message: the one
 /// line a DaemonSet's Pod shows as the reason it crashed.
 const TERMINATION_LOG: &str = "/dev/termination-log";

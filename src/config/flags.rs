@@ -116,6 +116,7 @@ pub struct PlanArgs {
     /// endpoints); defaults to the only Node in the state file.
     #[arg(long, value_name = "NAME")]
     pub node: Option<String>,
+    /// How the plan is printed.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
 }

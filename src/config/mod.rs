@@ -13,6 +13,9 @@ mod settings;
 mod validate;
 mod write;
 
+#[cfg(test)]
+mod reference;
+
 pub use error::{ConfigError, ConfigWarning, FieldError};
 pub use flags::{
     ApiServerArgs, Cli, Command, ConfigArgs, OutputFormat, PlanArgs, RunArgs,
@@ -23,6 +26,13 @@ pub use settings::{
 pub use write::to_yaml;
 
 use validate::{to_config, Origin};
+
+/// The exit status of a configuration that is refused: sysexits'
+/// EX_USAGE, as linkerd2-proxy uses for a bad configuration.
+pub const EXIT_BAD_CONFIG: u8 = 64;
+/// The exit status when the kernel lacks what IPVS mode needs: sysexits'
+/// EX_UNAVAILABLE.
+pub const EXIT_KERNEL_UNSUPPORTED: u8 = 69;
 
 /// A configuration that was accepted, with what the operator should be
 /// told about it (each warning once).

@@ -809,6 +809,16 @@ fn with_a_config_file_every_configuration_flag_given_is_named() {
         .map(|f| f.split('=').next().unwrap())
         .collect();
     assert_eq!(warned, names);
+    // The flags named after the file's fields (in errors, and in
+    // docs/configuration.md) are these and the three that apply over
+    // the file.
+    let mut mapped: Vec<&str> =
+        validate::FLAG_NAMES.iter().map(|(_, flag)| *flag).collect();
+    mapped.sort_unstable();
+    let mut expected = names.clone();
+    expected.extend(["--hostname-override", "-v", "--logging-format"]);
+    expected.sort_unstable();
+    assert_eq!(mapped, expected);
     // What the command line takes, from clap itself: the list above is
     // every flag of the configuration, so a new one must join it.
     let command =

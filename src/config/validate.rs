@@ -30,7 +30,7 @@ pub enum Origin {
 }
 
 /// File field path → the flag that sets it when there is no file.
-const FLAG_NAMES: &[(&str, &str)] = &[
+pub(super) const FLAG_NAMES: &[(&str, &str)] = &[
     ("mode", "--proxy-mode"),
     ("ipvs.scheduler", "--ipvs-scheduler"),
     ("ipvs.syncPeriod", "--ipvs-sync-period"),
@@ -39,6 +39,9 @@ const FLAG_NAMES: &[(&str, &str)] = &[
     ("ipvs.tcpTimeout", "--ipvs-tcp-timeout"),
     ("ipvs.tcpFinTimeout", "--ipvs-tcpfin-timeout"),
     ("ipvs.udpTimeout", "--ipvs-udp-timeout"),
+    ("ipvs.strictARP", "--ipvs-strict-arp"),
+    ("iptables.masqueradeAll", "--masquerade-all"),
+    ("clientConnection.kubeconfig", "--kubeconfig"),
     ("iptables.masqueradeBit", "--iptables-masquerade-bit"),
     ("clusterCIDR", "--cluster-cidr"),
     ("detectLocalMode", "--detect-local-mode"),
