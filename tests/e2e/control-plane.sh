@@ -427,7 +427,10 @@ cmd_start() {
         for n in $node_names; do
             write_kubelet_kubeconfig "$run/kubelet-$n.kubeconfig" "$n" "$pki/node-$n"
         done
-        spawn egress socat "UNIX-LISTEN:$run/egress.sock,fork,unlink-early" \
+        # socat's default backlog is 5, and the API server's connect() to
+        # a Unix socket whose queue is full fails at once (EAGAIN): the
+        # suite's proxy test sends 16 requests together.
+        spawn egress socat "UNIX-LISTEN:$run/egress.sock,fork,unlink-early,backlog=128" \
             "TCP:127.0.0.1:$kubelet_forward_port"
     else
         register_node

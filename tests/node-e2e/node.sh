@@ -232,8 +232,9 @@ node_ready() {
     [[ $(kubectl get node "$E2E_NODE_NAME" \
         -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}') == True ]]
 }
-# The API server's way in (see the top).
-socat TCP-LISTEN:10260,reuseaddr,fork EXEC:"$here/connect.sh" \
+# The API server's way in (see the top). socat's default backlog is 5:
+# the suite's proxy test dials 16 targets at once.
+socat TCP-LISTEN:10260,reuseaddr,fork,backlog=128 EXEC:"$here/connect.sh" \
     >/var/log/connect-agent.log 2>&1 &
 
 # Every other node's Pod range through that node's address, as a CNI's
