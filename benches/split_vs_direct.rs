@@ -360,6 +360,7 @@ async fn split_node(
 ) -> anyhow::Result<()> {
     let name = format!("node-{i}");
     let mut updates = nodeview::watch(
+        &tokio::runtime::Handle::current(),
         ApiEndpoint::Unix(socket),
         Credentials::default(),
         name.clone(),

@@ -4,6 +4,13 @@
 //! run IPVS mode exits with 69 (EX_UNAVAILABLE) and one line naming what
 //! is missing.
 
+// Input from the API and the kernel must never panic the proxy: no
+// unwrap, expect or panic! outside tests.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
     path::Path,
@@ -256,6 +263,7 @@ async fn run_proxy(config: Config, mode: Mode) -> anyhow::Result<()> {
     let source = match (&config.state_file, api_endpoint) {
         (_, Some(endpoint)) => Source::View(
             source::nodeview::watch(
+                &tokio::runtime::Handle::current(),
                 endpoint,
                 api_credentials(&config)?,
                 node_name.clone(),

@@ -175,6 +175,7 @@ async fn a_node_catches_up_with_an_api_side_killed_and_started_again() {
     let api = ApiSide::start(&state, &scratch.0);
     let socket = scratch.0.join("views.sock");
     let mut view = watch(
+        &tokio::runtime::Handle::current(),
         ApiEndpoint::Unix(socket.clone()),
         Credentials::default(),
         "node-a".to_owned(),
@@ -243,6 +244,7 @@ async fn the_api_side_counts_the_views_it_sends() {
     let metric = |body: &str, name: &str| testkit::metric_sum(body, name);
 
     let mut view = watch(
+        &tokio::runtime::Handle::current(),
         ApiEndpoint::Unix(scratch.0.join("views.sock")),
         Credentials::default(),
         "node-a".to_owned(),

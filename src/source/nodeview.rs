@@ -200,14 +200,17 @@ pub struct Credentials {
     pub token_file: Option<PathBuf>,
 }
 
-/// The node `node_name`'s view from the API side at `endpoint`.
+/// The node `node_name`'s view from the API side at `endpoint`, watched
+/// by a task on `runtime` (a runtime of the caller's choosing, rather
+/// than whichever is current: outside one, tokio would panic).
 pub fn watch(
+    runtime: &tokio::runtime::Handle,
     endpoint: ApiEndpoint,
     credentials: Credentials,
     node_name: String,
 ) -> ReceiverStream<Update> {
     let (tx, rx) = mpsc::channel(4);
-    tokio::spawn(async move {
+    runtime.spawn(async move {
         let mut held: Option<Held> = None;
         let mut pause = FIRST_PAUSE;
         loop {
@@ -345,7 +348,32 @@ fn merge(batch: Option<Update>, part: Update) -> Update {
 
 #[cfg(test)]
 mod tests {
+    use futures::StreamExt;
+
     use super::*;
+
+    /// Started from a thread with no runtime, the watch runs on the one
+    /// it is given, and ends when its reader goes.
+    #[test]
+    fn the_watch_runs_on_the_runtime_it_is_given() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut view = watch(
+            runtime.handle(),
+            ApiEndpoint::Unix("/nonexistent/views.sock".into()),
+            Credentials::default(),
+            "node-a".to_owned(),
+        );
+        // Nothing answers: no update within a pause, the task retrying.
+        let waited = runtime.block_on(async {
+            tokio::time::timeout(Duration::from_millis(200), view.next()).await
+        });
+        assert!(waited.is_err(), "an update from nowhere");
+        drop(view);
+        drop(runtime);
+    }
 
     #[test]
     fn endpoints_parse_and_plain_tcp_is_refused() {

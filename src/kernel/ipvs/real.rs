@@ -63,8 +63,9 @@ pub struct NetlinkIpvs {
 
 impl NetlinkIpvs {
     /// Opens one netlink connection and spawns its task on the current
-    /// tokio runtime. IPVS itself is looked up on first use: a kernel
-    /// without it fails then, with [`ErrorKind::Unavailable`].
+    /// tokio runtime (outside one, an error). IPVS itself is looked up on
+    /// first use: a kernel without it fails then, with
+    /// [`ErrorKind::Unavailable`].
     pub fn new() -> Result<Self, KernelError> {
         Self::with_dump_connections(1)
     }
@@ -170,10 +171,15 @@ async fn list_services(
     Ok(specs)
 }
 
+/// A connection whose task runs on the caller's runtime. Outside one
+/// there is nothing to drive it: an error, where tokio would panic.
 fn open() -> Result<Handle, KernelError> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+        transport("no tokio runtime to drive a netlink connection")
+    })?;
     let (conn, handle, _) = ipvs_sys::new_connection()
         .map_err(|err| transport(format!("netlink socket: {err}")))?;
-    tokio::spawn(conn);
+    runtime.spawn(conn);
     Ok(handle)
 }
 

@@ -232,3 +232,15 @@ fn ipv4_changes_go_by_socket_option_unless_their_service_cannot() {
     );
     assert!(sockopt_route(&[]).is_empty());
 }
+
+/// Opened outside a runtime, the netlink connection has nothing to
+/// drive it: an error that says so, not tokio's panic.
+#[test]
+fn opening_outside_a_runtime_is_an_error() {
+    let error = match super::NetlinkIpvs::new() {
+        Ok(_) => panic!("opened with no runtime to drive the connection"),
+        Err(error) => error,
+    };
+    assert_eq!(error.kind, ErrorKind::Transport);
+    assert!(error.to_string().contains("no tokio runtime"), "{error}");
+}
