@@ -4,6 +4,13 @@
 //! trackers (`tracker`); a sync checks the changes out and turns them into
 //! the desired kernel state (`desired`), which backends apply.
 
+// Input from the API and the kernel must never panic the proxy: no
+// unwrap, expect or panic! outside tests.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
 mod runtime_thread;
 mod selection;
 mod tracker;

@@ -52,6 +52,12 @@
 //! Decoding never panics: a truncated or malformed buffer is a
 //! [`DecodeError`](netlink_packet_core::DecodeError).
 
+// Input from the API and the kernel must never panic the proxy: no
+// unwrap, expect or panic! outside tests.
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
 #![deny(missing_docs)]
 
 mod address;

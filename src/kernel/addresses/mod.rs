@@ -11,6 +11,8 @@ use super::{DetachedRead, KernelError};
 /// Scenarios run against the model by the unit tests and against the
 /// kernel by the guest tests (public for the latter).
 #[cfg(any(test, feature = "test-support"))]
+// Test support: a failed expectation is the calling test's failure.
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 pub mod contract;
 #[cfg(any(test, feature = "test-support"))]
 mod model;

@@ -41,6 +41,8 @@ use crate::model::{Protocol, ServicePortInfo, ServicePortName};
 /// Scenarios run against the model by the unit tests and against the
 /// kernel by the guest tests (public for the latter).
 #[cfg(any(test, feature = "test-support"))]
+// Test support: a failed expectation is the calling test's failure.
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 pub mod contract;
 #[cfg(any(test, feature = "test-support"))]
 mod model;

@@ -17,6 +17,8 @@ use super::{DetachedRead, KernelError};
 
 pub mod canon;
 #[cfg(any(test, feature = "test-support"))]
+// Test support: a failed expectation is the calling test's failure.
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 pub mod contract;
 #[cfg(any(test, feature = "test-support"))]
 pub mod model;

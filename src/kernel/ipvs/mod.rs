@@ -5,6 +5,8 @@
 //! the scenarios in `contract`.
 
 #[cfg(any(test, feature = "test-support"))]
+// Test support: a failed expectation is the calling test's failure.
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 pub mod contract;
 #[cfg(any(test, feature = "test-support"))]
 mod model;
