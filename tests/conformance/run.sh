@@ -676,6 +676,9 @@ end_process() {
     if running "$pid"; then
         echo "$what (pid $pid) still there 30s after SIGKILL"
         guest_state "$pid"
+        # For the loop over runs, whichever of the run's checks saw it
+        # first: the next run must not start over it.
+        outlived=1
         return 1
     fi
     wait "$pid" 2>/dev/null || true
@@ -1296,12 +1299,13 @@ for run in "${runs[@]}"; do
     # Left of ||, "$what" runs with set -e off, and so do its functions:
     # every status that matters in there is checked by hand.
     ok=1
+    outlived=0
     "$what" >"$work/$run.out" 2>&1 || ok=0
-    # A process that outlived SIGKILL would be under every later run's
-    # proxy: those are not run.
-    stuck=0
-    stop_proxy >>"$work/$run.out" 2>&1 || stuck=1
-    stop_api_side >>"$work/$run.out" 2>&1 || stuck=1
+    # A process that outlived SIGKILL, in the run or at its end, would be
+    # under every later run's proxy: those are not run.
+    stop_proxy >>"$work/$run.out" 2>&1 || true
+    stop_api_side >>"$work/$run.out" 2>&1 || true
+    stuck=$outlived
     if ((stuck)); then
         echo "RESULT $run DIFFERENT: a process of it outlived SIGKILL; the runs after it not run" \
             >>"$work/$run.out"
