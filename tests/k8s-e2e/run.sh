@@ -108,6 +108,15 @@ status=0
     --disable-log-dump=true --e2e-output-dir="$results/output" \
     >"$results/e2e.log" 2>&1 || status=$?
 log "the suite exited with $status after $(((SECONDS - suite_start) / 60)) minutes (log: $results/e2e.log)"
+# The nodes go with the run: keep what a failure's reason may be in,
+# the Pods' restarts and each proxy Pod's log (both proxies' Pods are
+# labelled k8s-app=kube-proxy, as kubeadm's).
+kubectl get pods -A -o wide >"$results/pods-after.txt" 2>&1 || true
+mkdir -p "$results/proxy-logs"
+for pod in $(kubectl -n kube-system get pods -l k8s-app=kube-proxy -o name 2>/dev/null); do
+    kubectl -n kube-system logs "$pod" --timestamps \
+        >"$results/proxy-logs/${pod#pod/}.log" 2>&1 || true
+done
 [[ -s $results/junit.xml ]] || {
     log "the suite wrote no report"
     exit 1
