@@ -257,14 +257,14 @@ impl Field {
         text
     }
 
-    fn resolve(&self, value: Option<&str>) -> Result<Resolved, ConfigError> {
+    fn resolved(&self, value: Option<&str>) -> Result<Resolved, ConfigError> {
         resolve(&ConfigArgs::default(), Some(&self.file(value)))
     }
 
     /// The error a refused value gets, as the operator reads it.
     fn refusal(&self) -> Option<String> {
         let value = self.refused?;
-        Some(match self.resolve(Some(value)) {
+        Some(match self.resolved(Some(value)) {
             Err(e) => e
                 .fields()
                 .into_iter()
@@ -620,11 +620,11 @@ fn every_field_is_handled_as_the_table_says() {
     let base = resolve(&ConfigArgs::default(), Some(HEAD)).unwrap();
     for field in FIELDS {
         let path = field.path;
-        let resolved = field.resolve(Some(field.sample)).unwrap_or_else(|e| {
+        let resolved = field.resolved(Some(field.sample)).unwrap_or_else(|e| {
             panic!("{path}: {} refused: {e}", field.sample)
         });
         let refuses = if let Some(value) = field.refused {
-            let error = field.resolve(Some(value)).err();
+            let error = field.resolved(Some(value)).err();
             assert!(
                 error
                     .as_ref()
@@ -645,7 +645,7 @@ fn every_field_is_handled_as_the_table_says() {
                 // An effect: the configuration changes, or without the
                 // field the file says something else, or a value is
                 // refused.
-                let effect = match field.resolve(None) {
+                let effect = match field.resolved(None) {
                     Err(_) => true,
                     Ok(without) => {
                         without.config != resolved.config
@@ -662,7 +662,7 @@ fn every_field_is_handled_as_the_table_says() {
                 assert!(warned(&resolved, path), "{path}: no warning");
             }
             Handling::Required => {
-                let error = field.resolve(None).err();
+                let error = field.resolved(None).err();
                 assert!(
                     error.as_ref().is_some_and(|e| e
                         .fields()
