@@ -33,6 +33,11 @@ use crate::{
     },
 };
 
+/// The largest watch request read. A node's name, an instance and a
+/// revision take a few hundred bytes; tonic's default (4 MiB) would let
+/// any client that reaches the port make the API side buffer that much
+/// per stream before anything is checked.
+pub const MAX_REQUEST_BYTES: usize = 4096;
 /// The most changes one message carries; a full state at 10,000
 /// services is some forty messages.
 pub const CHANGES_PER_MESSAGE: usize = 512;
@@ -172,6 +177,7 @@ impl ViewService {
         self,
     ) -> v1::node_view_server::NodeViewServer<ViewService> {
         v1::node_view_server::NodeViewServer::new(self)
+            .max_decoding_message_size(MAX_REQUEST_BYTES)
     }
 }
 

@@ -222,6 +222,25 @@ async fn a_watch_without_a_node_name_is_refused() {
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
 }
 
+#[tokio::test]
+async fn an_oversized_watch_request_is_refused_and_honest_nodes_go_on() {
+    let mut api = ApiSide::start("oversized").await;
+    api.list(vec![]);
+    let mut client = api.client().await;
+    let status = client
+        .watch(v1::WatchRequest {
+            node_name: "n".repeat(super::server::MAX_REQUEST_BYTES),
+            ..v1::WatchRequest::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status}");
+    // The same connection still serves a node its view.
+    let mut stream = watch(&mut client, "node-a", "", 0).await;
+    let first = next(&mut stream).await;
+    assert!(first.full, "{first:?}");
+}
+
 /// Certificates for the TLS tests: a CA, the API side's certificate for
 /// localhost, and client certificates naming nodes.
 struct Pki {
