@@ -38,6 +38,7 @@ use crate::{
 /// any client that reaches the port make the API side buffer that much
 /// per stream before anything is checked.
 pub const MAX_REQUEST_BYTES: usize = 4096;
+
 /// The most changes one message carries; a full state at 10,000
 /// services is some forty messages.
 pub const CHANGES_PER_MESSAGE: usize = 512;
