@@ -11,6 +11,8 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
 )]
 
+#[cfg(test)]
+mod docs_page;
 mod runtime_thread;
 mod selection;
 mod tracker;

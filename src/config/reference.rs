@@ -7,7 +7,7 @@
 //! field. `UPDATE_DOCS=1 cargo test --lib config::reference` rewrites the
 //! page.
 
-use std::{collections::BTreeSet, fmt::Write as _, fs, path::Path};
+use std::{collections::BTreeSet, fmt::Write as _};
 
 use clap::{CommandFactory, Parser};
 use serde_json::Value;
@@ -212,7 +212,7 @@ const FIELDS: &[Field] = &[
 
 /// Flags that apply over the file when `--config` is given; every other
 /// flag that sets a field of the file is then ignored with a warning.
-const OVER_THE_FILE: &[(&str, &str)] = &[
+pub(super) const OVER_THE_FILE: &[(&str, &str)] = &[
     ("--hostname-override", "node-b"),
     ("-v", "5"),
     ("--logging-format", "json"),
@@ -408,6 +408,16 @@ fn flag_name(arg: &clap::Arg) -> String {
     }
 }
 
+/// A flag's help on one line.
+fn help_of(arg: &clap::Arg) -> String {
+    cell(
+        &arg.get_long_help()
+            .or(arg.get_help())
+            .map(ToString::to_string)
+            .unwrap_or_default(),
+    )
+}
+
 /// The flags of `command`; for a subcommand, only those the proxy's
 /// own command lacks or means otherwise.
 fn flags_table(
@@ -427,14 +437,6 @@ fn flags_table(
         if arg.is_hide_set() || arg.get_id() == "help" {
             continue;
         }
-        let help_of = |arg: &clap::Arg| {
-            cell(
-                &arg.get_long_help()
-                    .or(arg.get_help())
-                    .map(ToString::to_string)
-                    .unwrap_or_default(),
-            )
-        };
         let help = help_of(arg);
         if let Some(run) = run {
             let same = run
@@ -573,24 +575,14 @@ fn markdown() -> String {
     out
 }
 
-fn repo_file(relative: &str) -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
-}
-
 /// docs/configuration.md is what the code defines. `UPDATE_DOCS=1`
 /// rewrites it.
 #[test]
 fn the_configuration_page_is_the_code() {
-    let path = repo_file("docs/configuration.md");
-    let want = markdown();
-    if std::env::var_os("UPDATE_DOCS").is_some() {
-        fs::write(&path, &want).unwrap();
-    }
-    let have = fs::read_to_string(&path).unwrap_or_default();
-    assert_eq!(
-        have, want,
-        "docs/configuration.md differs from the code: run `UPDATE_DOCS=1 \
-         cargo test --lib config::reference` and commit the page"
+    crate::docs_page::assert_page_is(
+        "docs/configuration.md",
+        &markdown(),
+        "config::reference",
     );
 }
 

@@ -816,7 +816,7 @@ fn with_a_config_file_every_configuration_flag_given_is_named() {
         validate::FLAG_NAMES.iter().map(|(_, flag)| *flag).collect();
     mapped.sort_unstable();
     let mut expected = names.clone();
-    expected.extend(["--hostname-override", "-v", "--logging-format"]);
+    expected.extend(reference::OVER_THE_FILE.iter().map(|(flag, _)| *flag));
     expected.sort_unstable();
     assert_eq!(mapped, expected);
     // What the command line takes, from clap itself: the list above is

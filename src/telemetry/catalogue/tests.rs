@@ -1,7 +1,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     fs,
-    path::{Path, PathBuf},
+    path::Path,
 };
 
 use std::fmt::Write as _;
@@ -86,23 +86,13 @@ fn markdown() -> String {
     out
 }
 
-fn repo_file(relative: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
-}
-
 /// docs/metrics.md is what the code defines. `UPDATE_DOCS=1` rewrites it.
 #[test]
 fn the_metrics_page_is_the_catalogue() {
-    let path = repo_file("docs/metrics.md");
-    let want = markdown();
-    if std::env::var_os("UPDATE_DOCS").is_some() {
-        fs::write(&path, &want).unwrap();
-    }
-    let have = fs::read_to_string(&path).unwrap_or_default();
-    assert_eq!(
-        have, want,
-        "docs/metrics.md differs from the code: run `UPDATE_DOCS=1 cargo \
-         test --lib telemetry::catalogue` and commit the page"
+    crate::docs_page::assert_page_is(
+        "docs/metrics.md",
+        &markdown(),
+        "telemetry::catalogue",
     );
 }
 
@@ -205,7 +195,7 @@ fn recording_sites() -> Vec<Site> {
         }
     }
     let mut out = Vec::new();
-    walk(&repo_file("src"), &mut out);
+    walk(&crate::docs_page::repo_file("src"), &mut out);
     out
 }
 
