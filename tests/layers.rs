@@ -29,6 +29,7 @@ const LAYERS: &[&[&str]] = &[
         "endpointslice",
         "oom",
         "runtime_thread",
+        "docs_page",
     ],
     &["telemetry", "selection"],
     &["tracker", "desired", "source", "nodeview"],
