@@ -54,6 +54,12 @@ pub const API_SIDE_SYNC_DURATION_SECONDS: &str =
 /// Ours, on the API side: nodes whose view is kept (made on a node's
 /// first watch).
 pub const API_SIDE_VIEWS: &str = "kube_ipvs_proxy_api_side_views";
+/// Ours, on the API side: clients refused and watches ended, by `reason`
+/// (`connections_per_peer`, `token_review_rate`, `unauthenticated`,
+/// `permission_denied`, `invalid_request`, `stalled`: a node that did not
+/// read its messages in time).
+pub const API_SIDE_REFUSED_TOTAL: &str =
+    "kube_ipvs_proxy_api_side_refused_total";
 
 /// Histogram of one sync's duration, labelled by `ip_family`.
 pub const SYNC_PROXY_RULES_DURATION_SECONDS: &str =

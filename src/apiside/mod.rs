@@ -3,6 +3,7 @@
 //! each node its own view ([`crate::nodeview`]) over gRPC.
 
 pub mod cluster;
+pub mod limits;
 pub mod server;
 pub mod tokens;
 
@@ -13,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use tokio::net::{TcpListener, UnixListener};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
-use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 use crate::source::nodeview::TlsFiles;
 
@@ -47,16 +48,30 @@ pub async fn serve_tls(
     let config = ServerTlsConfig::new()
         .identity(Identity::from_pem(cert, key))
         .client_ca_root(Certificate::from_pem(&tls.ca))
-        .client_auth_optional(optional);
-    tonic::transport::Server::builder()
+        .client_auth_optional(optional)
+        .timeout(limits::HANDSHAKE_TIMEOUT);
+    bounded()
         .tls_config(config)?
         .add_service(service.into_server())
         .serve_with_incoming_shutdown(
-            TcpListenerStream::new(listener),
+            limits::per_peer(
+                TcpListenerStream::new(listener),
+                limits::MAX_CONNECTIONS_PER_PEER,
+            ),
             shutdown,
         )
         .await?;
     Ok(())
+}
+
+/// A server that gives each client a bounded share (see [`limits`]).
+fn bounded() -> Server {
+    Server::builder()
+        .timeout(limits::AUTHORIZE_TIMEOUT)
+        .max_concurrent_streams(limits::MAX_STREAMS_PER_CONNECTION)
+        .http2_max_header_list_size(limits::MAX_HEADER_BYTES)
+        .http2_keepalive_interval(Some(limits::KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(limits::KEEPALIVE_TIMEOUT))
 }
 
 /// Serves `service` on the Unix socket `path` until `shutdown` resolves.
@@ -77,7 +92,7 @@ pub async fn serve_unix(
             path: path.to_owned(),
             source,
         })?;
-    tonic::transport::Server::builder()
+    bounded()
         .add_service(service.into_server())
         .serve_with_incoming_shutdown(
             UnixListenerStream::new(listener),

@@ -10,7 +10,7 @@
 use std::{
     process,
     sync::{Arc, Mutex, PoisonError},
-    time::{Instant, SystemTime, UNIX_EPOCH},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
 use nodeview_protocol::{
@@ -22,7 +22,11 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::{debug, info, warn};
 
-use super::{cluster::Cluster, tokens::TokenReviewer};
+use super::{
+    cluster::Cluster,
+    limits::{Refusal, SEND_TIMEOUT},
+    tokens::{TokenRefusal, TokenReviewer},
+};
 use crate::{
     nodeview::wire,
     source::store::RecordChange,
@@ -52,6 +56,8 @@ pub struct Shared {
     /// Revisions are this process's own: a node that comes back to
     /// another process (a restart, another replica) starts over.
     instance: String,
+    /// How long a message may wait for its node to read it.
+    send_timeout: Duration,
 }
 
 impl Shared {
@@ -64,7 +70,22 @@ impl Shared {
             cluster: Mutex::new(cluster),
             generation: watch::Sender::new(0),
             instance: format!("{}-{nanos:x}", process::id()),
+            send_timeout: SEND_TIMEOUT,
         })
+    }
+
+    /// The same, with the time a node has to read a message shortened
+    /// (the tests' stalled nodes).
+    #[cfg(test)]
+    pub fn with_send_timeout(
+        cluster: Cluster,
+        send_timeout: Duration,
+    ) -> Arc<Self> {
+        let mut shared = Self::new(cluster);
+        if let Some(shared) = Arc::get_mut(&mut shared) {
+            shared.send_timeout = send_timeout;
+        }
+        shared
     }
 
     fn cluster(&self) -> std::sync::MutexGuard<'_, Cluster> {
@@ -132,7 +153,25 @@ impl ViewService {
         &self.access
     }
 
+    /// Who the client is, and whether it may watch the view it asks for;
+    /// every refusal counted by its reason.
     async fn authorize(
+        &self,
+        request: &Request<v1::WatchRequest>,
+    ) -> Result<(), Status> {
+        let refused = self.check(request).await;
+        if let Err(status) = &refused {
+            let reason = match status.code() {
+                tonic::Code::PermissionDenied => Refusal::PermissionDenied,
+                tonic::Code::Unavailable => Refusal::TokenReviewRate,
+                _ => Refusal::Unauthenticated,
+            };
+            reason.count();
+        }
+        refused
+    }
+
+    async fn check(
         &self,
         request: &Request<v1::WatchRequest>,
     ) -> Result<(), Status> {
@@ -151,10 +190,12 @@ impl ViewService {
                         "the client certificate names no node",
                     )
                 })?,
-            (None, Some(reviewer), Some(token)) => reviewer
-                .node_of(token)
-                .await
-                .map_err(Status::unauthenticated)?,
+            (None, Some(reviewer), Some(token)) => {
+                reviewer.node_of(token).await.map_err(|e| match e {
+                    TokenRefusal::Refused(why) => Status::unauthenticated(why),
+                    TokenRefusal::Busy(why) => Status::unavailable(why),
+                })?
+            }
             (None, Some(_), None) => {
                 return Err(Status::unauthenticated(
                     "no client certificate and no bearer token",
@@ -191,6 +232,7 @@ impl NodeViewRpc for ViewService {
         request: Request<v1::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         if request.get_ref().node_name.is_empty() {
+            Refusal::InvalidRequest.count();
             return Err(Status::invalid_argument("node_name is empty"));
         }
         self.authorize(&request).await?;
@@ -271,9 +313,28 @@ async fn stream_view(
                 let message = wire::encode(&part, &shared.instance);
                 metrics::counter!(API_SIDE_SENT_BYTES_TOTAL)
                     .increment(message.encoded_len() as u64);
-                if tx.send(Ok(message)).await.is_err() {
-                    debug!(node, "node stopped watching");
-                    return;
+                let sent = tokio::time::timeout(
+                    shared.send_timeout,
+                    tx.send(Ok(message)),
+                )
+                .await;
+                match sent {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => {
+                        debug!(node, "node stopped watching");
+                        return;
+                    }
+                    // Its buffers are freed; its view stays, and it
+                    // resumes from its revision when it reads again.
+                    Err(_) => {
+                        Refusal::Stalled.count();
+                        warn!(
+                            node,
+                            waited = ?shared.send_timeout,
+                            "ended the watch of a node that did not read"
+                        );
+                        return;
+                    }
                 }
             }
             held = Some(revision);

@@ -268,6 +268,15 @@ impl Pki {
 
     /// A certificate and key for `common_name`, valid for localhost.
     fn files(&self, common_name: &str) -> crate::source::nodeview::TlsFiles {
+        self.files_with(common_name, |_| {})
+    }
+
+    /// The same, its parameters changed by `change` before signing.
+    fn files_with(
+        &self,
+        common_name: &str,
+        change: impl FnOnce(&mut rcgen::CertificateParams),
+    ) -> crate::source::nodeview::TlsFiles {
         use rcgen::{CertificateParams, DnType, KeyPair};
         let key = KeyPair::generate().unwrap();
         let mut params = CertificateParams::new(vec![
@@ -278,6 +287,7 @@ impl Pki {
         params
             .distinguished_name
             .push(DnType::CommonName, common_name);
+        change(&mut params);
         let cert = params.signed_by(&key, &self.issuer).unwrap();
         crate::source::nodeview::TlsFiles {
             ca: self.ca_pem.clone().into_bytes(),
@@ -362,4 +372,276 @@ async fn over_tls_a_node_watches_its_own_view_only() {
             .is_err(),
     };
     assert!(refused, "a client certificate from another CA is refused");
+}
+
+/// A TLS API side on loopback that accepts client certificates of `pki`.
+async fn serve_tls_on_loopback(
+    pki: &Pki,
+    shared: Arc<Shared>,
+) -> crate::source::nodeview::ApiEndpoint {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server_files = pki.files("api-side");
+    let service = ViewService::new(shared, Access::ClientCertificates);
+    tokio::spawn(async move {
+        super::serve_tls(
+            listener,
+            &server_files,
+            service,
+            std::future::pending(),
+        )
+        .await
+    });
+    crate::source::nodeview::ApiEndpoint::Tls {
+        host: "localhost".into(),
+        port,
+    }
+}
+
+/// The first message of `node`'s watch over `endpoint` as `files`.
+async fn first_message(
+    endpoint: &crate::source::nodeview::ApiEndpoint,
+    files: &crate::source::nodeview::TlsFiles,
+    node: &str,
+) -> Result<v1::ViewUpdate, String> {
+    let mut client = endpoint
+        .connect(Some(files))
+        .await
+        .map_err(|e| e.to_string())?;
+    let request = v1::WatchRequest {
+        node_name: node.to_owned(),
+        ..Default::default()
+    };
+    let mut stream = client
+        .watch(request)
+        .await
+        .map_err(|e| e.to_string())?
+        .into_inner();
+    match tokio::time::timeout(Duration::from_secs(10), stream.message()).await
+    {
+        Ok(Ok(Some(message))) => Ok(message),
+        other => Err(format!("{other:?}")),
+    }
+}
+
+/// A certificate of the right CA, for the right node, but expired (or
+/// not yet valid) is refused at the handshake.
+#[tokio::test]
+async fn an_expired_client_certificate_is_refused() {
+    let pki = Pki::new();
+    let mut api = ApiSide::start("expired").await;
+    api.list(vec![web()]);
+    let endpoint = serve_tls_on_loopback(&pki, api.shared.clone()).await;
+    let valid = first_message(&endpoint, &pki.files("node-a"), "node-a").await;
+    assert!(valid.is_ok_and(|m| m.full), "the node's own certificate");
+    for (from, to) in
+        [((2000, 1, 1), (2001, 1, 1)), ((2999, 1, 1), (3000, 1, 1))]
+    {
+        let files = pki.files_with("node-a", |params| {
+            params.not_before = rcgen::date_time_ymd(from.0, from.1, from.2);
+            params.not_after = rcgen::date_time_ymd(to.0, to.1, to.2);
+        });
+        let refused = first_message(&endpoint, &files, "node-a").await;
+        assert!(refused.is_err(), "valid {from:?} to {to:?}: {refused:?}");
+    }
+}
+
+/// A client that opens connections and never speaks holds its share of
+/// them, no more: the next one from its address is closed at once, and
+/// a node elsewhere still gets its view as quickly as before.
+#[tokio::test]
+async fn a_flood_of_connections_from_one_address_is_cut_at_its_share() {
+    use tokio::io::AsyncReadExt;
+
+    use super::limits::MAX_CONNECTIONS_PER_PEER;
+
+    let pki = Pki::new();
+    let mut api = ApiSide::start("flood").await;
+    api.list(vec![web()]);
+    let endpoint = serve_tls_on_loopback(&pki, api.shared.clone()).await;
+    let crate::source::nodeview::ApiEndpoint::Tls { port, .. } = &endpoint
+    else {
+        unreachable!()
+    };
+    let honest = pki.files("node-a");
+    let started = std::time::Instant::now();
+    first_message(&endpoint, &honest, "node-a").await.unwrap();
+    let before = started.elapsed();
+
+    let connect_from_another_address = || async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        socket
+            .connect(format!("127.0.0.1:{port}").parse().unwrap())
+            .await
+            .unwrap()
+    };
+    let mut held = Vec::new();
+    for _ in 0..MAX_CONNECTIONS_PER_PEER {
+        held.push(connect_from_another_address().await);
+    }
+    let mut extra = connect_from_another_address().await;
+    let mut byte = [0u8; 1];
+    let closed =
+        tokio::time::timeout(Duration::from_secs(5), extra.read(&mut byte))
+            .await;
+    assert!(
+        matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+        "the connection past the share is closed: {closed:?}"
+    );
+    // Those within the share are still open (waiting for a handshake).
+    let open = tokio::time::timeout(
+        Duration::from_millis(300),
+        held[0].read(&mut byte),
+    )
+    .await;
+    assert!(open.is_err(), "a connection within the share was closed");
+
+    let started = std::time::Instant::now();
+    first_message(&endpoint, &honest, "node-a").await.unwrap();
+    let during = started.elapsed();
+    eprintln!(
+        "honest node's first message: {before:?} before, {during:?} during"
+    );
+    drop(held);
+    // Once the flood's connections are gone, its address may connect again.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut again = connect_from_another_address().await;
+    let open =
+        tokio::time::timeout(Duration::from_millis(300), again.read(&mut byte))
+            .await;
+    assert!(open.is_err(), "the address's share came back");
+}
+
+/// A connection gets a few streams at once: a further watch on it waits
+/// for one of them to end.
+#[tokio::test]
+async fn a_connection_holds_a_bounded_number_of_streams() {
+    use super::limits::MAX_STREAMS_PER_CONNECTION;
+
+    let mut api = ApiSide::start("streams").await;
+    api.list(vec![web()]);
+    let mut client = api.client().await;
+    let mut streams = Vec::new();
+    for _ in 0..MAX_STREAMS_PER_CONNECTION {
+        let mut stream = watch(&mut client, "node-a", "", 0).await;
+        assert!(next(&mut stream).await.full);
+        streams.push(stream);
+    }
+    let mut waiting = client.clone();
+    let late = tokio::spawn(async move {
+        let mut stream = watch(&mut waiting, "node-b", "", 0).await;
+        next(&mut stream).await
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!late.is_finished(), "a stream past the limit was served");
+    drop(streams.pop());
+    let first = tokio::time::timeout(Duration::from_secs(10), late)
+        .await
+        .expect("served once a stream ended")
+        .unwrap();
+    assert!(first.full);
+}
+
+/// A node that stops reading keeps a couple of messages, then its watch
+/// ends; the others get every change meanwhile, and the stalled node
+/// resumes from its revision when it comes back.
+#[tokio::test]
+async fn a_node_that_never_reads_is_let_go_and_the_others_go_on() {
+    let dir = tempdir::Dir::new("stalled");
+    let socket = dir.0.join("views.sock");
+    let shared = Shared::with_send_timeout(
+        Cluster::new(SystemTime::now()),
+        Duration::from_millis(300),
+    );
+    let views = ViewService::new(shared.clone(), Access::Socket);
+    let path = socket.clone();
+    tokio::spawn(async move {
+        serve_unix(&path, views, std::future::pending()).await
+    });
+    for _ in 0..100 {
+        if socket.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut api = ApiSide {
+        shared,
+        stores: Stores::new(NO_NODE),
+        socket,
+        _dir: dir,
+    };
+    api.list(vec![web()]);
+    let mut honest_client = api.client().await;
+    let mut honest = watch(&mut honest_client, "node-a", "", 0).await;
+    let first = next(&mut honest).await;
+    // The stalled client grants the server little to send ahead, so
+    // that the server's own buffers fill within the test's changes.
+    let path = api.socket.clone();
+    let channel =
+        tonic::transport::Endpoint::from_static("http://api-side.invalid")
+            .initial_stream_window_size(Some(64 * 1024))
+            .initial_connection_window_size(Some(64 * 1024))
+            .connect_with_connector(tower::service_fn(move |_: http::Uri| {
+                let path = path.clone();
+                async move {
+                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                        tokio::net::UnixStream::connect(path).await?,
+                    ))
+                }
+            }))
+            .await
+            .unwrap();
+    let mut stalled_client = NodeViewClient::new(channel);
+    let mut stalled = watch(&mut stalled_client, "node-b", "", 0).await;
+    let stalled_first = next(&mut stalled).await;
+
+    // Changes large enough to fill what the transport buffers for a
+    // stream (HTTP/2's window, the server's send buffer, the socket's).
+    let mut revision = first.revision;
+    for i in 0..100u32 {
+        let ips: Vec<String> = (0..500u32)
+            .map(|j| {
+                let n = i * 500 + j;
+                format!("198.19.{}.{}", n / 250 % 250, n % 250 + 1)
+            })
+            .collect();
+        let endpoints: Vec<(&str, &str)> =
+            ips.iter().map(|ip| (ip.as_str(), "node-c")).collect();
+        api.event(SourceEvent::EndpointSlice(Event::Apply(web_slice(
+            &endpoints,
+        ))));
+        api.shared.sync();
+        let update = next(&mut honest).await;
+        assert!(!update.full && update.revision > revision, "{update:?}");
+        revision = update.revision;
+    }
+    // What the stalled node finds when it reads again: what was queued
+    // for it, then the end of its watch.
+    let mut queued = 0;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), stalled.message())
+            .await
+        {
+            Ok(Ok(Some(_))) => queued += 1,
+            Ok(Ok(None)) | Ok(Err(_)) => break,
+            Err(_) => panic!("the stalled watch was not ended"),
+        }
+    }
+    // Of the 100 changes, it holds what the buffers took before the
+    // server gave up on it.
+    assert!(
+        queued < 50,
+        "{queued} messages were kept for a node that did not read"
+    );
+    // Back, it resumes from what it holds: changes, not a full state.
+    let mut back = watch(
+        &mut stalled_client,
+        "node-b",
+        &stalled_first.instance,
+        stalled_first.revision,
+    )
+    .await;
+    let resumed = next(&mut back).await;
+    assert!(!resumed.full, "{resumed:?}");
 }

@@ -14,6 +14,8 @@ use k8s_openapi::api::authentication::v1::{
 };
 use kube::{api::PostParams, Api, Client};
 
+use super::limits::{RateLimit, TOKEN_REVIEWS_PER_SECOND, TOKEN_REVIEW_BURST};
+
 /// The extra a Pod-bound ServiceAccount token's review carries: the name
 /// of the node the Pod is on.
 pub const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
@@ -86,11 +88,23 @@ impl TokenPolicy {
 /// none.
 type Answers = HashMap<String, (Instant, Result<String, String>)>;
 
-/// Reviews tokens with the API server, remembering answers a while.
+/// Why a token gets no view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenRefusal {
+    /// The review says no.
+    Refused(String),
+    /// No review could be had now (the API server failed, or the reviews
+    /// of the last moments were spent): try again later.
+    Busy(String),
+}
+
+/// Reviews tokens with the API server, remembering answers a while and
+/// asking for at most a bounded number of reviews a second.
 pub struct TokenReviewer {
     client: Client,
     policy: TokenPolicy,
     remembered: Mutex<Answers>,
+    reviews: Mutex<RateLimit>,
 }
 
 impl std::fmt::Debug for TokenReviewer {
@@ -107,16 +121,30 @@ impl TokenReviewer {
             client,
             policy,
             remembered: Mutex::new(HashMap::new()),
+            reviews: Mutex::new(RateLimit::new(
+                TOKEN_REVIEWS_PER_SECOND,
+                TOKEN_REVIEW_BURST,
+            )),
         }
     }
 
     /// The node `token` may watch, or why none.
-    pub async fn node_of(&self, token: &str) -> Result<String, String> {
+    pub async fn node_of(&self, token: &str) -> Result<String, TokenRefusal> {
         let now = Instant::now();
         if let Some((at, answer)) = self.lock().get(token) {
             if now.duration_since(*at) < REMEMBERED {
-                return answer.clone();
+                return answer.clone().map_err(TokenRefusal::Refused);
             }
+        }
+        let allowed = self
+            .reviews
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .try_take(now);
+        if !allowed {
+            return Err(TokenRefusal::Busy(
+                "too many token reviews at once; try again".to_owned(),
+            ));
         }
         let review = TokenReview {
             spec: TokenReviewSpec {
@@ -130,12 +158,14 @@ impl TokenReviewer {
             .await
             // The API server could not say: not remembered, so the next
             // attempt asks again.
-            .map_err(|e| format!("TokenReview failed: {e}"))?;
+            .map_err(|e| {
+                TokenRefusal::Busy(format!("TokenReview failed: {e}"))
+            })?;
         let answer = self.policy.node_of(&reviewed.status.unwrap_or_default());
         let mut remembered = self.lock();
         remembered.retain(|_, (at, _)| now.duration_since(*at) < REMEMBERED);
         remembered.insert(token.to_owned(), (now, answer.clone()));
-        answer
+        answer.map_err(TokenRefusal::Refused)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Answers> {
@@ -208,5 +238,90 @@ mod tests {
             assert!(policy.node_of(&status).is_err(), "{status:?}");
         }
         assert!(TokenPolicy::new("kube-ipvs-proxy", "a").is_err());
+    }
+
+    /// A flood of distinct bogus tokens costs the API server a bounded
+    /// number of reviews; the rest are told to come back, a repeated
+    /// token is answered from memory, and an honest node's token still
+    /// gets its node once the moment has passed.
+    #[tokio::test]
+    async fn a_flood_of_bogus_tokens_is_reviewed_at_a_bounded_rate() {
+        use std::sync::{
+            atomic::{AtomicUsize, Ordering},
+            Arc,
+        };
+
+        use axum::{routing::post, Json, Router};
+
+        use crate::apiside::limits::{
+            TOKEN_REVIEWS_PER_SECOND, TOKEN_REVIEW_BURST,
+        };
+
+        let reviews = Arc::new(AtomicUsize::new(0));
+        let counted = reviews.clone();
+        let proxy = "system:serviceaccount:kube-system:kube-ipvs-proxy";
+        let app = Router::new().route(
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            post(move |Json(mut review): Json<TokenReview>| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let honest = review.spec.token.as_deref() == Some("honest");
+                review.status = Some(match honest {
+                    true => {
+                        status(proxy, &["node-a"], Some(&["kube-ipvs-proxy"]))
+                    }
+                    false => TokenReviewStatus {
+                        authenticated: Some(false),
+                        ..TokenReviewStatus::default()
+                    },
+                });
+                async move { Json(review) }
+            }),
+        );
+        let listener =
+            tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let client =
+            Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let reviewer = TokenReviewer::new(
+            client,
+            TokenPolicy::new("kube-system/kube-ipvs-proxy", "kube-ipvs-proxy")
+                .unwrap(),
+        );
+
+        let started = Instant::now();
+        let mut busy = 0;
+        for i in 0..400 {
+            match reviewer.node_of(&format!("bogus-{i}")).await {
+                Err(TokenRefusal::Busy(_)) => busy += 1,
+                Err(TokenRefusal::Refused(_)) => {}
+                Ok(node) => panic!("a bogus token watches {node}"),
+            }
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        let asked = reviews.load(Ordering::SeqCst);
+        let allowed =
+            TOKEN_REVIEW_BURST + elapsed * TOKEN_REVIEWS_PER_SECOND + 1.0;
+        assert!(
+            (asked as f64) <= allowed,
+            "{asked} reviews in {elapsed:.2} s (allowed {allowed:.0})"
+        );
+        assert_eq!(asked + busy, 400, "every token reviewed or told to wait");
+        assert!(busy > 0, "the flood was not limited");
+
+        // A token refused a moment ago is refused from memory.
+        let before = reviews.load(Ordering::SeqCst);
+        assert!(matches!(
+            reviewer.node_of("bogus-0").await,
+            Err(TokenRefusal::Refused(_))
+        ));
+        assert_eq!(reviews.load(Ordering::SeqCst), before);
+
+        // The honest node gets through once the bucket refills.
+        tokio::time::sleep(Duration::from_millis(
+            (1000.0 / TOKEN_REVIEWS_PER_SECOND) as u64 + 50,
+        ))
+        .await;
+        assert_eq!(reviewer.node_of("honest").await, Ok("node-a".to_owned()));
     }
 }

@@ -8,9 +8,10 @@ use super::{
     network_programming_buckets,
     rest_client::{self, REQUESTS_TOTAL, REQUEST_DURATION_SECONDS},
     stage_buckets, sync_duration_buckets, API_SIDE_CHANGES_SENT_TOTAL,
-    API_SIDE_SENT_BYTES_TOTAL, API_SIDE_SYNC_DURATION_SECONDS,
-    API_SIDE_UPDATES_SENT_TOTAL, API_SIDE_VIEWS, API_SIDE_WATCHES,
-    CHANGE_STAGE_DURATION_SECONDS, CONNTRACK_RECONCILER_DELETED_ENTRIES_TOTAL,
+    API_SIDE_REFUSED_TOTAL, API_SIDE_SENT_BYTES_TOTAL,
+    API_SIDE_SYNC_DURATION_SECONDS, API_SIDE_UPDATES_SENT_TOTAL,
+    API_SIDE_VIEWS, API_SIDE_WATCHES, CHANGE_STAGE_DURATION_SECONDS,
+    CONNTRACK_RECONCILER_DELETED_ENTRIES_TOTAL,
     CONNTRACK_RECONCILER_SYNC_DURATION_SECONDS, ENDPOINT_CHANGES_PENDING,
     ENDPOINT_CHANGES_TOTAL, INVALID_OBJECTS_TOTAL, INVALID_VIEW_CHANGES_TOTAL,
     KERNEL_OPERATIONS_TOTAL, NETWORK_PROGRAMMING_DURATION_SECONDS,
@@ -329,6 +330,15 @@ pub fn recorded() -> Vec<Metric> {
             [],
             None,
             "Bytes of the messages the API side sent to nodes"
+        ),
+        metric!(
+            API_SIDE_REFUSED_TOTAL,
+            Counter,
+            Ours,
+            ["reason"],
+            None,
+            "Clients the API side refused, and watches it ended because \
+             their node did not read"
         ),
         metric!(
             API_SIDE_SYNC_DURATION_SECONDS,
