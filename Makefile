@@ -3,7 +3,7 @@
 
 .PHONY: e2e demo test fmt-check lint dead-code unit bench bench-ipsets bench-ipvs bench-vs-upstream vm-test vm-shell vm-kernel \
 	e2e-k8s e2e-control-plane e2e-guest-smoke kind-e2e node-e2e conformance k8s-e2e k8s-e2e-compare k8s-e2e-ci \
-	conformance-random
+	conformance-random fuzz
 
 # Crates whose kernel tests vm-test runs; empty means every workspace crate
 # with a `kernel-tests` feature. VM_TEST_ARGS go to each test binary (a name
@@ -43,6 +43,11 @@ dead-code:
 
 unit:
 	cargo test --workspace
+
+# Every fuzz target (fuzz/, ipvs-sys/fuzz/) for FUZZ_SECONDS each, with
+# cargo-fuzz on nightly; `make unit` replays the committed corpora.
+fuzz:
+	fuzz/run.sh
 
 # Benchmarks print their ratios against a baseline from the same run: the
 # host ones (tracker, planning, ipvs-sys's dump decode), then the proxy

@@ -13,6 +13,9 @@
 
 #[cfg(test)]
 mod docs_page;
+// The fuzz targets' entries (fuzz/), replayed by the tests.
+#[cfg(any(test, feature = "test-support"))]
+pub mod fuzz;
 mod runtime_thread;
 mod selection;
 mod tracker;

@@ -37,6 +37,7 @@ const LAYERS: &[&[&str]] = &[
     &["backend"],
     &["proxier", "server"],
     &["daemon", "logging"],
+    &["fuzz"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -103,3 +103,7 @@ pub use self::{
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(any(test, fuzzing))]
+#[doc(hidden)]
+pub mod fuzz;

@@ -327,7 +327,7 @@ async fn session(
 }
 
 /// A batch's parts so far, and the next one.
-fn merge(batch: Option<Update>, part: Update) -> Update {
+pub(crate) fn merge(batch: Option<Update>, part: Update) -> Update {
     match batch {
         Some(mut batch) if !part.full => {
             batch.changes.extend(part.changes);

@@ -16,7 +16,7 @@ use super::{DetachedRead, KernelError};
 pub mod contract;
 #[cfg(any(test, feature = "test-support"))]
 mod model;
-mod real;
+pub(crate) mod real;
 #[cfg(test)]
 mod tests;
 

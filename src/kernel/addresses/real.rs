@@ -147,7 +147,7 @@ async fn local_addresses(
 /// The address a message carries. IFA_LOCAL is the interface's own
 /// address on IPv4 (IFA_ADDRESS is the peer on point-to-point links);
 /// IPv6 sends IFA_ADDRESS only. A message with neither is skipped.
-fn address_of(message: &AddressMessage) -> Option<IpAddr> {
+pub(crate) fn address_of(message: &AddressMessage) -> Option<IpAddr> {
     let find = |local: bool| {
         message.attributes.iter().find_map(|a| match (a, local) {
             (AddressAttribute::Local(ip), true) => Some(*ip),
@@ -182,7 +182,7 @@ fn to_kernel_error(
     }
 }
 
-fn host_message(index: u32, ip: IpAddr) -> AddressMessage {
+pub(crate) fn host_message(index: u32, ip: IpAddr) -> AddressMessage {
     let len = host_prefix_len(ip);
     match ip {
         IpAddr::V4(v4) => AddressMessageBuilder::<Ipv4Addr>::new()

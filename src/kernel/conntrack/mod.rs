@@ -46,7 +46,7 @@ use crate::model::{Protocol, ServicePortInfo, ServicePortName};
 pub mod contract;
 #[cfg(any(test, feature = "test-support"))]
 mod model;
-mod real;
+pub(crate) mod real;
 #[cfg(test)]
 mod tests;
 

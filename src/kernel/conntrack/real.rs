@@ -92,7 +92,7 @@ impl NetlinkConntrack {
     }
 }
 
-fn message(
+pub(crate) fn message(
     flags: u16,
     family: NetfilterProtoFamily,
     inner: ConntrackMessage,
@@ -112,7 +112,7 @@ fn message(
 
 /// A UDP flow from an entry's attributes; `None` for other protocols and
 /// for entries missing a field (never a panic on what the kernel sends).
-fn udp_flow(attributes: &[ConntrackAttribute]) -> Option<Flow> {
+pub(crate) fn udp_flow(attributes: &[ConntrackAttribute]) -> Option<Flow> {
     let mut original = None;
     let mut reply = None;
     for attribute in attributes {
@@ -128,7 +128,7 @@ fn udp_flow(attributes: &[ConntrackAttribute]) -> Option<Flow> {
     })
 }
 
-fn udp_tuple(tuple: &[Tuple]) -> Option<FlowTuple> {
+pub(crate) fn udp_tuple(tuple: &[Tuple]) -> Option<FlowTuple> {
     let (mut src, mut dst, mut sport, mut dport) = (None, None, None, None);
     let mut udp = false;
     for part in tuple {
@@ -166,7 +166,7 @@ fn udp_tuple(tuple: &[Tuple]) -> Option<FlowTuple> {
     })
 }
 
-fn tuple_attributes(t: &FlowTuple) -> Vec<Tuple> {
+pub(crate) fn tuple_attributes(t: &FlowTuple) -> Vec<Tuple> {
     vec![
         Tuple::Ip(vec![
             IPTuple::SourceAddress(t.src.ip()),

@@ -10,8 +10,8 @@
 pub mod contract;
 #[cfg(any(test, feature = "test-support"))]
 mod model;
-mod netlink;
-mod real;
+pub(crate) mod netlink;
+pub(crate) mod real;
 #[cfg(test)]
 mod tests;
 

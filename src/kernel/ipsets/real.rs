@@ -270,23 +270,7 @@ fn dump_on(
     // Undecodable messages are remembered, not returned: returning
     // would stop reading the dump halfway.
     let outcome = socket.request(&msg, seq, |attrs| {
-        let part = match parse_list(attrs) {
-            Ok(part) => part,
-            Err(e) => {
-                first_error.get_or_insert_with(|| {
-                    KernelError::new(
-                        ErrorKind::Transport,
-                        "ipset list",
-                        format!("undecodable listing message: {e}"),
-                    )
-                });
-                return Ok(());
-            }
-        };
-        if !part.name.starts_with(prefix) {
-            return Ok(());
-        }
-        if let Err(e) = absorb(&mut sets, part) {
+        if let Err(e) = listed_message(&mut sets, prefix, attrs) {
             first_error.get_or_insert(e);
         }
         Ok(())
@@ -300,6 +284,26 @@ fn dump_on(
         Some(e) => Err(e),
         None => Ok(sets),
     }
+}
+
+/// Reads one message of a list dump into the sets read so far, if it
+/// lists a set whose name starts with `prefix`.
+pub(crate) fn listed_message(
+    sets: &mut BTreeMap<String, SetState>,
+    prefix: &str,
+    attrs: &[u8],
+) -> Result<(), KernelError> {
+    let part = parse_list(attrs).map_err(|e| {
+        KernelError::new(
+            ErrorKind::Transport,
+            "ipset list",
+            format!("undecodable listing message: {e}"),
+        )
+    })?;
+    if !part.name.starts_with(prefix) {
+        return Ok(());
+    }
+    absorb(sets, part)
 }
 
 /// Adds one listed message to the sets read so far.

@@ -10,7 +10,7 @@
 pub mod contract;
 #[cfg(any(test, feature = "test-support"))]
 mod model;
-mod proc_table;
+pub(crate) mod proc_table;
 mod real;
 #[cfg(test)]
 mod tests;

@@ -73,7 +73,7 @@ fn failed(message: String) -> KernelError {
 
 /// The real servers of each virtual server the text lists whole.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub(super) struct Listed {
+pub(crate) struct Listed {
     pub dests: HashMap<VirtualServerKey, BTreeMap<DestKey, DestState>>,
     /// Lines that could not be read, each with why. A virtual server
     /// with such a line is left out of `dests`, so that it is read over
@@ -105,7 +105,7 @@ impl Record {
 /// `  -> C6130001:1F90      Masq    1      0          0` per real
 /// server: address and port in hexadecimal, forwarding, weight, active
 /// and inactive connections.
-pub(super) fn parse(mut text: impl BufRead) -> io::Result<Listed> {
+pub(crate) fn parse(mut text: impl BufRead) -> io::Result<Listed> {
     let mut listed = Listed::default();
     let mut record: Option<Record> = None;
     let mut line = String::new();

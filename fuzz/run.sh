@@ -1,0 +1,58 @@
+#!/bin/sh
+# `make fuzz`: every fuzz target, this crate's (fuzz/) and ipvs-sys's
+# (ipvs-sys/fuzz/), for FUZZ_SECONDS each (FUZZ_TARGETS to pick some),
+# with cargo-fuzz on the nightly toolchain. What the fuzzer finds new is
+# kept under target/fuzz/ between runs, so that runs go on from where the
+# last stopped; the committed corpora (fuzz/corpus/, small, replayed by
+# `cargo test`) are only read. A crash or a hang fails the run and names
+# the input that causes it (under the crate's fuzz/artifacts/). Each target's
+# last line is `RESULT fuzz TARGET execs N cov N features N corpus N`.
+set -eu
+
+seconds=${FUZZ_SECONDS:-60}
+triple=$(rustc +nightly -vV | sed -n 's/^host: //p')
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=$root/target/fuzz
+status=0
+
+command -v cargo-fuzz >/dev/null || {
+    echo "fuzz: cargo-fuzz is missing: cargo install cargo-fuzz" >&2
+    exit 1
+}
+
+# Each from the directory that holds its fuzz/, as `cargo fuzz` expects
+# (run from elsewhere it builds everything again).
+for crate in . ipvs-sys; do
+    cd "$root/$crate"
+    cargo +nightly fuzz build -O --debug-assertions
+    for target in $(cargo +nightly fuzz list); do
+        if [ -n "${FUZZ_TARGETS:-}" ]; then
+            case " $FUZZ_TARGETS " in
+                *" $target "*) ;;
+                *) continue ;;
+            esac
+        fi
+        found=$work/$target
+        log=$work/$target.log
+        mkdir -p "$found"
+        echo "fuzz: $target for ${seconds}s (log $log)"
+        # The binary the build made (`cargo fuzz run` would build the
+        # target again on its own).
+        mkdir -p "fuzz/artifacts/$target"
+        if ! "fuzz/target/$triple/release/$target" \
+            "$found" "fuzz/corpus/$target" \
+            -max_total_time="$seconds" -timeout=10 -print_final_stats=1 \
+            -artifact_prefix="fuzz/artifacts/$target/" \
+            >"$log" 2>&1; then
+            status=1
+            echo "fuzz: $target FAILED:" >&2
+            grep -E 'panicked|ERROR: libFuzzer|SUMMARY|Test unit written' \
+                "$log" >&2 || tail -20 "$log" >&2
+        fi
+        execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+        last=$(grep -E '^#[0-9]+' "$log" | tail -1)
+        field() { echo "$last" | sed -n "s/.* $1: *\([0-9]*\).*/\1/p"; }
+        echo "RESULT fuzz $target execs ${execs:-0} cov $(field cov) features $(field ft) corpus $(field corp)"
+    done
+done
+exit $status
