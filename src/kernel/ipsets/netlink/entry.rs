@@ -163,9 +163,13 @@ pub(crate) fn decode(
             let addr = ip2()?;
             let max = if addr.is_ipv4() { 32 } else { 128 };
             let prefix = f.cidr2.unwrap_or(max);
-            let net = IpNet::new(addr, prefix).map_err(|_| {
-                DecodeError::Unsupported(format!("prefix length {prefix}"))
-            })?;
+            // The kernel keeps networks without host bits; one listed
+            // with them is read as the network it names, as written.
+            let net = IpNet::new(addr, prefix)
+                .map_err(|_| {
+                    DecodeError::Unsupported(format!("prefix length {prefix}"))
+                })?
+                .trunc();
             SetEntry::IpPortNet(ip()?, proto()?, port()?, net)
         }
         SetType::BitmapPort => SetEntry::Port(port()?),

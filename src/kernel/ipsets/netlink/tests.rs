@@ -108,6 +108,34 @@ fn entries_round_trip() {
     }
 }
 
+/// A listed network with host bits (found by the fuzzer) reads as the
+/// network itself: kept as listed, it would never equal the entry the
+/// proxy wants, nor what writing it back leaves in the kernel.
+#[test]
+fn a_listed_network_with_host_bits_reads_as_the_network() {
+    let mut buf = Vec::new();
+    let mut w = AttrWriter::new(&mut buf);
+    entry::encode(
+        &mut w,
+        &SetEntry::IpPortIp(
+            ip("198.18.1.1"),
+            Protocol::Tcp,
+            80,
+            ip("198.18.101.7"),
+        ),
+    );
+    w.u8(21, 15); // IPSET_ATTR_CIDR2
+    assert_eq!(
+        entry::decode(SetType::HashIpPortNet, &buf),
+        Ok(SetEntry::IpPortNet(
+            ip("198.18.1.1"),
+            Protocol::Tcp,
+            80,
+            "198.18.0.0/15".parse().unwrap()
+        ))
+    );
+}
+
 #[test]
 fn element_errors() {
     // A hash:ip,port element without its protocol.
