@@ -53,9 +53,6 @@ pub struct Config {
     /// `service.kubernetes.io/service-proxy-name=<this>` are handled;
     /// otherwise only Services without that label.
     pub service_proxy_name: Option<String>,
-    /// How often upstream's informers resync; our watches do not resync,
-    /// so only a warning uses it.
-    pub config_sync_period: Duration,
     pub logging: LoggingConfig,
     /// Written to `/proc/self/oom_score_adj` at start-up, as upstream
     /// does (`oomScoreAdj`, `--oom-score-adj`).
@@ -66,6 +63,10 @@ pub struct Config {
 /// kube-proxy's OOM score adjustment when none is configured
 /// (`qos.KubeProxyOOMScoreAdj`): almost never chosen by the OOM killer.
 pub const DEFAULT_OOM_SCORE_ADJ: i32 = -999;
+
+/// Upstream's `configSyncPeriod` default: how often its informers
+/// resync. Ours do not, so the value is only validated and warned about.
+pub const DEFAULT_CONFIG_SYNC_PERIOD: Duration = Duration::from_secs(15 * 60);
 
 /// How logs are written (`logging.format` and `logging.verbosity` in the
 /// file, `--logging-format` and `-v` on the command line).
@@ -300,7 +301,6 @@ impl Default for Config {
             api_tls_dir: None,
             api_token_file: None,
             service_proxy_name: None,
-            config_sync_period: Duration::from_secs(15 * 60),
             logging: LoggingConfig::default(),
             oom_score_adj: DEFAULT_OOM_SCORE_ADJ,
             conntrack: ConntrackConfig::default(),

@@ -16,8 +16,8 @@ use super::{
     settings::{
         default_healthz_address, default_metrics_address, Config,
         ConntrackConfig, DetectLocal, IpvsConfig, LogFormat, LoggingConfig,
-        NodePortAddress, Scheduler, DEFAULT_OOM_SCORE_ADJ, HEALTHZ_PORT,
-        METRICS_PORT,
+        NodePortAddress, Scheduler, DEFAULT_CONFIG_SYNC_PERIOD,
+        DEFAULT_OOM_SCORE_ADJ, HEALTHZ_PORT, METRICS_PORT,
     },
     ConfigError, ConfigWarning, FieldError,
 };
@@ -248,7 +248,7 @@ pub fn to_config(
     let config_sync_period = v.positive(
         "configSyncPeriod",
         kpc.config_sync_period,
-        defaults.config_sync_period,
+        DEFAULT_CONFIG_SYNC_PERIOD,
     );
     let logging = logging_config(&mut v, kpc);
     let oom_score_adj = match kpc.oom_score_adj {
@@ -267,7 +267,7 @@ pub fn to_config(
     // Upstream's informers re-deliver every object at this period, which
     // changes nothing in a proxy that already has them; our watches do
     // not, so the period has nothing to act on.
-    if config_sync_period != defaults.config_sync_period {
+    if config_sync_period != DEFAULT_CONFIG_SYNC_PERIOD {
         v.warn(
             "configSyncPeriod",
             "kube-ipvs-proxy's watches do not resync periodically (upstream's \
@@ -296,7 +296,6 @@ pub fn to_config(
         api_tls_dir: None,
         api_token_file: None,
         service_proxy_name: None,
-        config_sync_period,
         logging,
         oom_score_adj,
         conntrack,
