@@ -49,9 +49,14 @@ mod tempdir {
 
 impl ApiSide {
     async fn start(name: &str) -> Self {
+        Self::start_with(name, Shared::new(Cluster::new(SystemTime::now())))
+            .await
+    }
+
+    /// An API side serving `shared` on a socket of its own.
+    async fn start_with(name: &str, shared: Arc<Shared>) -> Self {
         let dir = tempdir::Dir::new(name);
         let socket = dir.0.join("views.sock");
-        let shared = Shared::new(Cluster::new(SystemTime::now()));
         let service = ViewService::new(shared.clone(), Access::Socket);
         let path = socket.clone();
         tokio::spawn(async move {
@@ -548,29 +553,11 @@ async fn a_connection_holds_a_bounded_number_of_streams() {
 /// resumes from its revision when it comes back.
 #[tokio::test]
 async fn a_node_that_never_reads_is_let_go_and_the_others_go_on() {
-    let dir = tempdir::Dir::new("stalled");
-    let socket = dir.0.join("views.sock");
     let shared = Shared::with_send_timeout(
         Cluster::new(SystemTime::now()),
         Duration::from_millis(300),
     );
-    let views = ViewService::new(shared.clone(), Access::Socket);
-    let path = socket.clone();
-    tokio::spawn(async move {
-        serve_unix(&path, views, std::future::pending()).await
-    });
-    for _ in 0..100 {
-        if socket.exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let mut api = ApiSide {
-        shared,
-        stores: Stores::new(NO_NODE),
-        socket,
-        _dir: dir,
-    };
+    let mut api = ApiSide::start_with("stalled", shared).await;
     api.list(vec![web()]);
     let mut honest_client = api.client().await;
     let mut honest = watch(&mut honest_client, "node-a", "", 0).await;

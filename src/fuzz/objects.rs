@@ -289,6 +289,15 @@ pub(super) fn node(input: &mut Input<'_>, version: u64) -> Node {
     }
 }
 
+/// The node's settings: detecting local traffic by its podCIDRs or not
+/// (a podCIDR change then restarts the proxy).
+pub(super) fn settings(input: &mut Input<'_>) -> NodeSettings {
+    NodeSettings {
+        detect_local_node_cidr: input.bool(),
+        ..NodeSettings::default()
+    }
+}
+
 /// The objects that exist, by kind and key, as the API server holds
 /// them.
 #[derive(Debug, Default)]
@@ -407,11 +416,7 @@ fn relist<K: Clone>(
 /// exist then computes.
 pub fn api_objects(data: &[u8]) {
     let mut input = Input::new(data);
-    let settings = NodeSettings {
-        detect_local_node_cidr: input.bool(),
-        ..NodeSettings::default()
-    };
-    let mut proxy = Proxy::new(settings);
+    let mut proxy = Proxy::new(settings(&mut input));
     let mut objects = Objects::default();
     let empty = objects.snapshot();
     for event in empty.relist() {

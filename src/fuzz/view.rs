@@ -180,10 +180,7 @@ fn damage_change(input: &mut Input<'_>, change: &mut v1::Change) {
 /// server itself programs.
 pub fn view_updates(data: &[u8]) {
     let mut input = Input::new(data);
-    let settings = NodeSettings {
-        detect_local_node_cidr: input.bool(),
-        ..NodeSettings::default()
-    };
+    let settings = objects::settings(&mut input);
     let mut cluster = Cluster::new(SystemTime::UNIX_EPOCH);
     let mut stores = Stores::new(NO_NODE);
     let mut objects = Objects::default();
