@@ -4,9 +4,6 @@
 use std::{collections::BTreeMap, fmt::Write as _, net::IpAddr};
 
 use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
-use netlink_packet_netfilter::{
-    conntrack::ConntrackMessage, NetfilterMessage, NetfilterMessageInner,
-};
 use rtnetlink::packet_route::RouteNetlinkMessage;
 
 use crate::{
@@ -14,7 +11,7 @@ use crate::{
     kernel::{
         addresses::real::{address_of, host_message},
         conntrack::{
-            real::{tuple_attributes, udp_flow, udp_tuple},
+            real::{entry, tuple_attributes, udp_flow, udp_tuple, Ctnetlink},
             Flow,
         },
         ipsets::{
@@ -88,19 +85,14 @@ fn write_and_read(set_type: SetType, entry: &SetEntry) -> SetEntry {
 /// A message of a conntrack dump: a UDP flow read from it, written as
 /// the tuples of a deletion, reads back the same.
 pub fn conntrack_reply(data: &[u8]) {
-    let Ok(message) = NetlinkMessage::<NetfilterMessage>::deserialize(data)
-    else {
+    let Ok(message) = NetlinkMessage::<Ctnetlink>::deserialize(data) else {
         return;
     };
-    let NetlinkPayload::InnerMessage(NetfilterMessage {
-        inner:
-            NetfilterMessageInner::Conntrack(ConntrackMessage::New(attributes)),
-        ..
-    }) = message.payload
-    else {
+    let NetlinkPayload::InnerMessage(message) = message.payload else {
         return;
     };
-    let Some(Flow { original, reply }) = udp_flow(&attributes) else {
+    let Some(Flow { original, reply }) = entry(&message).and_then(udp_flow)
+    else {
         return;
     };
     for tuple in [original, reply] {

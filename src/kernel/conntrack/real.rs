@@ -7,8 +7,8 @@ use std::{
 
 use futures::StreamExt;
 use netlink_packet_core::{
-    NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_DUMP,
-    NLM_F_REQUEST,
+    DecodeError, NetlinkDeserializable, NetlinkHeader, NetlinkMessage,
+    NetlinkPayload, NetlinkSerializable, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
 };
 use netlink_packet_netfilter::{
     conntrack::{
@@ -30,9 +30,76 @@ const IN_FLIGHT: usize = 256;
 /// A dump that has not finished by then will not: the socket is stuck.
 const DUMP_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// nfnetlink's subsystem number for conntrack (`NFNL_SUBSYS_CTNETLINK`).
+const SUBSYS_CTNETLINK: u16 = 1;
+
+/// A message on the ctnetlink socket. Only conntrack's own subsystem is
+/// parsed: the socket asks for nothing else, and the netfilter crate's
+/// parsers of other subsystems (nftables) index past a malformed
+/// attribute's end instead of failing, which would end the socket's task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Ctnetlink {
+    Conntrack(NetfilterMessage),
+    /// Another subsystem's message, by its type, left unread.
+    Foreign(u16),
+}
+
+impl NetlinkSerializable for Ctnetlink {
+    fn message_type(&self) -> u16 {
+        match self {
+            Ctnetlink::Conntrack(m) => m.message_type(),
+            Ctnetlink::Foreign(kind) => *kind,
+        }
+    }
+
+    fn buffer_len(&self) -> usize {
+        match self {
+            Ctnetlink::Conntrack(m) => NetlinkSerializable::buffer_len(m),
+            Ctnetlink::Foreign(_) => 0,
+        }
+    }
+
+    fn serialize(&self, buffer: &mut [u8]) {
+        if let Ctnetlink::Conntrack(m) = self {
+            m.serialize(buffer)
+        }
+    }
+}
+
+impl NetlinkDeserializable for Ctnetlink {
+    type Error = DecodeError;
+
+    fn deserialize(
+        header: &NetlinkHeader,
+        payload: &[u8],
+    ) -> Result<Self, Self::Error> {
+        if header.message_type >> 8 != SUBSYS_CTNETLINK {
+            return Ok(Ctnetlink::Foreign(header.message_type));
+        }
+        NetfilterMessage::deserialize(header, payload).map(Ctnetlink::Conntrack)
+    }
+}
+
+impl From<Ctnetlink> for NetlinkPayload<Ctnetlink> {
+    fn from(message: Ctnetlink) -> Self {
+        NetlinkPayload::InnerMessage(message)
+    }
+}
+
+/// The conntrack entry a message carries, if it is one.
+pub(crate) fn entry(message: &Ctnetlink) -> Option<&[ConntrackAttribute]> {
+    match message {
+        Ctnetlink::Conntrack(NetfilterMessage {
+            inner: NetfilterMessageInner::Conntrack(ConntrackMessage::New(a)),
+            ..
+        }) => Some(a),
+        _ => None,
+    }
+}
+
 #[derive(Clone)]
 pub struct NetlinkConntrack {
-    handle: ConnectionHandle<NetfilterMessage>,
+    handle: ConnectionHandle<Ctnetlink>,
 }
 
 fn transport(
@@ -70,13 +137,9 @@ impl NetlinkConntrack {
         let mut flows = Vec::new();
         while let Some(reply) = replies.next().await {
             match reply.payload {
-                NetlinkPayload::InnerMessage(NetfilterMessage {
-                    inner:
-                        NetfilterMessageInner::Conntrack(ConntrackMessage::New(
-                            attributes,
-                        )),
-                    ..
-                }) => flows.extend(udp_flow(&attributes)),
+                NetlinkPayload::InnerMessage(m) => {
+                    flows.extend(entry(&m).and_then(udp_flow))
+                }
                 NetlinkPayload::Error(e) if e.raw_code() != 0 => {
                     return Err(errno_error(
                         "conntrack dump",
@@ -96,15 +159,15 @@ pub(crate) fn message(
     flags: u16,
     family: NetfilterProtoFamily,
     inner: ConntrackMessage,
-) -> NetlinkMessage<NetfilterMessage> {
+) -> NetlinkMessage<Ctnetlink> {
     let mut header = NetlinkHeader::default();
     header.flags = flags;
     let mut message = NetlinkMessage::new(
         header,
-        NetlinkPayload::from(NetfilterMessage::new(
+        NetlinkPayload::from(Ctnetlink::Conntrack(NetfilterMessage::new(
             NetfilterHeader::new(family, 0, 0),
             inner,
-        )),
+        ))),
     );
     message.finalize();
     message
@@ -181,7 +244,7 @@ pub(crate) fn tuple_attributes(t: &FlowTuple) -> Vec<Tuple> {
 }
 
 async fn delete_one(
-    handle: ConnectionHandle<NetfilterMessage>,
+    handle: ConnectionHandle<Ctnetlink>,
     flow: Flow,
 ) -> Result<(), KernelError> {
     let family = match flow.original.src.ip() {

@@ -233,3 +233,33 @@ async fn cleanup_deletes_only_stale_flows() {
     assert_eq!((report.deleted, report.errors.len()), (1, 0));
     assert_eq!(m.flows.into_iter().collect::<Vec<_>>(), [keep]);
 }
+
+/// The socket parses only conntrack's subsystem: an nftables message
+/// with an attribute shorter than its own header (found by fuzzing) used
+/// to reach the netfilter crate's nftables parser, which panics on it.
+#[test]
+fn another_subsystems_message_is_left_unread() {
+    use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
+
+    use super::real::{entry, udp_flow, Ctnetlink};
+
+    let read =
+        |bytes: &[u8]| match NetlinkMessage::<Ctnetlink>::deserialize(bytes)
+            .unwrap()
+            .payload
+        {
+            NetlinkPayload::InnerMessage(m) => m,
+            other => panic!("not a message: {other:?}"),
+        };
+    let nftables = include_bytes!(
+        "../../../fuzz/corpus/conntrack_reply/regression-nftables-short-attribute"
+    );
+    // nfnetlink subsystem 10 (nftables) in the type's high byte.
+    assert_eq!(read(nftables), Ctnetlink::Foreign(0x0a0a));
+
+    let conntrack =
+        include_bytes!("../../../fuzz/corpus/conntrack_reply/seed-udp-v4");
+    let m = read(conntrack);
+    assert!(matches!(m, Ctnetlink::Conntrack(_)), "{m:?}");
+    assert!(entry(&m).and_then(udp_flow).is_some(), "{m:?}");
+}
