@@ -1,14 +1,14 @@
 //! [`Addresses`] over rtnetlink: one socket, requests pipelined.
 
-use std::{
-    collections::BTreeSet,
-    net::{IpAddr, Ipv4Addr, Ipv6Addr},
-};
+use std::{collections::BTreeSet, net::IpAddr};
 
 use futures::{StreamExt, TryStreamExt};
 use rtnetlink::{
-    packet_route::address::{AddressAttribute, AddressMessage},
-    AddressMessageBuilder, Handle, LinkDummy,
+    packet_route::{
+        address::{AddressAttribute, AddressMessage},
+        AddressFamily,
+    },
+    Handle, LinkDummy,
 };
 
 use super::{errno_error, host_prefix_len, AddressOp, Addresses, ENODEV};
@@ -182,18 +182,22 @@ fn to_kernel_error(
     }
 }
 
+/// The message that adds or deletes `ip` as a host address of the link:
+/// the address as both IFA_LOCAL and IFA_ADDRESS, as `ip address` writes
+/// it. rtnetlink's builder leaves both out for an IPv4 multicast address
+/// (and writes an IPv6 one as IFA_MULTICAST), and a deletion without an
+/// address removes the link's first address of that length instead.
 pub(crate) fn host_message(index: u32, ip: IpAddr) -> AddressMessage {
-    let len = host_prefix_len(ip);
-    match ip {
-        IpAddr::V4(v4) => AddressMessageBuilder::<Ipv4Addr>::new()
-            .index(index)
-            .address(v4, len)
-            .build(),
-        IpAddr::V6(v6) => AddressMessageBuilder::<Ipv6Addr>::new()
-            .index(index)
-            .address(v6, len)
-            .build(),
-    }
+    let mut message = AddressMessage::default();
+    message.header.family = match ip {
+        IpAddr::V4(_) => AddressFamily::Inet,
+        IpAddr::V6(_) => AddressFamily::Inet6,
+    };
+    message.header.prefix_len = host_prefix_len(ip);
+    message.header.index = index;
+    message.attributes =
+        vec![AddressAttribute::Address(ip), AddressAttribute::Local(ip)];
+    message
 }
 
 async fn apply_one(
@@ -205,11 +209,10 @@ async fn apply_one(
     let object = op.object(link);
     let result = match op {
         AddressOp::Add(ip) => {
-            handle
-                .address()
-                .add(index, ip, host_prefix_len(ip))
-                .execute()
-                .await
+            let mut request =
+                handle.address().add(index, ip, host_prefix_len(ip));
+            *request.message_mut() = host_message(index, ip);
+            request.execute().await
         }
         AddressOp::Delete(ip) => {
             handle
