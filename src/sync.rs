@@ -375,6 +375,14 @@ impl SyncState {
     /// Takes one object's change, as the stores hand it on.
     pub fn apply(&mut self, change: &RecordChange) -> ChangeOutcome {
         let needs_sync = match change {
+            // The kube source watches our Node only, but the state file
+            // carries every Node: another's deletion is not ours.
+            RecordChange::Node((previous, None))
+                if record(previous)
+                    .is_some_and(|node| node.name != self.node_name) =>
+            {
+                false
+            }
             RecordChange::Node((_, current)) => {
                 match self.node_changed(record(current)) {
                     Ok(changed) => changed,

@@ -628,3 +628,60 @@ fn a_node_fed_by_its_view_reports_the_trigger_times_of_what_it_programs() {
     state.apply_view(full);
     assert!(state.sync().endpoints.last_change_trigger_times.is_empty());
 }
+
+/// Another Node's deletion (a state file carries every Node) leaves ours
+/// and what was computed from it; found by fuzzing, where it turned an
+/// IPv6-only node's state into IPv4's.
+#[test]
+fn another_nodes_deletion_leaves_ours() {
+    use k8s_openapi::api::core::v1::{Node, NodeAddress, NodeStatus};
+
+    let node_object = |name: &str, address: &str| {
+        let mut node = Node::default();
+        node.metadata.name = Some(name.into());
+        node.status = Some(NodeStatus {
+            addresses: Some(vec![NodeAddress {
+                address: address.into(),
+                type_: "InternalIP".into(),
+            }]),
+            ..NodeStatus::default()
+        });
+        Arc::new(node)
+    };
+    let change = |previous: Option<&Arc<Node>>, current: Option<&Arc<Node>>| {
+        ObjectChange::Node {
+            previous: previous.cloned(),
+            current: current.cloned(),
+        }
+    };
+    let mut state = SyncState::new(
+        "node-a",
+        NodeSettings::default(),
+        None,
+        SystemTime::now(),
+    );
+    let ours = node_object("node-a", "2001:db8::a");
+    let other = node_object("node-b", "198.18.0.2");
+    state.apply_objects(&change(None, Some(&ours)));
+    state.apply_objects(&change(None, Some(&other)));
+    state.sync();
+    let before = state.desired().snapshot();
+    assert!(
+        before.ipsets.keys().all(|set| set.starts_with("KUBE-6-")),
+        "{:?}",
+        before.ipsets.keys()
+    );
+
+    assert_eq!(
+        state.apply_objects(&change(Some(&other), None)),
+        ChangeOutcome::Unchanged
+    );
+    state.sync();
+    assert_eq!(state.desired().snapshot(), before);
+
+    // Our own deletion still counts.
+    assert_eq!(
+        state.apply_objects(&change(Some(&ours), None)),
+        ChangeOutcome::NeedsSync
+    );
+}
