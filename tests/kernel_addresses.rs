@@ -18,6 +18,7 @@ async fn kernel_passes_the_contract() -> anyhow::Result<()> {
     let mut k = NetlinkAddresses::new()?;
     contract::link_lifecycle(&mut k).await;
     contract::add_list_delete(&mut k).await;
+    contract::multicast_is_an_address_like_any_other(&mut k).await;
     contract::errors_are_per_operation(&mut k).await;
     contract::missing_link(&mut k).await;
     contract::local_addresses_skip_the_link(&mut k).await;

@@ -72,6 +72,28 @@ pub async fn add_list_delete<K: Addresses>(k: &mut K) {
     k.delete_link(link).await.expect("delete link");
 }
 
+/// An IPv4 multicast address (a Service's external IP may be one) binds
+/// and unbinds like any other, and deleting it leaves the link's other
+/// host addresses: a delete that names no address would take the first.
+pub async fn multicast_is_an_address_like_any_other<K: Addresses>(k: &mut K) {
+    let link = "kipt-mcast0";
+    let multicast = IpAddr::V4(Ipv4Addr::new(239, 18, 0, 1));
+    fresh(k, link).await;
+    k.ensure_dummy(link).await.expect("create");
+    let results = k
+        .apply(link, &[AddressOp::Add(v4(30)), AddressOp::Add(multicast)])
+        .await;
+    assert_eq!(kinds(&results), vec![None; 2], "{results:?}");
+    assert_eq!(
+        k.list(link).await,
+        Ok([v4(30), multicast].into_iter().collect())
+    );
+    let results = k.apply(link, &[AddressOp::Delete(multicast)]).await;
+    assert_eq!(kinds(&results), vec![None], "{results:?}");
+    assert_eq!(k.list(link).await, Ok([v4(30)].into_iter().collect()));
+    k.delete_link(link).await.expect("delete link");
+}
+
 /// A duplicate add is Exists and a delete of an unbound address is
 /// NotFound, each naming the address and the link; the operations around
 /// them in the same batch still apply.
