@@ -236,6 +236,13 @@ pub fn service_ports(
     svc: &Service,
 ) -> Converted<Vec<(ServicePortName, ServicePortInfo)>> {
     let mut problems = Problems::new(ObjectKind::Service, &svc.metadata);
+    // As for slices: the API server always sets both, and the node-view
+    // stream refuses a port named without them.
+    let object = &problems.object;
+    if object.namespace.is_empty() || object.name.is_empty() {
+        problems.push(InvalidReason::MissingName);
+        return problems.finish(Vec::new());
+    }
     let Some(spec) = svc.spec.as_ref() else {
         return problems.finish(Vec::new());
     };

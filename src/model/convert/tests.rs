@@ -684,6 +684,28 @@ fn node_info_table() {
     }
 }
 
+/// A Service named without a namespace (found by fuzzing: the direct
+/// proxy programmed it, the node-view stream refused it) is skipped as a
+/// slice is.
+#[test]
+fn service_without_namespace_or_name_is_ignored() {
+    for (namespace, name) in [("", "svc"), ("ns", "")] {
+        let svc = service(namespace, name, |s| add_port(s, "dns", 53, "UDP"));
+        let converted = service_ports(&svc);
+        assert_eq!(converted.value, Vec::new());
+        assert_eq!(
+            converted
+                .problems
+                .iter()
+                .map(|p| &p.reason)
+                .collect::<Vec<_>>(),
+            [&InvalidReason::MissingName]
+        );
+    }
+    let named = service("ns", "svc", |s| add_port(s, "dns", 53, "UDP"));
+    assert_eq!(service_ports(&named).value.len(), 1);
+}
+
 #[test]
 fn endpoint_slice_without_namespace_or_name_is_ignored() {
     for (namespace, name) in [("", "s"), ("ns", "")] {
