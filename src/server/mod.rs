@@ -26,8 +26,10 @@ use std::{
     time::Duration,
 };
 
+use std::sync::OnceLock;
+
 use axum::Router;
-use tokio::task::JoinHandle;
+use tokio::{runtime::Handle, task::JoinHandle};
 
 pub use health::ProxyHealth;
 pub use reporter::SyncReporter;
@@ -59,6 +61,9 @@ pub struct Server {
     task: JoinHandle<()>,
 }
 
+type ServerTask =
+    std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 impl Server {
     /// Binds `address` (port 0 picks one) and serves `router` on it.
     #[cfg(test)]
@@ -67,23 +72,52 @@ impl Server {
         address: SocketAddr,
         router: Router,
     ) -> Result<Self, ServerError> {
-        let listener = listen(address)
-            .and_then(tokio::net::TcpListener::from_std)
-            .map_err(|source| ServerError::Listen {
+        Self::bind_with(name, address, router, spawn)
+    }
+
+    /// The same, served by the test's own runtime, so that what the
+    /// handlers record reaches a recorder local to the test's thread.
+    #[cfg(test)]
+    pub async fn bind_on_this_runtime(
+        name: &'static str,
+        address: SocketAddr,
+        router: Router,
+    ) -> Result<Self, ServerError> {
+        Self::bind_with(name, address, router, tokio::spawn)
+    }
+
+    #[cfg(test)]
+    fn bind_with(
+        name: &'static str,
+        address: SocketAddr,
+        router: Router,
+        spawn: fn(ServerTask) -> JoinHandle<()>,
+    ) -> Result<Self, ServerError> {
+        let listener =
+            listen(address).map_err(|source| ServerError::Listen {
                 server: name,
                 address,
                 source,
             })?;
-        Self::serve(name, listener, router, address)
+        Self::serve_with(name, listener, router, address, spawn)
     }
 
-    /// Serves on an already bound listener; spawns on the current
-    /// runtime.
+    /// Serves on an already bound listener, on the servers' runtime.
     fn serve(
         name: &'static str,
-        listener: tokio::net::TcpListener,
+        listener: std::net::TcpListener,
         router: Router,
         address: SocketAddr,
+    ) -> Result<Self, ServerError> {
+        Self::serve_with(name, listener, router, address, spawn)
+    }
+
+    fn serve_with(
+        name: &'static str,
+        listener: std::net::TcpListener,
+        router: Router,
+        address: SocketAddr,
+        spawn: fn(ServerTask) -> JoinHandle<()>,
     ) -> Result<Self, ServerError> {
         let local_addr =
             listener
@@ -93,8 +127,13 @@ impl Server {
                     address,
                     source,
                 })?;
-        let task = tokio::spawn(async move {
-            if let Err(source) = axum::serve(listener, router).await {
+        let task = spawn(Box::pin(async move {
+            // Registered with the runtime that polls it.
+            let served = match tokio::net::TcpListener::from_std(listener) {
+                Ok(listener) => axum::serve(listener, router).await,
+                Err(e) => Err(e),
+            };
+            if let Err(source) = served {
                 tracing::error!(
                     "{}",
                     ServerError::Serve {
@@ -104,7 +143,7 @@ impl Server {
                     }
                 );
             }
-        });
+        }));
         Ok(Self {
             #[cfg(test)]
             local_addr,
@@ -115,6 +154,34 @@ impl Server {
     #[cfg(test)]
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+}
+
+/// The servers' own runtime thread, started on first use. A probe's
+/// answer must not wait for a sync on the loop's single thread (a
+/// kubelet's liveness probe gives it one second; under load a sync
+/// takes longer, and a proxy killed for it stops programming while it
+/// restarts), as upstream's server goroutines never wait for its sync.
+pub fn runtime() -> Result<&'static Handle, String> {
+    static SERVERS: OnceLock<Result<Handle, String>> = OnceLock::new();
+    SERVERS
+        .get_or_init(|| crate::runtime_thread::start("servers", || {}))
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Spawns a server's task on the servers' runtime, or on the current one
+/// if that thread could not start (said once, in the log).
+fn spawn(task: ServerTask) -> JoinHandle<()> {
+    match runtime() {
+        Ok(handle) => handle.spawn(task),
+        Err(e) => {
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                tracing::warn!("{e}; servers share the sync loop's thread")
+            });
+            tokio::spawn(task)
+        }
     }
 }
 
@@ -137,7 +204,7 @@ pub fn spawn_forever(
     address: SocketAddr,
     router: Router,
 ) -> JoinHandle<()> {
-    tokio::spawn(retry_forever(name, address, router))
+    spawn(Box::pin(retry_forever(name, address, router)))
 }
 
 async fn retry_forever(

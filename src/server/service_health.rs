@@ -56,7 +56,6 @@ struct Services {
 struct Inner {
     addresses: Vec<IpAddr>,
     health: Arc<ProxyHealth>,
-    runtime: tokio::runtime::Handle,
     services: Mutex<Services>,
     retry_pending: AtomicBool,
     /// Where a port that cannot be opened is reported as upstream does.
@@ -104,13 +103,14 @@ impl ServiceHealthServer {
         addresses: Vec<IpAddr>,
         health: Arc<ProxyHealth>,
     ) -> Result<Self, ServerError> {
-        let runtime = tokio::runtime::Handle::try_current()
+        // Its servers run on the servers' runtime, or on this one if that
+        // cannot start.
+        tokio::runtime::Handle::try_current()
             .map_err(|_| ServerError::NoRuntime("the service health server"))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 addresses,
                 health,
-                runtime,
                 services: Mutex::new(Services::default()),
                 retry_pending: AtomicBool::new(false),
                 events: OnceLock::new(),
@@ -244,12 +244,9 @@ impl ServiceHealthServer {
         let router = Router::new().fallback(answer).with_state(handler);
         let mut servers = Vec::new();
         for listener in self.listen(port)? {
-            let _runtime = self.inner.runtime.enter();
             let address = listener.local_addr().unwrap_or_else(|_| {
                 SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port)
             });
-            let listener = tokio::net::TcpListener::from_std(listener)
-                .map_err(|e| (address, e))?;
             let server = Server::serve(
                 "health check",
                 listener,

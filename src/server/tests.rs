@@ -294,7 +294,7 @@ async fn healthz_and_livez_answer_upstreams_json_for_each_state() {
     for case in &cases {
         let clock = ManualClock::at(T0);
         let health = health_at(&clock);
-        let server = Server::bind(
+        let server = Server::bind_on_this_runtime(
             "healthz",
             LOOPBACK,
             healthz::router(Arc::clone(&health)),
@@ -1026,4 +1026,32 @@ async fn every_trigger_time_counts_as_one_programmed_change() {
     ] {
         assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
     }
+}
+
+/// A probe is answered while the loop's thread is busy: the servers run
+/// on a thread of their own. Under load a sync outlasted the kubelet's
+/// one-second liveness probe, and a proxy whose probes waited for its
+/// syncs was killed in the middle of Kubernetes' own e2e suite.
+#[tokio::test]
+async fn a_probe_is_answered_while_the_loop_is_busy() {
+    let health = health_at(&ManualClock::at(T0));
+    let server = Server::bind("healthz", LOOPBACK, healthz::router(health))
+        .await
+        .expect("loopback port");
+    let address = server.local_addr();
+    let probe = std::thread::spawn(move || -> std::io::Result<String> {
+        let budget = Duration::from_secs(1);
+        let mut stream =
+            std::net::TcpStream::connect_timeout(&address, budget)?;
+        stream.set_read_timeout(Some(budget))?;
+        stream.write_all(b"GET /livez HTTP/1.0\r\nHost: probe\r\n\r\n")?;
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer)?;
+        Ok(answer)
+    });
+    // The test's runtime has one thread, as the proxy's loop has: a
+    // sync holds it (here, for three seconds).
+    std::thread::sleep(Duration::from_secs(3));
+    let answer = probe.join().expect("the probe's thread").expect("answered");
+    assert!(answer.contains(" 200 "), "{answer}");
 }
