@@ -115,6 +115,10 @@ fn the_daemonset_command_and_configmap_resolve_without_warnings() {
     let probe = &container(&docs)["livenessProbe"]["httpGet"];
     assert_eq!(probe["path"], "/livez");
     assert_eq!(probe["port"], healthz.port());
+    // Long enough for a busy node: /livez, not the probe, judges the
+    // proxy's syncs.
+    let timeout = &container(&docs)["livenessProbe"]["timeoutSeconds"];
+    assert!(timeout.as_u64().is_some_and(|s| s >= 5), "{timeout}");
 }
 
 /// The configuration the DaemonSet's proxy runs with on `node-a`.
