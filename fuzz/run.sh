@@ -6,7 +6,9 @@
 # last stopped; the committed corpora (fuzz/corpus/, small, replayed by
 # `cargo test`) are only read. A crash or a hang fails the run and names
 # the input that causes it (under the crate's fuzz/artifacts/). Each target's
-# last line is `RESULT fuzz TARGET execs N cov N features N corpus N`.
+# last line is `RESULT fuzz TARGET execs N cov N features N corpus N
+# half_cov N half_features N` (the last two at half the executions: a
+# plateau is a second half that added almost nothing).
 set -eu
 
 seconds=${FUZZ_SECONDS:-60}
@@ -51,8 +53,12 @@ for crate in . ipvs-sys; do
         fi
         execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
         last=$(grep -E '^#[0-9]+' "$log" | tail -1)
-        field() { echo "$last" | sed -n "s/.* $1: *\([0-9]*\).*/\1/p"; }
-        echo "RESULT fuzz $target execs ${execs:-0} cov $(field cov) features $(field ft) corpus $(field corp)"
+        # Where the run stood at half its executions: a plateau is a
+        # second half that added (almost) nothing.
+        half=$(awk -v half="$(( ${execs:-0} / 2 ))" \
+            '/^#[0-9]+/ { n = substr($1, 2) + 0; if (n <= half) line = $0 } END { print line }' "$log")
+        field() { echo "$1" | sed -n "s/.* $2: *\([0-9]*\).*/\1/p"; }
+        echo "RESULT fuzz $target execs ${execs:-0} cov $(field "$last" cov) features $(field "$last" ft) corpus $(field "$last" corp) half_cov $(field "$half" cov) half_features $(field "$half" ft)"
     done
 done
 exit $status
