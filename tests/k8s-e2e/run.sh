@@ -116,7 +116,14 @@ mkdir -p "$results/proxy-logs"
 for pod in $(kubectl -n kube-system get pods -l k8s-app=kube-proxy -o name 2>/dev/null); do
     kubectl -n kube-system logs "$pod" --timestamps \
         >"$results/proxy-logs/${pod#pod/}.log" 2>&1 || true
+    # A restarted proxy's last words, and why it was restarted (the
+    # events below say whether a probe did it).
+    kubectl -n kube-system logs "$pod" --timestamps --previous \
+        >"$results/proxy-logs/${pod#pod/}.previous.log" 2>/dev/null ||
+        rm -f "$results/proxy-logs/${pod#pod/}.previous.log"
 done
+kubectl -n kube-system get events --sort-by=.lastTimestamp \
+    >"$results/kube-system-events.txt" 2>&1 || true
 [[ -s $results/junit.xml ]] || {
     log "the suite wrote no report"
     exit 1
