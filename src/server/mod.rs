@@ -23,10 +23,9 @@ pub mod timestamp;
 use std::{
     io,
     net::{Ipv4Addr, Ipv6Addr, SocketAddr},
+    sync::OnceLock,
     time::Duration,
 };
-
-use std::sync::OnceLock;
 
 use axum::Router;
 use tokio::{runtime::Handle, task::JoinHandle};
