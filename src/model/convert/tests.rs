@@ -684,6 +684,10 @@ fn node_info_table() {
     }
 }
 
+fn reasons(problems: &[InvalidObject]) -> Vec<&InvalidReason> {
+    problems.iter().map(|p| &p.reason).collect()
+}
+
 /// A Service named without a namespace (found by fuzzing: the direct
 /// proxy programmed it, the node-view stream refused it) is skipped as a
 /// slice is.
@@ -693,14 +697,7 @@ fn service_without_namespace_or_name_is_ignored() {
         let svc = service(namespace, name, |s| add_port(s, "dns", 53, "UDP"));
         let converted = service_ports(&svc);
         assert_eq!(converted.value, Vec::new());
-        assert_eq!(
-            converted
-                .problems
-                .iter()
-                .map(|p| &p.reason)
-                .collect::<Vec<_>>(),
-            [&InvalidReason::MissingName]
-        );
+        assert_eq!(reasons(&converted.problems), [&InvalidReason::MissingName]);
     }
     let named = service("ns", "svc", |s| add_port(s, "dns", 53, "UDP"));
     assert_eq!(service_ports(&named).value.len(), 1);
@@ -712,13 +709,6 @@ fn endpoint_slice_without_namespace_or_name_is_ignored() {
         let slice = slice(namespace, name, "svc", |_| {});
         let converted = endpoint_slice_info(&slice, "n");
         assert_eq!(converted.value, Err(SliceIgnored::NoService));
-        assert_eq!(
-            converted
-                .problems
-                .iter()
-                .map(|p| &p.reason)
-                .collect::<Vec<_>>(),
-            [&InvalidReason::MissingName]
-        );
+        assert_eq!(reasons(&converted.problems), [&InvalidReason::MissingName]);
     }
 }
