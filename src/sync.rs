@@ -341,7 +341,8 @@ impl SyncState {
         view.endpoints_changed.extend(applied.endpoints);
         if applied.node_changed {
             let node = view.received.node.clone();
-            match self.node_changed(node.as_deref()) {
+            let update = self.node.update(node.as_deref());
+            match self.node_changed(update) {
                 Ok(changed) => needs_sync |= changed,
                 Err(restart) => return restart,
             }
@@ -349,13 +350,14 @@ impl SyncState {
         ChangeOutcome::needs_sync(needs_sync)
     }
 
-    /// Takes our Node as it now is: whether a sync has something to do,
-    /// or the restart a podCIDR change under `NodeCIDR` requires.
+    /// Takes what the Node tracker made of a change: whether a sync has
+    /// something to do, or the restart a podCIDR change under `NodeCIDR`
+    /// requires.
     fn node_changed(
         &mut self,
-        node: Option<&NodeInfo>,
+        update: NodeUpdate,
     ) -> Result<bool, ChangeOutcome> {
-        match self.node.update(node) {
+        match update {
             NodeUpdate::Unchanged => Ok(false),
             NodeUpdate::Changed(_) | NodeUpdate::Deleted => {
                 self.node_dirty = true;
@@ -375,16 +377,10 @@ impl SyncState {
     /// Takes one object's change, as the stores hand it on.
     pub fn apply(&mut self, change: &RecordChange) -> ChangeOutcome {
         let needs_sync = match change {
-            // The kube source watches our Node only, but the state file
-            // carries every Node: another's deletion is not ours.
-            RecordChange::Node((previous, None))
-                if record(previous)
-                    .is_some_and(|node| node.name != self.node_name) =>
-            {
-                false
-            }
-            RecordChange::Node((_, current)) => {
-                match self.node_changed(record(current)) {
+            RecordChange::Node((previous, current)) => {
+                let update =
+                    self.node.change(record(previous), record(current));
+                match self.node_changed(update) {
                     Ok(changed) => changed,
                     Err(restart) => return restart,
                 }

@@ -58,7 +58,25 @@ impl NodeTracker {
         self.adopted_pod_cidrs.as_deref()
     }
 
-    /// Takes the current state of a Node: `None` when it was deleted.
+    /// Takes one Node's change as a store hands it on. The kube source
+    /// watches our Node alone, but the state file carries every Node, so
+    /// a deletion names its Node by the object it removed: another's is
+    /// not ours.
+    pub fn change(
+        &mut self,
+        previous: Option<&NodeInfo>,
+        current: Option<&NodeInfo>,
+    ) -> NodeUpdate {
+        if current
+            .or(previous)
+            .is_some_and(|node| node.name != self.node_name)
+        {
+            return NodeUpdate::Unchanged;
+        }
+        self.update(current)
+    }
+
+    /// Takes the current state of our Node: `None` when it was deleted.
     /// Nodes other than ours are ignored.
     pub fn update(&mut self, current: Option<&NodeInfo>) -> NodeUpdate {
         let Some(info) = current else {

@@ -39,8 +39,19 @@ fn nets(cidrs: &[&str]) -> Vec<IpNet> {
 struct Case {
     name: &'static str,
     detect_local_node_cidr: bool,
-    /// Node states fed in order, and what each update returns.
-    steps: Vec<(Option<Node>, NodeUpdate)>,
+    /// Changes fed in order, and what each returns.
+    steps: Vec<(Step, NodeUpdate)>,
+}
+
+/// A change as a store hands it on: the object put, or the name deleted.
+enum Step {
+    Put(Box<Node>),
+    Delete(&'static str),
+}
+use Step::Delete;
+
+fn put(node: Node) -> Step {
+    Step::Put(Box::new(node))
 }
 
 #[test]
@@ -52,10 +63,10 @@ fn node_tracker_table() {
             name: "first sight, repeat, zone change",
             detect_local_node_cidr: false,
             steps: vec![
-                (Some(ours(&[A], "")), NodeUpdate::Changed(info(&[A], ""))),
-                (Some(ours(&[A], "")), NodeUpdate::Unchanged),
+                (put(ours(&[A], "")), NodeUpdate::Changed(info(&[A], ""))),
+                (put(ours(&[A], "")), NodeUpdate::Unchanged),
                 (
-                    Some(ours(&[A], "zone-a")),
+                    put(ours(&[A], "zone-a")),
                     NodeUpdate::Changed(info(&[A], "zone-a")),
                 ),
             ],
@@ -64,30 +75,40 @@ fn node_tracker_table() {
             name: "other nodes are ignored",
             detect_local_node_cidr: true,
             steps: vec![
-                (Some(node("node-b", |_| {})), NodeUpdate::Unchanged),
-                (None, NodeUpdate::Unchanged),
+                (put(node("node-b", |_| {})), NodeUpdate::Unchanged),
+                (Delete("node-b"), NodeUpdate::Unchanged),
+            ],
+        },
+        Case {
+            name: "another node's deletion leaves ours",
+            detect_local_node_cidr: false,
+            steps: vec![
+                (put(ours(&[A], "")), NodeUpdate::Changed(info(&[A], ""))),
+                (put(node("node-b", |_| {})), NodeUpdate::Unchanged),
+                (Delete("node-b"), NodeUpdate::Unchanged),
+                (put(ours(&[A], "")), NodeUpdate::Unchanged),
             ],
         },
         Case {
             name: "pod CIDR change is a plain change without NodeCIDR mode",
             detect_local_node_cidr: false,
             steps: vec![
-                (Some(ours(&[A], "")), NodeUpdate::Changed(info(&[A], ""))),
-                (Some(ours(&[B], "")), NodeUpdate::Changed(info(&[B], ""))),
+                (put(ours(&[A], "")), NodeUpdate::Changed(info(&[A], ""))),
+                (put(ours(&[B], "")), NodeUpdate::Changed(info(&[B], ""))),
             ],
         },
         Case {
             name: "NodeCIDR: first non-empty CIDRs adopted, change is fatal",
             detect_local_node_cidr: true,
             steps: vec![
-                (Some(ours(&[], "")), NodeUpdate::Changed(info(&[], ""))),
-                (Some(ours(&[A], "")), NodeUpdate::Changed(info(&[A], ""))),
+                (put(ours(&[], "")), NodeUpdate::Changed(info(&[], ""))),
+                (put(ours(&[A], "")), NodeUpdate::Changed(info(&[A], ""))),
                 (
-                    Some(ours(&[A], "zone-a")),
+                    put(ours(&[A], "zone-a")),
                     NodeUpdate::Changed(info(&[A], "zone-a")),
                 ),
                 (
-                    Some(ours(&[B], "zone-a")),
+                    put(ours(&[B], "zone-a")),
                     NodeUpdate::PodCidrsChanged {
                         old: nets(&[A]),
                         new: nets(&[B]),
@@ -99,9 +120,9 @@ fn node_tracker_table() {
             name: "NodeCIDR: losing the CIDRs is a change too",
             detect_local_node_cidr: true,
             steps: vec![
-                (Some(ours(&[A], "")), NodeUpdate::Changed(info(&[A], ""))),
+                (put(ours(&[A], "")), NodeUpdate::Changed(info(&[A], ""))),
                 (
-                    Some(ours(&[], "")),
+                    put(ours(&[], "")),
                     NodeUpdate::PodCidrsChanged {
                         old: nets(&[A]),
                         new: vec![],
@@ -113,23 +134,27 @@ fn node_tracker_table() {
             name: "deletion, then a new node object",
             detect_local_node_cidr: false,
             steps: vec![
-                (Some(ours(&[A], "")), NodeUpdate::Changed(info(&[A], ""))),
-                (None, NodeUpdate::Deleted),
-                (None, NodeUpdate::Unchanged),
-                (Some(ours(&[A], "")), NodeUpdate::Changed(info(&[A], ""))),
+                (put(ours(&[A], "")), NodeUpdate::Changed(info(&[A], ""))),
+                (Delete("node-a"), NodeUpdate::Deleted),
+                (Delete("node-a"), NodeUpdate::Unchanged),
+                (put(ours(&[A], "")), NodeUpdate::Changed(info(&[A], ""))),
             ],
         },
     ];
     for case in cases {
         let mut tracker =
             NodeTracker::new("node-a", case.detect_local_node_cidr);
-        for (i, (node, expected)) in case.steps.into_iter().enumerate() {
+        let mut store: BTreeMap<String, NodeInfo> = BTreeMap::new();
+        for (i, (step, expected)) in case.steps.into_iter().enumerate() {
+            let (previous, current) = match step {
+                Step::Put(node) => {
+                    let info = crate::model::node_info(&node).report();
+                    (store.insert(info.name.clone(), info.clone()), Some(info))
+                }
+                Delete(name) => (store.remove(name), None),
+            };
             assert_eq!(
-                tracker.update(
-                    node.as_ref()
-                        .map(|n| crate::model::node_info(n).report())
-                        .as_ref(),
-                ),
+                tracker.change(previous.as_ref(), current.as_ref()),
                 expected,
                 "{} (step {i})",
                 case.name
