@@ -1,7 +1,7 @@
 # Entry points. The guest targets are self-contained: each installs what it
 # needs (tests/vm/deps.sh) and caches the kernel under target/vm/.
 
-.PHONY: e2e demo test fmt-check lint dead-code unit bench bench-ipsets bench-ipvs bench-vs-upstream vm-test vm-shell vm-kernel \
+.PHONY: e2e demo test fmt-check lint dead-code unit bench bench-ipsets bench-ipvs bench-vs-upstream bench-api-side-attack vm-test vm-shell vm-kernel \
 	e2e-k8s e2e-control-plane e2e-guest-smoke kind-e2e node-e2e conformance k8s-e2e k8s-e2e-compare k8s-e2e-ci \
 	conformance-random fuzz
 
@@ -83,6 +83,15 @@ bench-vs-upstream:
 # BENCH_SPLIT_CHANGES (50).
 bench-split-vs-direct:
 	tests/e2e/bench-split-vs-direct.sh
+
+# The API side under misbehaving clients (floods of silent connections,
+# stalled handshakes, refused certificates, oversized requests, nodes that
+# never read), each from a child process: an honest node's first view and
+# change latency, and the API side's CPU, heap and RSS, against no attack
+# (benches/api_side_attack.rs). BENCH_ATTACK_SERVICES (10000),
+# BENCH_ATTACK_ROUNDS (10), BENCH_ATTACK_RATE (320 a second).
+bench-api-side-attack:
+	cargo bench --bench api_side_attack
 
 # ipvs-sys against ipvsadm -R / -Sn on the same rules, in the guest.
 # BENCH_SERVICES (default 10000) x BENCH_DESTS (10); see
