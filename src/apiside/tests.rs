@@ -518,6 +518,46 @@ async fn a_flood_of_connections_from_one_address_is_cut_at_its_share() {
     assert!(open.is_err(), "the address's share came back");
 }
 
+/// A client that starts a TLS handshake and never finishes it is let go
+/// when the time to authenticate is up, not before (the clock is
+/// paused: it moves on only when everything waits for a timer).
+#[tokio::test(start_paused = true)]
+async fn a_stalled_handshake_is_closed_when_its_time_is_up() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::limits::HANDSHAKE_TIMEOUT;
+
+    let pki = Pki::new();
+    let api = ApiSide::start("stalled-handshake").await;
+    let endpoint = serve_tls_on_loopback(&pki, api.shared.clone()).await;
+    let crate::source::nodeview::ApiEndpoint::Tls { port, .. } = &endpoint
+    else {
+        unreachable!()
+    };
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", *port))
+        .await
+        .unwrap();
+    // A record header that promises a ClientHello that never comes.
+    stream
+        .write_all(&[0x16, 0x03, 0x01, 0x02, 0x00, 0x01])
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let mut byte = [0u8; 1];
+    let closed =
+        tokio::time::timeout(HANDSHAKE_TIMEOUT * 6, stream.read(&mut byte))
+            .await;
+    assert!(
+        matches!(closed, Ok(Ok(0)) | Ok(Err(_))),
+        "the stalled handshake is closed: {closed:?}"
+    );
+    assert!(
+        started.elapsed() >= HANDSHAKE_TIMEOUT,
+        "closed after {:?}, before its time",
+        started.elapsed()
+    );
+}
+
 /// A connection gets a few streams at once: a further watch on it waits
 /// for one of them to end.
 #[tokio::test]
