@@ -185,7 +185,7 @@ pub(crate) fn canonical_rule(
                 parts.push("!".to_owned());
             }
             parts.push((*flag).to_owned());
-            parts.push(value.clone());
+            parts.push(quote(value));
         }
     }
     parts.extend(matches);
@@ -229,7 +229,7 @@ fn canonical_match(
     name: &str,
     opts: &[String],
 ) -> Result<String, String> {
-    let mut out = vec!["-m".to_owned(), name.to_owned()];
+    let mut out = vec!["-m".to_owned(), quote(name)];
     match name {
         "comment" => match opts {
             [flag, text] if flag == "--comment" => {
@@ -312,7 +312,7 @@ fn canonical_target(
     name: &str,
     opts: &[String],
 ) -> Result<String, String> {
-    let mut out = vec![flag.to_owned(), name.to_owned()];
+    let mut out = vec![flag.to_owned(), quote(name)];
     match name {
         "MARK" => {
             let [op, value] = opts else {
@@ -349,7 +349,7 @@ fn canonical_target(
                     .to_owned(),
                 );
             } else {
-                out.extend(opts.iter().cloned());
+                out.extend(opts.iter().map(|o| quote(o)));
             }
         }
         _ => out.extend(opts.iter().map(|o| quote(o))),
@@ -449,6 +449,23 @@ mod tests {
             (IpFamily::V4, "-s"),
         ] {
             assert!(canon(family, input).is_err(), "{input}");
+        }
+    }
+
+    /// A word that needs quotes keeps them wherever it stands, so that
+    /// the canonical form reads back as itself (found by fuzzing: a match
+    /// name holding a quoted phrase lost its quotes and read back as
+    /// three words).
+    #[test]
+    fn the_canonical_form_reads_back_as_itself() {
+        for rule in [
+            r#"-m addrte\" id: \"6a94\"" -m multiport --dports 1 -j X"#,
+            r#"-i "eth 0" -o "a\"b" -p "t cp" -j ACCEPT"#,
+            r#"-j "MY CHAIN""#,
+            r#"-j REJECT --reject-with "icmp port""#,
+        ] {
+            let once = canon(IpFamily::V4, rule).unwrap();
+            assert_eq!(canon(IpFamily::V4, &once), Ok(once.clone()), "{rule}");
         }
     }
 
