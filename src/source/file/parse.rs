@@ -218,17 +218,48 @@ impl Document {
 /// in what kubectl writes.
 #[derive(Deserialize)]
 struct Head {
+    #[serde(default, deserialize_with = "text")]
     kind: Option<String>,
-    #[serde(rename = "apiVersion")]
+    #[serde(default, rename = "apiVersion", deserialize_with = "text")]
     api_version: Option<String>,
     items: Option<Vec<ItemHead>>,
 }
 
 #[derive(Deserialize)]
 struct ItemHead {
+    #[serde(default, deserialize_with = "text")]
     kind: Option<String>,
-    #[serde(rename = "apiVersion")]
+    #[serde(default, rename = "apiVersion", deserialize_with = "text")]
     api_version: Option<String>,
+}
+
+/// `kind` and `apiVersion` must be strings. YAML would read `kind: false`
+/// into a string as "false" where JSON refuses it; kubectl refuses both,
+/// and so do we, so that a file means the same in either form.
+fn text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    struct Text;
+    impl<'de> Visitor<'de> for Text {
+        type Value = Option<String>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Some(v.to_owned()))
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<S: Deserializer<'de>>(
+            self,
+            d: S,
+        ) -> Result<Self::Value, S::Error> {
+            d.deserialize_any(Text)
+        }
+    }
+    d.deserialize_option(Text)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

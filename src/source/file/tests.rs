@@ -599,3 +599,25 @@ async fn a_file_being_written_is_read_once_it_holds_still() {
         ]
     );
 }
+
+/// A kind or version that is not a string is refused in YAML as in JSON
+/// (found by fuzzing: YAML read `kind: false` as the string "false" and
+/// set the object aside, while the same object written as JSON failed the
+/// file).
+#[test]
+fn a_kind_or_version_that_is_not_a_string_is_refused_in_either_form() {
+    for text in [
+        "apiVersion: v1\nkind: false\nmetadata: {name: x}\n",
+        "apiVersion: 1\nkind: Service\nmetadata: {name: x}\n",
+        "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: 7}\n",
+        "{\"apiVersion\": \"v1\", \"kind\": false}",
+        "[{\"apiVersion\": \"v1\", \"kind\": false}]",
+    ] {
+        let error = parse(text).unwrap_err().to_string();
+        assert!(error.contains("expected a string"), "{text}: {error}");
+    }
+    // Quoted, it is a string: an object of a kind we do not read.
+    let aside = parse("apiVersion: v1\nkind: \"false\"\nmetadata: {name: x}\n")
+        .unwrap();
+    assert_eq!(aside.others.len(), 1);
+}
