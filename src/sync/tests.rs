@@ -685,3 +685,65 @@ fn another_nodes_deletion_leaves_ours() {
         ChangeOutcome::NeedsSync
     );
 }
+
+/// A slice that turns into one kube-proxy cannot use (an FQDN slice) or
+/// that now names another Service no longer holds its endpoints where
+/// they were: the state is what a fresh start from the objects computes.
+/// Found by fuzzing, where the old endpoints stayed.
+#[test]
+fn a_slice_that_becomes_unusable_or_moves_leaves_nothing_behind() {
+    use crate::model::fixtures::{
+        add_port, add_slice_port, endpoint, service, set_cluster_ips, slice,
+    };
+    let web = service("default", "web", |s| add_port(s, "http", 80, "TCP"));
+    let api = service("default", "api", |s| {
+        set_cluster_ips(s, &["198.18.0.2"]);
+        add_port(s, "http", 80, "TCP");
+    });
+    let serving = |s: &mut EndpointSlice| {
+        add_slice_port(s, "http", 8080, "TCP");
+        s.endpoints.push(endpoint("198.19.0.5", |_| {}));
+    };
+    let good = slice("default", "web-1", "web", serving);
+    let mut fqdn = good.clone();
+    fqdn.address_type = "FQDN".to_owned();
+    let moved = slice("default", "web-1", "api", serving);
+    let real_servers = |plan: &Plan, address: &str| -> usize {
+        plan.virtual_servers
+            .iter()
+            .filter(|vs| vs.address == ip(address))
+            .map(|vs| vs.real_servers.len())
+            .sum()
+    };
+    for later in [fqdn, moved] {
+        let mut state = SyncState::new(
+            "node-a",
+            NodeSettings::default(),
+            None,
+            SystemTime::now(),
+        );
+        for svc in [&web, &api] {
+            state.apply_objects(&ObjectChange::Service {
+                previous: None,
+                current: Some(Arc::new(svc.clone())),
+            });
+        }
+        state.apply_objects(&slice_change(None, Some(&good)));
+        state.sync();
+        assert_eq!(real_servers(&state.desired().snapshot(), "198.18.0.1"), 1);
+
+        state.apply_objects(&slice_change(Some(&good), Some(&later)));
+        state.sync();
+        let fresh = plan(
+            &file::Snapshot {
+                services: vec![web.clone(), api.clone()],
+                endpoint_slices: vec![later.clone()],
+                ..file::Snapshot::default()
+            },
+            "node-a",
+            &NodeSettings::default(),
+        );
+        assert_eq!(state.desired().snapshot(), fresh, "{}", later.address_type);
+        assert_eq!(real_servers(&fresh, "198.18.0.1"), 0);
+    }
+}

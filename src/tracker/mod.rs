@@ -32,15 +32,22 @@ pub fn track(
             )
         }
         RecordChange::EndpointSlice((previous, current)) => {
-            match (record(previous), record(current)) {
-                (_, Some(slice)) => {
-                    endpoints.endpoint_slice_update(slice, false)
-                }
-                (Some(slice), None) => {
-                    endpoints.endpoint_slice_update(slice, true)
-                }
-                (None, None) => false,
+            let (previous, current) = (record(previous), record(current));
+            // A slice that now names another service, or that became one
+            // kube-proxy cannot use, no longer holds what it held: a
+            // fresh start would not have it.
+            let mut changed = false;
+            if let Some(slice) = previous.filter(|p| {
+                p.info.is_some()
+                    && !current
+                        .is_some_and(|c| c.keys == p.keys && c.info.is_some())
+            }) {
+                changed |= endpoints.endpoint_slice_update(slice, true);
             }
+            if let Some(slice) = current {
+                changed |= endpoints.endpoint_slice_update(slice, false);
+            }
+            changed
         }
         RecordChange::Node(_) => false,
     }
