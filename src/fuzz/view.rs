@@ -15,7 +15,7 @@ use crate::{
     apiside::cluster::{Cluster, NO_NODE},
     nodeview::{wire, Change, Received, Update},
     source::{nodeview::merge, store::Stores, SourceEvent},
-    sync::{plan, plan_from_view, NodeSettings, SyncState},
+    sync::{plan, plan_from_view, ChangeOutcome, NodeSettings, SyncState},
 };
 
 /// The node's side: what it holds as received, the sync state that
@@ -59,7 +59,16 @@ impl ViewNode {
         }
         self.revision = Some(whole.revision);
         let _ = self.received.apply(whole.clone());
-        let _ = self.state.apply_view(whole);
+        if let ChangeOutcome::Restart(_) = self.state.apply_view(whole) {
+            // The node exits and is started again (a podCIDR change under
+            // NodeCIDR): its new watch begins with all it held.
+            *self = ViewNode {
+                received: std::mem::take(&mut self.received),
+                revision: self.revision,
+                ..ViewNode::new(self.settings.clone())
+            };
+            let _ = self.state.apply_view(full_state(&self.received));
+        }
     }
 
     /// A new watch: the parts of an unfinished update are dropped.
