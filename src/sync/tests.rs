@@ -747,3 +747,46 @@ fn a_slice_that_becomes_unusable_or_moves_leaves_nothing_behind() {
         assert_eq!(real_servers(&fresh, "198.18.0.1"), 0);
     }
 }
+
+/// Fed by its view, a node takes the view's Node as its own whatever
+/// name it bears, as a fresh start from the same view does; found by
+/// fuzzing, where a renamed Node left the node dual-stack while a fresh
+/// start from the view was IPv4-only.
+#[test]
+fn a_node_fed_by_its_view_takes_the_views_node_as_its_own() {
+    use crate::nodeview::{Change, Update};
+
+    let update = |revision: u64, full: bool, node: NodeInfo| Update {
+        full,
+        changes: vec![Change::Node(Arc::new(node))],
+        revision,
+        synced: true,
+        trigger_times: Default::default(),
+    };
+    let mut state = SyncState::new(
+        "node-a",
+        NodeSettings::default(),
+        None,
+        SystemTime::now(),
+    )
+    .fed_by_view();
+    state.apply_view(update(1, true, node(&["2001:db8::a", "198.18.1.1"])));
+    state.sync();
+    let dual = state.desired().snapshot();
+    assert!(dual.ipsets.keys().any(|set| set.starts_with("KUBE-6-")));
+
+    let mut renamed = node(&[]);
+    renamed.name = "another".to_owned();
+    assert_eq!(
+        state.apply_view(update(2, false, renamed.clone())),
+        ChangeOutcome::NeedsSync
+    );
+    state.sync();
+    let fresh = plan_from_view(
+        update(2, true, renamed),
+        "node-a",
+        &NodeSettings::default(),
+    );
+    assert_eq!(state.desired().snapshot(), fresh);
+    assert!(!fresh.ipsets.keys().any(|set| set.starts_with("KUBE-6-")));
+}

@@ -77,7 +77,8 @@ impl NodeTracker {
     }
 
     /// Takes the current state of our Node: `None` when it was deleted.
-    /// Nodes other than ours are ignored.
+    /// The node's view holds our Node whatever its name says: the API
+    /// side chose it for us, and a fresh start from the view takes it.
     pub fn update(&mut self, current: Option<&NodeInfo>) -> NodeUpdate {
         let Some(info) = current else {
             return match self.current.take() {
@@ -85,9 +86,6 @@ impl NodeTracker {
                 None => NodeUpdate::Unchanged,
             };
         };
-        if info.name != self.node_name {
-            return NodeUpdate::Unchanged;
-        }
         let info = info.clone();
 
         // As upstream's NodePodCIDRHandler: the first non-empty list is
