@@ -31,10 +31,6 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use k8s_openapi::api::{
-    core::v1::{Node, Service},
-    discovery::v1::EndpointSlice,
-};
 use kube::runtime::watcher::Event;
 use kube_ipvs_proxy::{
     apiside::{
@@ -50,7 +46,6 @@ use kube_ipvs_proxy::{
     },
 };
 use nodeview_protocol::v1::{self, node_view_client::NodeViewClient};
-use serde_json::json;
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpStream,
@@ -60,98 +55,20 @@ use tonic::{
     Streaming,
 };
 
+mod cluster;
 mod counting;
 
+use cluster::{env, listing, slice, ENDPOINTS};
 use counting::{mib, process_cpu, Counting, LIVE, PEAK};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-const ENDPOINTS: usize = 10;
 const NODES: usize = 20;
 /// The thread name of the API side's runtime.
 const API_SIDE: &str = "api-side";
 /// Loopback addresses the attackers come from, each its own peer.
 const ATTACKERS: u8 = 32;
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn address(base: u8, n: usize) -> String {
-    format!("198.{base}.{}.{}", (n / 256) % 256, n % 256)
-}
-
-fn node(i: usize) -> Node {
-    serde_json::from_value(json!({
-        "metadata": {"name": format!("node-{i}")},
-        "status": {"addresses": [{"type": "InternalIP", "address": address(18, 60000 + i)}]}
-    }))
-    .expect("a valid Node")
-}
-
-fn service(i: usize) -> Service {
-    serde_json::from_value(json!({
-        "metadata": {"name": format!("svc-{i}"), "namespace": "bench"},
-        "spec": {
-            "clusterIP": address(18, i),
-            "clusterIPs": [address(18, i)],
-            "ports": [{"name": "http", "protocol": "TCP", "port": 80}],
-            "type": "ClusterIP"
-        }
-    }))
-    .expect("a valid Service")
-}
-
-/// Service `i`'s slice; `version` moves its last endpoint elsewhere.
-fn slice(i: usize, version: usize) -> EndpointSlice {
-    let endpoints: Vec<serde_json::Value> = (0..ENDPOINTS)
-        .map(|j| {
-            let n = if j == ENDPOINTS - 1 && version > 0 {
-                (1 << 20) + version
-            } else {
-                i * ENDPOINTS + j
-            };
-            json!({"addresses": [address(19, n)], "conditions": {"ready": true},
-                   "nodeName": format!("node-{}", (i + j) % NODES)})
-        })
-        .collect();
-    serde_json::from_value(json!({
-        "metadata": {
-            "name": format!("svc-{i}-abcde"),
-            "namespace": "bench",
-            "labels": {"kubernetes.io/service-name": format!("svc-{i}")}
-        },
-        "addressType": "IPv4",
-        "endpoints": endpoints,
-        "ports": [{"name": "http", "protocol": "TCP", "port": 8080}]
-    }))
-    .expect("a valid EndpointSlice")
-}
-
-fn listing(services: usize) -> Vec<SourceEvent> {
-    let mut events = vec![SourceEvent::Node(Event::Init)];
-    events.extend(
-        (0..NODES).map(|i| SourceEvent::Node(Event::InitApply(node(i)))),
-    );
-    events.push(SourceEvent::Node(Event::InitDone));
-    events.push(SourceEvent::Service(Event::Init));
-    events.extend(
-        (0..services)
-            .map(|i| SourceEvent::Service(Event::InitApply(service(i)))),
-    );
-    events.push(SourceEvent::Service(Event::InitDone));
-    events.push(SourceEvent::EndpointSlice(Event::Init));
-    events
-        .extend((0..services).map(|i| {
-            SourceEvent::EndpointSlice(Event::InitApply(slice(i, 0)))
-        }));
-    events.push(SourceEvent::EndpointSlice(Event::InitDone));
-    events
-}
 
 /// A CA and certificates signed by it (or not).
 struct Pki {
@@ -882,7 +799,7 @@ fn main() {
 
     let shared = Shared::new(Cluster::new(SystemTime::now()));
     let mut stores = Stores::new(NO_NODE);
-    for event in listing(services) {
+    for event in listing(services, NODES) {
         shared.apply(&stores.apply(event));
     }
     shared.sync();
@@ -953,7 +870,7 @@ fn main() {
                 let i = version % (services / NODES).max(1) * NODES;
                 let started = Instant::now();
                 shared.apply(&stores.apply(SourceEvent::EndpointSlice(
-                    Event::Apply(slice(i, version)),
+                    Event::Apply(slice(i, NODES, version)),
                 )));
                 shared.sync();
                 until_synced(&mut stream).await;

@@ -15,10 +15,6 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
-use k8s_openapi::api::{
-    core::v1::{Node, Service},
-    discovery::v1::EndpointSlice,
-};
 use kube::runtime::watcher::Event;
 use kube_ipvs_proxy::{
     apiside::{
@@ -32,99 +28,15 @@ use kube_ipvs_proxy::{
 };
 use nodeview_protocol::prost::Message;
 use nodeview_protocol::v1;
-use serde_json::json;
 
+mod cluster;
 mod counting;
 
+use cluster::{env, listing, slice, ENDPOINTS, ZONES};
 use counting::{mib, process_cpu, Counting, LIVE};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
-
-const ENDPOINTS: usize = 10;
-const ZONES: usize = 3;
-
-fn env(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn address(base: u8, n: usize) -> String {
-    format!("198.{base}.{}.{}", (n / 256) % 256, n % 256)
-}
-
-fn node(i: usize) -> Node {
-    serde_json::from_value(json!({
-        "metadata": {
-            "name": format!("node-{i}"),
-            "labels": {"topology.kubernetes.io/zone": format!("zone-{}", i % ZONES)}
-        },
-        "status": {"addresses": [{"type": "InternalIP", "address": address(18, 60000 + i)}]}
-    }))
-    .expect("a valid Node")
-}
-
-fn service(i: usize) -> Service {
-    serde_json::from_value(json!({
-        "metadata": {"name": format!("svc-{i}"), "namespace": "bench"},
-        "spec": {
-            "clusterIP": address(18, i),
-            "clusterIPs": [address(18, i)],
-            "ports": [{"name": "http", "protocol": "TCP", "port": 80}],
-            "type": "ClusterIP"
-        }
-    }))
-    .expect("a valid Service")
-}
-
-/// Service `i`'s slice; `version` moves its last endpoint elsewhere.
-fn slice(i: usize, nodes: usize, version: usize) -> EndpointSlice {
-    let endpoints: Vec<serde_json::Value> = (0..ENDPOINTS)
-        .map(|j| {
-            let n = if j == ENDPOINTS - 1 && version > 0 {
-                (1 << 20) + version
-            } else {
-                i * ENDPOINTS + j
-            };
-            json!({"addresses": [address(19, n)], "conditions": {"ready": true},
-                   "nodeName": format!("node-{}", (i + j) % nodes)})
-        })
-        .collect();
-    serde_json::from_value(json!({
-        "metadata": {
-            "name": format!("svc-{i}-abcde"),
-            "namespace": "bench",
-            "labels": {"kubernetes.io/service-name": format!("svc-{i}")}
-        },
-        "addressType": "IPv4",
-        "endpoints": endpoints,
-        "ports": [{"name": "http", "protocol": "TCP", "port": 8080}]
-    }))
-    .expect("a valid EndpointSlice")
-}
-
-/// The events of a first listing of the whole cluster.
-fn listing(services: usize, nodes: usize) -> Vec<SourceEvent> {
-    let mut events = vec![SourceEvent::Node(Event::Init)];
-    events.extend(
-        (0..nodes).map(|i| SourceEvent::Node(Event::InitApply(node(i)))),
-    );
-    events.push(SourceEvent::Node(Event::InitDone));
-    events.push(SourceEvent::Service(Event::Init));
-    events.extend(
-        (0..services)
-            .map(|i| SourceEvent::Service(Event::InitApply(service(i)))),
-    );
-    events.push(SourceEvent::Service(Event::InitDone));
-    events.push(SourceEvent::EndpointSlice(Event::Init));
-    events.extend((0..services).map(|i| {
-        SourceEvent::EndpointSlice(Event::InitApply(slice(i, nodes, 0)))
-    }));
-    events.push(SourceEvent::EndpointSlice(Event::InitDone));
-    events
-}
 
 /// The heap a proxy watching the API server holds for the cluster,
 /// trackers and desired state, on one node.

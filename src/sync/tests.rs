@@ -362,6 +362,12 @@ fn node_families_come_from_its_addresses() {
     assert!(unknown.ipv4 && !unknown.ipv6);
 }
 
+/// node-a with the default settings, fed by the API side from now on.
+fn node_a_fed_by_view() -> SyncState {
+    SyncState::new("node-a", NodeSettings::default(), None, SystemTime::now())
+        .fed_by_view()
+}
+
 fn slice_change(
     previous: Option<&EndpointSlice>,
     current: Option<&EndpointSlice>,
@@ -485,13 +491,7 @@ fn a_node_fed_by_its_view_reports_deleted_udp_cluster_ips() {
         }
     }
     cluster.sync();
-    let mut state = SyncState::new(
-        "node-a",
-        NodeSettings::default(),
-        None,
-        SystemTime::now(),
-    )
-    .fed_by_view();
+    let mut state = node_a_fed_by_view();
     let first = cluster.update_for("node-a", None, true).unwrap();
     let held = first.revision;
     assert_eq!(state.apply_view(first), ChangeOutcome::NeedsSync);
@@ -763,13 +763,7 @@ fn a_node_fed_by_its_view_takes_the_views_node_as_its_own() {
         synced: true,
         trigger_times: Default::default(),
     };
-    let mut state = SyncState::new(
-        "node-a",
-        NodeSettings::default(),
-        None,
-        SystemTime::now(),
-    )
-    .fed_by_view();
+    let mut state = node_a_fed_by_view();
     state.apply_view(update(1, true, node(&["2001:db8::a", "198.18.1.1"])));
     state.sync();
     let dual = state.desired().snapshot();
