@@ -12,7 +12,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod, Service};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, Pod, Service, ServiceAccount,
+};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams,
@@ -310,6 +312,17 @@ async fn reset_namespace(client: &Client) -> Result<()> {
             &serde_json::from_value(json!({"metadata": {"name": NAMESPACE}}))?,
         )
         .await?;
+    // The API server admits no Pod before the controller manager has made
+    // the namespace's default ServiceAccount.
+    let accounts: Api<ServiceAccount> =
+        Api::namespaced(client.clone(), NAMESPACE);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while accounts.get_opt("default").await?.is_none() {
+        if Instant::now() > deadline {
+            bail!("no default ServiceAccount in {NAMESPACE} after 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     Ok(())
 }
 
