@@ -8,7 +8,7 @@ use std::{
 
 use crate::{
     model::{EndpointsMap, NodeInfo, ServicePortMap, ServicePortName},
-    nodeview::{Update, Views},
+    nodeview::{Position, Update, Views},
     source::store::{record, RecordChange},
     tracker::{
         self, endpoints::EndpointsChangeTracker, services::ServiceChangeTracker,
@@ -102,6 +102,12 @@ impl Cluster {
         );
     }
 
+    /// The views' revision: a node synced at it or later holds every
+    /// change made so far.
+    pub fn revision(&self) -> u64 {
+        self.views.current()
+    }
+
     /// How many nodes have a view.
     pub fn views(&self) -> usize {
         self.views.nodes()
@@ -116,6 +122,27 @@ impl Cluster {
         revision: Option<u64>,
         always: bool,
     ) -> Option<Update> {
+        self.watched(node);
+        let fresh = revision.is_some_and(|r| self.views.revision(node) <= r);
+        (always || !fresh).then(|| self.views.since(node, revision))
+    }
+
+    /// The next part of what `node`, standing at `position`, lacks, at
+    /// most about `max` changes ([`Views::next`]); its view is made on
+    /// its first watch.
+    pub fn next_for(
+        &mut self,
+        node: &str,
+        position: Position,
+        always: bool,
+        max: usize,
+    ) -> Option<(Update, Position)> {
+        self.watched(node);
+        self.views.next(node, position, always, max)
+    }
+
+    /// Makes `node`'s view if it has none.
+    fn watched(&mut self, node: &str) {
         if !self.views.has(node) {
             self.views.set_node(
                 node,
@@ -124,8 +151,6 @@ impl Cluster {
                 &self.endpoints_map,
             );
         }
-        let fresh = revision.is_some_and(|r| self.views.revision(node) <= r);
-        (always || !fresh).then(|| self.views.since(node, revision))
     }
 
     /// Everything `node` programs now, its view made if needed.

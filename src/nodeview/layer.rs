@@ -82,6 +82,12 @@ impl<T: PartialEq> Layer<T> {
         self.entries.get(name).and_then(|e| e.value.as_ref())
     }
 
+    /// The revision of `name`'s last change, deletions included, while
+    /// the layer remembers it.
+    pub fn revision_of(&self, name: &ServicePortName) -> Option<u64> {
+        self.entries.get(name).map(|e| e.revision)
+    }
+
     /// Whether the entry is there and not deleted.
     pub fn holds(&self, name: &ServicePortName) -> bool {
         self.get(name).is_some()
@@ -108,12 +114,37 @@ impl<T: PartialEq> Layer<T> {
             .filter_map(|(name, e)| Some((name, e.value.as_ref()?)))
     }
 
+    /// The entries whose last change is after `after` and at most
+    /// `upto`, deletions only `with_deletions`, in the order of those
+    /// changes, each with its revision: a reader can walk the layer in
+    /// steps while it changes, as what changes meanwhile moves past
+    /// `upto`.
+    pub fn between(
+        &self,
+        after: u64,
+        upto: u64,
+        with_deletions: bool,
+    ) -> impl Iterator<Item = (u64, &Arc<ServicePortName>, Option<&Arc<T>>)>
+    {
+        let range = (after < upto).then_some(after + 1..=upto);
+        range
+            .into_iter()
+            .flat_map(|range| self.by_revision.range(range))
+            .filter_map(move |(revision, name)| {
+                let value = self.entries.get(&**name)?.value.as_ref();
+                (value.is_some() || with_deletions)
+                    .then_some((*revision, name, value))
+            })
+    }
+
     pub fn horizon(&self) -> u64 {
         self.horizon
     }
 
-    /// The revision of the latest change, 0 before any.
+    /// The revision of the latest change, 0 before any; a deletion
+    /// already forgotten counts too.
     pub fn last(&self) -> u64 {
-        self.by_revision.keys().next_back().copied().unwrap_or(0)
+        let kept = self.by_revision.keys().next_back().copied();
+        kept.unwrap_or(0).max(self.horizon)
     }
 }

@@ -31,7 +31,7 @@ mod layer;
 mod views;
 pub mod wire;
 
-pub use views::Views;
+pub use views::{Position, Views};
 
 #[cfg(test)]
 mod tests;

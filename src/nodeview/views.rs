@@ -77,6 +77,66 @@ struct Trigger {
     times: Vec<SystemTime>,
 }
 
+/// Where a node stands in catching up, between two parts sent to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Position {
+    /// It holds a consistent state at this revision (`None`: nothing).
+    Held(Option<u64>),
+    /// It is being sent what it lacks, in parts.
+    Walking(Walk),
+}
+
+/// A walk through a node's view in steps of a few entries, so that what
+/// a node lacks (its whole view, when it starts) is never built whole:
+/// each layer is walked in the order of its changes, from where the node
+/// stood up to the revision the walk began at. What changes meanwhile
+/// moves past that revision, and a catch-up walk from it follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Walk {
+    /// `None`: a full state, live entries only; otherwise the revision the
+    /// node holds, and deletions after it are walked too.
+    from: Option<u64>,
+    upto: u64,
+    stage: Stage,
+    /// The revision of the last entry walked in this stage.
+    after: u64,
+    /// Whether a part of this walk was sent: the first part of a full
+    /// state says so.
+    started: bool,
+    /// Whether the trigger times of the endpoints walked are sent: not
+    /// in a full state, nor in the catch-ups that complete one (a node
+    /// starts from it, and did not see those changes happen).
+    times: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Node,
+    Services,
+    /// The node's zone, for the ports it has no selection of its own for.
+    Zone,
+    Own,
+    Done,
+}
+
+impl Walk {
+    fn new(from: Option<u64>, upto: u64) -> Self {
+        Self {
+            from,
+            upto,
+            stage: Stage::Node,
+            after: from.unwrap_or(0),
+            started: false,
+            times: from.is_some(),
+        }
+    }
+
+    fn next_stage(&mut self, stage: Stage) {
+        self.stage = stage;
+        self.after = self.from.unwrap_or(0);
+    }
+}
+
 impl Default for Views {
     fn default() -> Self {
         Self::with_tombstones(TOMBSTONES)
@@ -127,6 +187,11 @@ impl Views {
     /// How many nodes have a view.
     pub fn nodes(&self) -> usize {
         self.nodes.len()
+    }
+
+    /// The revision of the latest change of any view.
+    pub fn current(&self) -> u64 {
+        self.revision
     }
 
     /// Whether `node` has a view.
@@ -373,6 +438,233 @@ impl Views {
             revision: self.revision,
             synced: true,
             trigger_times,
+        }
+    }
+
+    /// The next part of what `node`, standing at `position`, lacks: at
+    /// most about `max` changes, and where the node stands once it has
+    /// them; `None` when it lacks nothing. With `always`, a node that
+    /// lacks nothing is still told that what it holds is consistent.
+    ///
+    /// A node that cannot resume from its revision walks a full state;
+    /// the parts of one walk are synced in the last only, and a walk
+    /// that the view moved past (a zone move, a deletion forgotten while
+    /// walking) starts over as a full state.
+    pub fn next(
+        &self,
+        node: &str,
+        position: Position,
+        always: bool,
+        max: usize,
+    ) -> Option<(Update, Position)> {
+        let mut walk = match position {
+            Position::Held(held) => {
+                if let Some(r) = held.filter(|r| self.revision(node) <= *r) {
+                    let update = always.then(|| self.synced(r))?;
+                    return Some((update, position));
+                }
+                let from = held.filter(|r| self.resumable(node, *r));
+                Walk::new(from, self.revision)
+            }
+            Position::Walking(walk) => walk,
+        };
+        let mut update = Update {
+            full: walk.from.is_none() && !walk.started,
+            changes: Vec::new(),
+            revision: walk.upto,
+            synced: false,
+            trigger_times: TriggerTimes::new(),
+        };
+        walk.started = true;
+        // Parts of at most `max`; a walk that ends with room left goes on
+        // with the next one, so that a node that keeps up hears of a
+        // change in one message.
+        loop {
+            self.walk(node, &mut walk, max, &mut update);
+            if walk.stage != Stage::Done || update.changes.len() >= max {
+                return Some((update, Position::Walking(walk)));
+            }
+            // Walked past a deletion since forgotten, or a zone move?
+            let whole = walk.from.is_none_or(|r| self.resumable(node, r));
+            if whole && self.revision(node) <= walk.upto {
+                update.synced = true;
+                update.revision = walk.upto;
+                return Some((update, Position::Held(Some(walk.upto))));
+            }
+            if whole && self.resumable(node, walk.upto) {
+                // What changed while it walked.
+                let times = walk.times;
+                walk = Walk::new(Some(walk.upto), self.revision);
+                walk.times = times;
+                walk.started = true;
+                continue;
+            }
+            // It starts over, in a part that says the state is full.
+            let over = Walk::new(None, self.revision);
+            if !update.changes.is_empty() {
+                return Some((update, Position::Walking(over)));
+            }
+            walk = over;
+            walk.started = true;
+            update.full = true;
+            update.trigger_times.clear();
+        }
+    }
+
+    /// An empty update that says the node is consistent at `revision`.
+    fn synced(&self, revision: u64) -> Update {
+        Update {
+            full: false,
+            changes: Vec::new(),
+            revision,
+            synced: true,
+            trigger_times: TriggerTimes::new(),
+        }
+    }
+
+    /// Whether `node` can resume from revision `r`: nothing it may have
+    /// missed since is forgotten, and it did not move zones since.
+    fn resumable(&self, node: &str, r: u64) -> bool {
+        let Some(state) = self.nodes.get(node) else {
+            return false;
+        };
+        let zone = self.zones.get(&state.zone).map_or(0, Layer::horizon);
+        let horizon = self
+            .services
+            .horizon()
+            .max(zone)
+            .max(state.own.horizon())
+            .max(state.horizon);
+        r >= horizon && r <= self.revision
+    }
+
+    /// Walks on from `walk` into `update` until it holds `max` changes or
+    /// the walk is done.
+    fn walk(
+        &self,
+        node: &str,
+        walk: &mut Walk,
+        max: usize,
+        update: &mut Update,
+    ) {
+        let state = self.nodes.get(node);
+        let zone = state.and_then(|s| self.zones.get(&s.zone));
+        let own = state.map(|s| &s.own);
+        let deletions = walk.from.is_some();
+        // What the node programs for a port: its own selection, else its
+        // zone's.
+        let endpoints = |name: &Arc<ServicePortName>| match own
+            .and_then(|o| o.get(name))
+            .or_else(|| zone?.get(name))
+        {
+            Some(eps) => Change::Endpoints(name.clone(), eps.clone()),
+            None => Change::Delete(Key::Endpoints(name.clone())),
+        };
+        while update.changes.len() < max.max(1) && walk.stage != Stage::Done {
+            let room = max.max(1) - update.changes.len();
+            let (after, upto) = (walk.after, walk.upto);
+            match walk.stage {
+                Stage::Node => {
+                    let entry = state.and_then(|s| s.node.as_ref());
+                    let change = match entry {
+                        Some(e) if e.revision <= after => None,
+                        Some(Entry {
+                            value: Some(info), ..
+                        }) => Some(Change::Node(info.clone())),
+                        Some(_) if deletions => Some(Change::Delete(Key::Node)),
+                        _ => None,
+                    };
+                    update.changes.extend(change);
+                    walk.next_stage(Stage::Services);
+                }
+                Stage::Services => {
+                    let mut walked = 0;
+                    for (revision, name, svc) in
+                        self.services.between(after, upto, deletions).take(room)
+                    {
+                        update.changes.push(match svc {
+                            Some(svc) => {
+                                Change::Service(name.clone(), svc.clone())
+                            }
+                            None => Change::Delete(Key::Service(name.clone())),
+                        });
+                        walk.after = revision;
+                        walked += 1;
+                    }
+                    if walked < room {
+                        walk.next_stage(Stage::Zone);
+                    }
+                }
+                Stage::Zone | Stage::Own => {
+                    let layer =
+                        if walk.stage == Stage::Zone { zone } else { own };
+                    let mut walked = 0;
+                    for (revision, name, _) in layer
+                        .into_iter()
+                        .flat_map(|l| l.between(after, upto, deletions))
+                        .take(room)
+                    {
+                        walk.after = revision;
+                        walked += 1;
+                        // A port with a selection of its own is the own
+                        // stage's, which walks every such entry; one it
+                        // handed back since is the zone stage's, which
+                        // walked it if the zone's entry changed too.
+                        let skip = match walk.stage {
+                            Stage::Zone => own.is_some_and(|o| o.holds(name)),
+                            _ => {
+                                let zoned =
+                                    zone.and_then(|z| z.revision_of(name));
+                                !own.is_some_and(|o| o.holds(name))
+                                    && zoned.is_some_and(|r| {
+                                        r > walk.from.unwrap_or(0) && r <= upto
+                                    })
+                            }
+                        };
+                        if skip {
+                            continue;
+                        }
+                        update.changes.push(endpoints(name));
+                        if let Some(from) = walk.from.filter(|_| walk.times) {
+                            self.add_triggers(
+                                name,
+                                from,
+                                &mut update.trigger_times,
+                            );
+                        }
+                    }
+                    if walked < room {
+                        let next = if walk.stage == Stage::Zone {
+                            Stage::Own
+                        } else {
+                            Stage::Done
+                        };
+                        walk.next_stage(next);
+                    }
+                }
+                Stage::Done => {}
+            }
+        }
+    }
+
+    /// The trigger times of `name`'s last update, if it came after `r`.
+    fn add_triggers(
+        &self,
+        name: &Arc<ServicePortName>,
+        r: u64,
+        trigger_times: &mut TriggerTimes,
+    ) {
+        let Some(trigger) =
+            self.triggers.get(&**name).filter(|t| t.revision > r)
+        else {
+            return;
+        };
+        // A service's ports share its times: each counts once.
+        let times = trigger_times.entry(name.service.clone()).or_default();
+        for time in &trigger.times {
+            if !times.contains(time) {
+                times.push(*time);
+            }
         }
     }
 
