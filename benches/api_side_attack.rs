@@ -800,9 +800,13 @@ fn main() {
     let shared = Shared::new(Cluster::new(SystemTime::now()));
     let mut stores = Stores::new(NO_NODE);
     for event in listing(services, NODES) {
-        shared.apply(&stores.apply(event));
+        shared
+            .apply(stores.apply(event))
+            .expect("the cluster's thread");
     }
-    shared.sync();
+    api_runtime
+        .block_on(shared.sync())
+        .expect("the cluster's thread");
 
     let pki = Pki::new("kube-ipvs-proxy bench CA");
     let server_files = pki.files("api-side", |p| {
@@ -869,10 +873,12 @@ fn main() {
                 // A slice of a service with an endpoint on node-0.
                 let i = version % (services / NODES).max(1) * NODES;
                 let started = Instant::now();
-                shared.apply(&stores.apply(SourceEvent::EndpointSlice(
-                    Event::Apply(slice(i, NODES, version)),
-                )));
-                shared.sync();
+                shared
+                    .apply(stores.apply(SourceEvent::EndpointSlice(
+                        Event::Apply(slice(i, NODES, version)),
+                    )))
+                    .expect("the cluster's thread");
+                shared.sync().await.expect("the cluster's thread");
                 until_synced(&mut stream).await;
                 change.push(started.elapsed());
             }

@@ -105,9 +105,11 @@ async fn main() {
     let shared = Shared::new(Cluster::new(SystemTime::now()));
     let mut stores = Stores::new(NO_NODE);
     for event in listing(services, nodes) {
-        shared.apply(&stores.apply(event));
+        shared
+            .apply(stores.apply(event))
+            .expect("the cluster's thread");
     }
-    shared.sync();
+    shared.sync().await.expect("the cluster's thread");
     let cluster_heap = LIVE.load(Ordering::Relaxed) - base;
 
     let dir = std::env::temp_dir()
@@ -206,10 +208,12 @@ async fn main() {
     for version in 1..=changes {
         let i = (version * 7919) % services;
         let t = Instant::now();
-        shared.apply(&stores.apply(SourceEvent::EndpointSlice(Event::Apply(
-            slice(i, nodes, version),
-        ))));
-        shared.sync();
+        shared
+            .apply(stores.apply(SourceEvent::EndpointSlice(Event::Apply(
+                slice(i, nodes, version),
+            ))))
+            .expect("the cluster's thread");
+        shared.sync().await.expect("the cluster's thread");
         for _ in 0..nodes {
             rx.recv().await.expect("a node synced");
         }

@@ -640,16 +640,15 @@ async fn run_api_side(
     // changes wakes each node's watch once.
     let mut batches = source.ready_chunks(1024);
     while let Some(events) = batches.next().await {
-        let mut needs_sync = false;
         for event in events {
-            needs_sync |= shared.apply(&stores.apply(event));
+            shared.apply(stores.apply(event))?;
         }
         if !listed && stores.ready() {
             listed = true;
             tracing::info!("services and endpoint slices synced; serving");
-            shared.sync();
-        } else if listed && needs_sync {
-            shared.sync();
+            shared.sync().await?;
+        } else if listed {
+            shared.sync_changes().await?;
         }
         if serving.is_finished() {
             break;

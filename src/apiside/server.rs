@@ -9,7 +9,7 @@
 
 use std::{
     process,
-    sync::{Arc, Mutex, PoisonError},
+    sync::{mpsc as std_mpsc, Arc},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
@@ -17,7 +17,7 @@ use nodeview_protocol::{
     prost::Message as _,
     v1::{self, node_view_server::NodeView as NodeViewRpc},
 };
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 use tracing::{debug, info, warn};
@@ -28,7 +28,7 @@ use super::{
     tokens::{TokenRefusal, TokenReviewer},
 };
 use crate::{
-    nodeview::wire,
+    nodeview::{wire, Position, Update},
     source::store::RecordChange,
     telemetry::{
         API_SIDE_CHANGES_SENT_TOTAL, API_SIDE_SENT_BYTES_TOTAL,
@@ -43,84 +43,207 @@ use crate::{
 /// per stream before anything is checked.
 pub const MAX_REQUEST_BYTES: usize = 4096;
 
-/// The most changes one message carries; a full state at 10,000
-/// services is some forty messages.
-pub const CHANGES_PER_MESSAGE: usize = 512;
+/// The most changes one message carries. A message's encoding buffer
+/// stays with its watch at the size of the largest message sent, so
+/// messages are kept small (a full state at 10,000 services is some 160
+/// of them, about 15 KiB each) for a synced node to cost little.
+pub const CHANGES_PER_MESSAGE: usize = 128;
 
-/// What the feeding loop and the watches share.
+/// How many nodes may walk more than one message's worth of their view at
+/// once. A reconnect storm of every node then holds this many walks'
+/// buffers, not every node's whole view; the others wait their turn.
+pub const MAX_WALKS: usize = 32;
+
+/// The cluster's thread is gone: it panicked. The API side cannot serve
+/// without it.
+#[derive(Debug, thiserror::Error)]
+#[error("the thread that holds the cluster's state has stopped")]
+pub struct ClusterGone;
+
+/// What the thread that owns the cluster is asked to do.
+enum Work {
+    Apply(Vec<RecordChange>),
+    Sync {
+        only_if_changed: bool,
+        done: oneshot::Sender<u64>,
+    },
+    Next {
+        node: String,
+        position: Position,
+        always: bool,
+        reply: oneshot::Sender<Option<(Update, Position)>>,
+    },
+}
+
+/// What the feeding loop and the watches share. The cluster itself lives
+/// on a thread of its own, which does its work (syncs, a node's first
+/// view, the parts of each walk) in turn, off the async workers that move
+/// the bytes.
 #[derive(Debug)]
 pub struct Shared {
-    cluster: Mutex<Cluster>,
+    requests: std_mpsc::Sender<Work>,
     /// Counts syncs; 0 until the cluster was listed once.
-    generation: watch::Sender<u64>,
+    generation: watch::Receiver<u64>,
     /// Revisions are this process's own: a node that comes back to
     /// another process (a restart, another replica) starts over.
     instance: String,
     /// How long a message may wait for its node to read it.
     send_timeout: Duration,
+    walks: Arc<Semaphore>,
+}
+
+impl std::fmt::Debug for Work {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self {
+            Work::Apply(_) => "Apply",
+            Work::Sync { .. } => "Sync",
+            Work::Next { .. } => "Next",
+        };
+        f.write_str(name)
+    }
 }
 
 impl Shared {
     pub fn new(cluster: Cluster) -> Arc<Self> {
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos();
-        Arc::new(Self {
-            cluster: Mutex::new(cluster),
-            generation: watch::Sender::new(0),
-            instance: format!("{}-{nanos:x}", process::id()),
-            send_timeout: SEND_TIMEOUT,
-        })
+        Self::with_send_timeout(cluster, SEND_TIMEOUT)
     }
 
-    /// The same, with the time a node has to read a message shortened
-    /// (the tests' stalled nodes).
-    #[cfg(test)]
+    /// The same, with the time a node has to read a message set (the
+    /// tests' stalled nodes).
     pub fn with_send_timeout(
         cluster: Cluster,
         send_timeout: Duration,
     ) -> Arc<Self> {
-        let mut shared = Self::new(cluster);
-        if let Some(shared) = Arc::get_mut(&mut shared) {
-            shared.send_timeout = send_timeout;
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        let (requests, inbox) = std_mpsc::channel();
+        let (generation_tx, generation) = watch::channel(0);
+        let owner = std::thread::Builder::new()
+            .name("api-side-cluster".into())
+            .spawn(move || own(cluster, &inbox, &generation_tx));
+        if let Err(e) = owner {
+            // Requests then fail, and the API side says so and exits.
+            tracing::error!(error = %e, "starting the cluster's thread");
         }
-        shared
-    }
-
-    fn cluster(&self) -> std::sync::MutexGuard<'_, Cluster> {
-        // A panic while holding it leaves a cluster that the next changes
-        // still bring up to date: better than no service.
-        self.cluster.lock().unwrap_or_else(PoisonError::into_inner)
+        Arc::new(Self {
+            requests,
+            generation,
+            instance: format!("{}-{nanos:x}", process::id()),
+            send_timeout,
+            walks: Arc::new(Semaphore::new(MAX_WALKS)),
+        })
     }
 
     /// Takes the changes one source event made.
-    pub fn apply(&self, changes: &[RecordChange]) -> bool {
-        let mut cluster = self.cluster();
-        let mut needs_sync = false;
-        for change in changes {
-            needs_sync |= cluster.apply(change);
+    pub fn apply(&self, changes: Vec<RecordChange>) -> Result<(), ClusterGone> {
+        if changes.is_empty() {
+            return Ok(());
         }
-        needs_sync
+        self.requests
+            .send(Work::Apply(changes))
+            .map_err(|_| ClusterGone)
     }
 
-    /// Brings the views up to date and wakes the watches. The first call
-    /// says the cluster is listed and watches may start.
-    pub fn sync(&self) {
-        let started = Instant::now();
-        let views = {
-            let mut cluster = self.cluster();
-            cluster.sync();
-            cluster.views()
-        };
-        metrics::histogram!(API_SIDE_SYNC_DURATION_SECONDS)
-            .record(started.elapsed().as_secs_f64());
-        metrics::gauge!(API_SIDE_VIEWS).set(views as f64);
-        self.generation.send_modify(|g| *g += 1);
+    /// Brings the views up to date and wakes the watches; returns the
+    /// views' revision. The first call says the cluster is listed and
+    /// watches may start.
+    pub async fn sync(&self) -> Result<u64, ClusterGone> {
+        self.sync_request(false).await
+    }
+
+    /// The same, but only if the changes taken since the last sync
+    /// changed anything.
+    pub async fn sync_changes(&self) -> Result<u64, ClusterGone> {
+        self.sync_request(true).await
+    }
+
+    async fn sync_request(
+        &self,
+        only_if_changed: bool,
+    ) -> Result<u64, ClusterGone> {
+        let (done, synced) = oneshot::channel();
+        self.requests
+            .send(Work::Sync {
+                only_if_changed,
+                done,
+            })
+            .map_err(|_| ClusterGone)?;
+        synced.await.map_err(|_| ClusterGone)
+    }
+
+    /// The next part of what `node` lacks (see [`Cluster::next_for`]).
+    async fn next(
+        &self,
+        node: &str,
+        position: Position,
+        always: bool,
+    ) -> Result<Option<(Update, Position)>, ClusterGone> {
+        let (reply, next) = oneshot::channel();
+        self.requests
+            .send(Work::Next {
+                node: node.to_owned(),
+                position,
+                always,
+                reply,
+            })
+            .map_err(|_| ClusterGone)?;
+        next.await.map_err(|_| ClusterGone)
     }
 
     pub fn instance(&self) -> &str {
         &self.instance
+    }
+}
+
+/// The cluster's thread: takes requests in turn until every sender is
+/// gone.
+fn own(
+    mut cluster: Cluster,
+    inbox: &std_mpsc::Receiver<Work>,
+    generation: &watch::Sender<u64>,
+) {
+    let mut changed = false;
+    while let Ok(request) = inbox.recv() {
+        match request {
+            Work::Apply(changes) => {
+                for change in &changes {
+                    changed |= cluster.apply(change);
+                }
+            }
+            Work::Sync {
+                only_if_changed,
+                done,
+            } => {
+                if changed || !only_if_changed {
+                    let started = Instant::now();
+                    cluster.sync();
+                    metrics::histogram!(API_SIDE_SYNC_DURATION_SECONDS)
+                        .record(started.elapsed().as_secs_f64());
+                    metrics::gauge!(API_SIDE_VIEWS).set(cluster.views() as f64);
+                    generation.send_modify(|g| *g += 1);
+                    changed = false;
+                }
+                let _ = done.send(cluster.revision());
+            }
+            Work::Next {
+                node,
+                position,
+                always,
+                reply,
+            } => {
+                let next = cluster.next_for(
+                    &node,
+                    position,
+                    always,
+                    CHANGES_PER_MESSAGE,
+                );
+                // A node's first watch makes its view.
+                metrics::gauge!(API_SIDE_VIEWS).set(cluster.views() as f64);
+                let _ = reply.send(next);
+            }
+        }
     }
 }
 
@@ -279,66 +402,82 @@ pub fn node_of(der: &[u8]) -> Option<String> {
 async fn stream_view(
     shared: Arc<Shared>,
     node: String,
-    mut held: Option<u64>,
+    held: Option<u64>,
     tx: mpsc::Sender<Result<v1::ViewUpdate, Status>>,
 ) {
     let _open = OpenWatch::new();
-    let mut generation = shared.generation.subscribe();
+    let mut generation = shared.generation.clone();
     tokio::select! {
         listed = generation.wait_for(|g| *g > 0) => if listed.is_err() {
             return;
         },
         () = tx.closed() => return,
     }
-    let mut first = true;
+    let mut position = Position::Held(held);
+    // Nothing new, but a node that just connected must still hear that
+    // what it holds is consistent.
+    let mut always = true;
     loop {
-        // Nothing new, but a node that just connected must still hear
-        // that what it holds is consistent.
-        let update = {
-            let mut cluster = shared.cluster();
-            let update = cluster.update_for(&node, held, first);
-            // A node's first watch makes its view.
-            metrics::gauge!(API_SIDE_VIEWS).set(cluster.views() as f64);
-            update
-        };
-        first = false;
-        if let Some(update) = update {
-            let revision = update.revision;
-            let kind = if update.full { "full" } else { "changes" };
-            metrics::counter!(API_SIDE_UPDATES_SENT_TOTAL, "kind" => kind)
-                .increment(1);
+        let mut walk: Option<OwnedSemaphorePermit> = None;
+        let mut full = false;
+        loop {
+            // A walk of more than one message (every node's first) waits
+            // for its turn; a node that keeps up never does.
+            let long = !matches!(position, Position::Held(Some(_)));
+            if long && walk.is_none() {
+                walk = tokio::select! {
+                    permit = shared.walks.clone().acquire_owned() => permit.ok(),
+                    () = tx.closed() => return,
+                };
+            }
+            let next = match shared.next(&node, position, always).await {
+                Ok(next) => next,
+                Err(e) => {
+                    warn!(node, error = %e, "ending the watch");
+                    return;
+                }
+            };
+            always = false;
+            let Some((update, next)) = next else { break };
+            full |= update.full;
             metrics::counter!(API_SIDE_CHANGES_SENT_TOTAL)
                 .increment(update.changes.len() as u64);
-            for part in update.split(CHANGES_PER_MESSAGE) {
-                let message = wire::encode(&part, &shared.instance);
-                metrics::counter!(API_SIDE_SENT_BYTES_TOTAL)
-                    .increment(message.encoded_len() as u64);
-                let sent = tokio::time::timeout(
-                    shared.send_timeout,
-                    tx.send(Ok(message)),
-                )
-                .await;
-                match sent {
-                    Ok(Ok(())) => {}
-                    Ok(Err(_)) => {
-                        debug!(node, "node stopped watching");
-                        return;
-                    }
-                    // Its buffers are freed; its view stays, and it
-                    // resumes from its revision when it reads again.
-                    Err(_) => {
-                        Refusal::Stalled.count();
-                        warn!(
-                            node,
-                            waited = ?shared.send_timeout,
-                            "ended the watch of a node that did not read"
-                        );
-                        return;
-                    }
+            if update.synced {
+                let kind = if full { "full" } else { "changes" };
+                metrics::counter!(API_SIDE_UPDATES_SENT_TOTAL, "kind" => kind)
+                    .increment(1);
+            }
+            let message = wire::encode(&update, &shared.instance);
+            drop(update);
+            metrics::counter!(API_SIDE_SENT_BYTES_TOTAL)
+                .increment(message.encoded_len() as u64);
+            let sent =
+                tokio::time::timeout(shared.send_timeout, tx.send(Ok(message)))
+                    .await;
+            match sent {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => {
+                    debug!(node, "node stopped watching");
+                    return;
+                }
+                // Its buffers are freed; its view stays, and it resumes
+                // from its revision when it reads again.
+                Err(_) => {
+                    Refusal::Stalled.count();
+                    warn!(
+                        node,
+                        waited = ?shared.send_timeout,
+                        "ended the watch of a node that did not read"
+                    );
+                    return;
                 }
             }
-            held = Some(revision);
+            position = next;
+            if matches!(position, Position::Held(_)) {
+                break;
+            }
         }
+        drop(walk);
         // A node that goes away between syncs ends its watch now, not
         // at the next sync, which a quiet cluster may not have for hours.
         tokio::select! {

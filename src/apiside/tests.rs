@@ -78,11 +78,14 @@ impl ApiSide {
 
     fn event(&mut self, event: SourceEvent) {
         let changes = self.stores.apply(event);
-        self.shared.apply(&changes);
+        self.shared.apply(changes).unwrap();
     }
 
     /// Lists the given objects as a starting watch would, then syncs.
-    fn list(&mut self, services: Vec<k8s_openapi::api::core::v1::Service>) {
+    async fn list(
+        &mut self,
+        services: Vec<k8s_openapi::api::core::v1::Service>,
+    ) {
         self.event(SourceEvent::Node(Event::Init));
         self.event(SourceEvent::Node(Event::InitApply(node("node-a", |n| {
             n.metadata.labels = Some(
@@ -105,7 +108,7 @@ impl ApiSide {
             ("198.19.0.2", "node-b"),
         ]))));
         self.event(SourceEvent::EndpointSlice(Event::InitDone));
-        self.shared.sync();
+        self.shared.sync().await.unwrap();
     }
 
     async fn client(&self) -> NodeViewClient<Channel> {
@@ -166,7 +169,7 @@ async fn a_node_gets_its_view_then_only_changes_and_resumes() {
     let early =
         tokio::time::timeout(Duration::from_millis(200), stream.message());
     assert!(early.await.is_err(), "no view before the cluster is listed");
-    api.list(vec![web()]);
+    api.list(vec![web()]).await;
 
     let first = next(&mut stream).await;
     assert!(first.full && first.synced);
@@ -185,7 +188,7 @@ async fn a_node_gets_its_view_then_only_changes_and_resumes() {
         "198.19.0.1",
         "node-a",
     )]))));
-    api.shared.sync();
+    api.shared.sync().await.unwrap();
     let second = next(&mut stream).await;
     assert!(!second.full && second.synced);
     let update = wire::decode(second.clone()).unwrap();
@@ -201,7 +204,7 @@ async fn a_node_gets_its_view_then_only_changes_and_resumes() {
     // made while it was away comes as that change alone.
     drop(stream);
     api.event(SourceEvent::Service(Event::Delete(web())));
-    api.shared.sync();
+    api.shared.sync().await.unwrap();
     let mut stream =
         watch(&mut client, "node-a", &second.instance, second.revision).await;
     let third = next(&mut stream).await;
@@ -221,7 +224,7 @@ async fn a_node_gets_its_view_then_only_changes_and_resumes() {
 #[tokio::test]
 async fn a_watch_without_a_node_name_is_refused() {
     let mut api = ApiSide::start("refused").await;
-    api.list(vec![]);
+    api.list(vec![]).await;
     let mut client = api.client().await;
     let status = client.watch(v1::WatchRequest::default()).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
@@ -230,7 +233,7 @@ async fn a_watch_without_a_node_name_is_refused() {
 #[tokio::test]
 async fn an_oversized_watch_request_is_refused_and_honest_nodes_go_on() {
     let mut api = ApiSide::start("oversized").await;
-    api.list(vec![]);
+    api.list(vec![]).await;
     let mut client = api.client().await;
     let status = client
         .watch(v1::WatchRequest {
@@ -314,7 +317,7 @@ async fn over_tls_a_node_watches_its_own_view_only() {
     };
     let pki = Pki::new();
     let mut api = ApiSide::start("tls").await;
-    api.list(vec![web()]);
+    api.list(vec![web()]).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let server_files = pki.files("api-side");
@@ -435,7 +438,7 @@ async fn first_message(
 async fn an_expired_client_certificate_is_refused() {
     let pki = Pki::new();
     let mut api = ApiSide::start("expired").await;
-    api.list(vec![web()]);
+    api.list(vec![web()]).await;
     let endpoint = serve_tls_on_loopback(&pki, api.shared.clone()).await;
     let valid = first_message(&endpoint, &pki.files("node-a"), "node-a").await;
     assert!(valid.is_ok_and(|m| m.full), "the node's own certificate");
@@ -462,7 +465,7 @@ async fn a_flood_of_connections_from_one_address_is_cut_at_its_share() {
 
     let pki = Pki::new();
     let mut api = ApiSide::start("flood").await;
-    api.list(vec![web()]);
+    api.list(vec![web()]).await;
     let endpoint = serve_tls_on_loopback(&pki, api.shared.clone()).await;
     let crate::source::nodeview::ApiEndpoint::Tls { port, .. } = &endpoint
     else {
@@ -565,7 +568,7 @@ async fn a_connection_holds_a_bounded_number_of_streams() {
     use super::limits::MAX_STREAMS_PER_CONNECTION;
 
     let mut api = ApiSide::start("streams").await;
-    api.list(vec![web()]);
+    api.list(vec![web()]).await;
     let mut client = api.client().await;
     let mut streams = Vec::new();
     for _ in 0..MAX_STREAMS_PER_CONNECTION {
@@ -598,7 +601,7 @@ async fn a_node_that_never_reads_is_let_go_and_the_others_go_on() {
         Duration::from_millis(300),
     );
     let mut api = ApiSide::start_with("stalled", shared).await;
-    api.list(vec![web()]);
+    api.list(vec![web()]).await;
     let mut honest_client = api.client().await;
     let mut honest = watch(&mut honest_client, "node-a", "", 0).await;
     let first = next(&mut honest).await;
@@ -638,7 +641,7 @@ async fn a_node_that_never_reads_is_let_go_and_the_others_go_on() {
         api.event(SourceEvent::EndpointSlice(Event::Apply(web_slice(
             &endpoints,
         ))));
-        api.shared.sync();
+        api.shared.sync().await.unwrap();
         let update = next(&mut honest).await;
         assert!(!update.full && update.revision > revision, "{update:?}");
         revision = update.revision;

@@ -333,12 +333,15 @@ pub(crate) fn merge(batch: Option<Update>, part: Update) -> Update {
             batch.changes.extend(part.changes);
             batch.revision = part.revision;
             batch.synced = part.synced;
+            // A service's ports may come in different parts, each with
+            // the service's times: each time counts once.
             for (service, times) in part.trigger_times {
-                batch
-                    .trigger_times
-                    .entry(service)
-                    .or_default()
-                    .extend(times);
+                let held = batch.trigger_times.entry(service).or_default();
+                for time in times {
+                    if !held.contains(&time) {
+                        held.push(time);
+                    }
+                }
             }
             batch
         }
@@ -421,5 +424,25 @@ mod tests {
         );
         let batch = merge(Some(part(false, 2, false)), part(true, 1, false));
         assert_eq!((batch.full, batch.changes.len()), (true, 1));
+    }
+
+    #[test]
+    fn a_service_s_times_in_two_parts_count_once() {
+        use std::time::{SystemTime, UNIX_EPOCH};
+        let service = crate::model::NamespacedName::new("ns", "web");
+        let (t1, t2) = (
+            UNIX_EPOCH + Duration::from_secs(1),
+            UNIX_EPOCH + Duration::from_secs(2),
+        );
+        let part = |times: Vec<SystemTime>, synced| Update {
+            full: false,
+            changes: Vec::new(),
+            revision: 9,
+            synced,
+            trigger_times: [(service.clone(), times)].into(),
+        };
+        let batch =
+            merge(Some(part(vec![t1], false)), part(vec![t1, t2], true));
+        assert_eq!(batch.trigger_times[&service], [t1, t2]);
     }
 }
