@@ -52,6 +52,14 @@ pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// cluster does not read meanwhile.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// The same, for a node in the middle of a walk of its view (its first
+/// view, mostly). It holds one of the few walk permits meanwhile, and a
+/// node that stops reading then, or a client that opens many streams
+/// and reads none, would keep every other node from its first view: its
+/// watch ends sooner. A node reads a walk's parts as they come; it only
+/// applies the state once the last part is in.
+pub const WALK_SEND_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// TokenReviews the API side asks the API server for, at most, per
 /// second and in a burst: a flood of distinct bogus tokens costs the API
 /// server this much and no more. A node's token is reviewed once a

@@ -24,7 +24,7 @@ use tracing::{debug, info, warn};
 
 use super::{
     cluster::Cluster,
-    limits::{Refusal, SEND_TIMEOUT},
+    limits::{Refusal, SEND_TIMEOUT, WALK_SEND_TIMEOUT},
     tokens::{TokenRefusal, TokenReviewer},
 };
 use crate::{
@@ -87,8 +87,10 @@ pub struct Shared {
     /// Revisions are this process's own: a node that comes back to
     /// another process (a restart, another replica) starts over.
     instance: String,
-    /// How long a message may wait for its node to read it.
+    /// How long a message may wait for its node to read it, in general
+    /// and while the node holds a walk permit.
     send_timeout: Duration,
+    walk_send_timeout: Duration,
     walks: Arc<Semaphore>,
 }
 
@@ -105,14 +107,15 @@ impl std::fmt::Debug for Work {
 
 impl Shared {
     pub fn new(cluster: Cluster) -> Arc<Self> {
-        Self::with_send_timeout(cluster, SEND_TIMEOUT)
+        Self::with_send_timeouts(cluster, SEND_TIMEOUT, WALK_SEND_TIMEOUT)
     }
 
-    /// The same, with the time a node has to read a message set (the
-    /// tests' stalled nodes).
-    pub fn with_send_timeout(
+    /// The same, with the times a node has to read a message set, in
+    /// general and in a walk (the tests' stalled nodes).
+    pub fn with_send_timeouts(
         cluster: Cluster,
         send_timeout: Duration,
+        walk_send_timeout: Duration,
     ) -> Arc<Self> {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -132,6 +135,7 @@ impl Shared {
             generation,
             instance: format!("{}-{nanos:x}", process::id()),
             send_timeout,
+            walk_send_timeout,
             walks: Arc::new(Semaphore::new(MAX_WALKS)),
         })
     }
@@ -451,9 +455,13 @@ async fn stream_view(
             drop(update);
             metrics::counter!(API_SIDE_SENT_BYTES_TOTAL)
                 .increment(message.encoded_len() as u64);
+            let timeout = if walk.is_some() {
+                shared.walk_send_timeout
+            } else {
+                shared.send_timeout
+            };
             let sent =
-                tokio::time::timeout(shared.send_timeout, tx.send(Ok(message)))
-                    .await;
+                tokio::time::timeout(timeout, tx.send(Ok(message))).await;
             match sent {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => {
@@ -466,7 +474,7 @@ async fn stream_view(
                     Refusal::Stalled.count();
                     warn!(
                         node,
-                        waited = ?shared.send_timeout,
+                        waited = ?timeout,
                         "ended the watch of a node that did not read"
                     );
                     return;

@@ -114,6 +114,33 @@ impl ApiSide {
     async fn client(&self) -> NodeViewClient<Channel> {
         connect_unix(self.socket.clone()).await.unwrap()
     }
+
+    /// A client on a connection of its own that grants the server little
+    /// to send ahead, so that a stalled node fills the server's own
+    /// buffers within a test's changes.
+    async fn stingy_client(&self) -> NodeViewClient<Channel> {
+        let path = self.socket.clone();
+        let channel =
+            tonic::transport::Endpoint::from_static("http://api-side.invalid")
+                .initial_stream_window_size(Some(64 * 1024))
+                .initial_connection_window_size(Some(64 * 1024))
+                .connect_with_connector(tower::service_fn(
+                    move |_: http::Uri| {
+                        let path = path.clone();
+                        async move {
+                            Ok::<_, std::io::Error>(
+                                hyper_util::rt::TokioIo::new(
+                                    tokio::net::UnixStream::connect(path)
+                                        .await?,
+                                ),
+                            )
+                        }
+                    },
+                ))
+                .await
+                .unwrap();
+        NodeViewClient::new(channel)
+    }
 }
 
 fn web() -> k8s_openapi::api::core::v1::Service {
@@ -596,8 +623,9 @@ async fn a_connection_holds_a_bounded_number_of_streams() {
 /// resumes from its revision when it comes back.
 #[tokio::test]
 async fn a_node_that_never_reads_is_let_go_and_the_others_go_on() {
-    let shared = Shared::with_send_timeout(
+    let shared = Shared::with_send_timeouts(
         Cluster::new(SystemTime::now()),
+        Duration::from_millis(300),
         Duration::from_millis(300),
     );
     let mut api = ApiSide::start_with("stalled", shared).await;
@@ -605,24 +633,7 @@ async fn a_node_that_never_reads_is_let_go_and_the_others_go_on() {
     let mut honest_client = api.client().await;
     let mut honest = watch(&mut honest_client, "node-a", "", 0).await;
     let first = next(&mut honest).await;
-    // The stalled client grants the server little to send ahead, so
-    // that the server's own buffers fill within the test's changes.
-    let path = api.socket.clone();
-    let channel =
-        tonic::transport::Endpoint::from_static("http://api-side.invalid")
-            .initial_stream_window_size(Some(64 * 1024))
-            .initial_connection_window_size(Some(64 * 1024))
-            .connect_with_connector(tower::service_fn(move |_: http::Uri| {
-                let path = path.clone();
-                async move {
-                    Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                        tokio::net::UnixStream::connect(path).await?,
-                    ))
-                }
-            }))
-            .await
-            .unwrap();
-    let mut stalled_client = NodeViewClient::new(channel);
+    let mut stalled_client = api.stingy_client().await;
     let mut stalled = watch(&mut stalled_client, "node-b", "", 0).await;
     let stalled_first = next(&mut stalled).await;
 
@@ -674,4 +685,85 @@ async fn a_node_that_never_reads_is_let_go_and_the_others_go_on() {
     .await;
     let resumed = next(&mut back).await;
     assert!(!resumed.full, "{resumed:?}");
+}
+
+/// Nodes that stop reading in the middle of their first view (or one
+/// client opening many streams and reading none) hold the few walk
+/// permits only until the walk's shorter time is up: a node that comes
+/// after them still gets its first view within moments, not after the
+/// general send timeout, and each stalled watch held a few messages.
+#[tokio::test]
+async fn nodes_stalled_in_their_first_view_do_not_keep_others_from_theirs() {
+    let shared = Shared::with_send_timeouts(
+        Cluster::new(SystemTime::now()),
+        Duration::from_secs(300),
+        Duration::from_millis(500),
+    );
+    let mut api = ApiSide::start_with("stalled-walks", shared).await;
+    // A view far larger than what the transport buffers for a stream:
+    // some 1,000 messages.
+    let services = (0..1000).map(|k| {
+        service("ns", &format!("s{k}"), |s| add_port(s, "http", 80, "TCP"))
+    });
+    api.list(services.collect()).await;
+    for k in 0..1000u32 {
+        let name = format!("s{k}");
+        api.event(SourceEvent::EndpointSlice(Event::Apply(slice(
+            "ns",
+            &format!("{name}-1"),
+            &name,
+            |s| {
+                add_slice_port(s, "http", 8080, "TCP");
+                s.endpoints = (0..50u32)
+                    .map(|j| {
+                        let n = k * 50 + j;
+                        let ip = format!("198.19.{}.{}", n / 250, n % 250 + 1);
+                        endpoint(&ip, |e| e.node_name = Some("node-z".into()))
+                    })
+                    .collect();
+            },
+        ))));
+    }
+    api.shared.sync().await.unwrap();
+
+    let stalled_count = super::server::MAX_WALKS + 4;
+    let mut stalled = Vec::new();
+    for i in 0..stalled_count {
+        let mut client = api.stingy_client().await;
+        let stream = watch(&mut client, &format!("node-s{i}"), "", 0).await;
+        stalled.push((client, stream));
+    }
+    // Every permit is taken by now, and more nodes wait for one.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let started = std::time::Instant::now();
+    let mut client = api.client().await;
+    let mut honest = watch(&mut client, "node-a", "", 0).await;
+    let mut received = Received::default();
+    loop {
+        let message = next(&mut honest).await;
+        let synced = message.synced;
+        received.apply(wire::decode(message).unwrap());
+        if synced {
+            break;
+        }
+    }
+    assert_eq!(received.services.len(), 1000);
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(10),
+        "the first view took {waited:?} behind stalled nodes"
+    );
+    // What each stalled node finds when it reads again: what was queued
+    // for it, then the end of its watch.
+    for (_, mut stream) in stalled {
+        let mut queued = 0;
+        while let Ok(Ok(Some(_))) =
+            tokio::time::timeout(Duration::from_secs(10), stream.message())
+                .await
+        {
+            queued += 1;
+        }
+        assert!(queued < 100, "{queued} messages kept for a stalled node");
+    }
 }
