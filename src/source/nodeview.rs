@@ -233,13 +233,26 @@ pub fn watch(
                 pause = FIRST_PAUSE;
             }
             tokio::select! {
-                () = tokio::time::sleep(pause) => {}
+                () = tokio::time::sleep(spread(pause)) => {}
                 () = tx.closed() => return,
             }
             pause = (pause * 2).min(LONGEST_PAUSE);
         }
     });
     ReceiverStream::new(rx)
+}
+
+/// `pause`, shortened by a random part of up to half: the nodes that
+/// lost their API side at the same moment (it restarted) come back
+/// spread over time rather than all at once at each step of the pauses.
+fn spread(pause: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    // Each RandomState has keys of its own: std's randomness, no crate.
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    let fraction = (random % 1024) as f64 / 1024.0;
+    pause.mul_f64(1.0 - fraction / 2.0)
 }
 
 /// The node's first consistent view, in one attempt: for `plan`, which
@@ -424,6 +437,15 @@ mod tests {
         );
         let batch = merge(Some(part(false, 2, false)), part(true, 1, false));
         assert_eq!((batch.full, batch.changes.len()), (true, 1));
+    }
+
+    #[test]
+    fn pauses_are_spread_over_their_upper_half() {
+        let pause = Duration::from_secs(8);
+        let spread: Vec<Duration> = (0..64).map(|_| spread(pause)).collect();
+        assert!(spread.iter().all(|p| *p > pause / 2 && *p <= pause));
+        let distinct: std::collections::BTreeSet<_> = spread.iter().collect();
+        assert!(distinct.len() > 32, "{distinct:?}");
     }
 
     #[test]
