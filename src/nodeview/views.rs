@@ -65,6 +65,11 @@ pub struct Views {
     nodes: HashMap<String, NodeState>,
     /// Per port: the watching nodes that have a selection of their own.
     owners: HashMap<Arc<ServicePortName>, BTreeSet<String>>,
+    /// Per port, and per node, watching or not: the nodes its endpoints
+    /// are on or name, and the ports that name a node; so that a node's
+    /// first watch looks at its own ports, not at every port.
+    named: HashMap<Arc<ServicePortName>, BTreeSet<String>>,
+    by_node: HashMap<String, BTreeSet<Arc<ServicePortName>>>,
     /// Per port whose last update came with slice trigger times: those
     /// times, and the revision after that update. A node behind it is
     /// sent them with the port's endpoints.
@@ -143,22 +148,14 @@ impl Default for Views {
     }
 }
 
-/// The watching nodes among those a port's endpoints are on or name in
-/// their hints.
-fn owners_of<'a>(
-    endpoints: &'a [Arc<EndpointInfo>],
-    nodes: &'a HashMap<String, NodeState>,
-) -> BTreeSet<String> {
-    let named = |ep: &'a Arc<EndpointInfo>| {
-        let hinted = ep.node_hints.iter().map(String::as_str);
-        ep.node_name.as_deref().into_iter().chain(hinted)
-    };
-    endpoints
-        .iter()
-        .flat_map(named)
-        .filter(|node| nodes.contains_key(*node))
-        .map(str::to_owned)
-        .collect()
+/// The nodes a port's endpoints are on or name in their hints.
+fn named_by(endpoints: &[Arc<EndpointInfo>]) -> BTreeSet<String> {
+    let mut named = BTreeSet::new();
+    for ep in endpoints {
+        named.extend(ep.node_name.as_deref().map(str::to_owned));
+        named.extend(ep.node_hints.iter().cloned());
+    }
+    named
 }
 
 impl Views {
@@ -171,6 +168,8 @@ impl Views {
             zones: HashMap::new(),
             nodes: HashMap::new(),
             owners: HashMap::new(),
+            named: HashMap::new(),
+            by_node: HashMap::new(),
             triggers: HashMap::new(),
         }
     }
@@ -221,10 +220,15 @@ impl Views {
                 });
                 layer.put(&name, selected, &mut self.revision);
             }
-            let owners = match svc {
-                Some(_) => owners_of(eps, &self.nodes),
+            let named = match svc {
+                Some(_) => named_by(eps),
                 None => BTreeSet::new(),
             };
+            self.rename(&name, &named);
+            let owners: BTreeSet<String> = named
+                .into_iter()
+                .filter(|node| self.nodes.contains_key(node))
+                .collect();
             let before = self.owners.remove(&*name).unwrap_or_default();
             for node in before.difference(&owners) {
                 if let Some(state) = self.nodes.get_mut(node) {
@@ -306,16 +310,16 @@ impl Views {
         state.zone = zone.clone();
         // Its own selections, made (again) for its zone: every port whose
         // endpoints are on it or name it. Nobody else's changes.
-        for (name, svc) in services {
-            let eps = endpoints.get(name).map(Vec::as_slice).unwrap_or(&[]);
-            let own = eps.iter().any(|ep| {
-                ep.node_name.as_deref() == Some(node)
-                    || ep.node_hints.contains(node)
-            });
-            if !own {
+        let own: Vec<Arc<ServicePortName>> = self
+            .by_node
+            .get(node)
+            .map(|ports| ports.iter().cloned().collect())
+            .unwrap_or_default();
+        for name in own {
+            let Some(svc) = services.get(&*name) else {
                 continue;
-            }
-            let name = self.name(name);
+            };
+            let eps = endpoints.get(&*name).map(Vec::as_slice).unwrap_or(&[]);
             let selected = node_endpoints(svc, eps, node, &zone);
             if let Some(state) = self.nodes.get_mut(node) {
                 state.own.put(
@@ -330,6 +334,32 @@ impl Views {
             if let Some(state) = self.nodes.get_mut(node) {
                 state.horizon = self.revision;
             }
+        }
+    }
+
+    /// Keeps the nodes `name` names, and the ports each node is named by,
+    /// as `named`.
+    fn rename(
+        &mut self,
+        name: &Arc<ServicePortName>,
+        named: &BTreeSet<String>,
+    ) {
+        let before = match named.is_empty() {
+            true => self.named.remove(&**name),
+            false => self.named.insert(name.clone(), named.clone()),
+        }
+        .unwrap_or_default();
+        for node in before.difference(named) {
+            if let Some(ports) = self.by_node.get_mut(node) {
+                ports.remove(&**name);
+                if ports.is_empty() {
+                    self.by_node.remove(node);
+                }
+            }
+        }
+        for node in named.difference(&before) {
+            let ports = self.by_node.entry(node.clone()).or_default();
+            ports.insert(name.clone());
         }
     }
 
