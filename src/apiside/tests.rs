@@ -5,7 +5,10 @@
 use std::{sync::Arc, time::Duration, time::SystemTime};
 
 use kube::runtime::watcher::Event;
-use nodeview_protocol::v1::{self, node_view_client::NodeViewClient};
+use nodeview_protocol::{
+    prost::Message as _,
+    v1::{self, node_view_client::NodeViewClient},
+};
 use pretty_assertions::assert_eq;
 use tonic::{transport::Channel, Streaming};
 
@@ -701,12 +704,12 @@ async fn nodes_stalled_in_their_first_view_do_not_keep_others_from_theirs() {
     );
     let mut api = ApiSide::start_with("stalled-walks", shared).await;
     // A view far larger than what the transport buffers for a stream:
-    // some 1,000 messages.
-    let services = (0..1000).map(|k| {
+    // some 2 MiB.
+    let services = (0..2000).map(|k| {
         service("ns", &format!("s{k}"), |s| add_port(s, "http", 80, "TCP"))
     });
     api.list(services.collect()).await;
-    for k in 0..1000u32 {
+    for k in 0..2000u32 {
         let name = format!("s{k}");
         api.event(SourceEvent::EndpointSlice(Event::Apply(slice(
             "ns",
@@ -717,7 +720,12 @@ async fn nodes_stalled_in_their_first_view_do_not_keep_others_from_theirs() {
                 s.endpoints = (0..50u32)
                     .map(|j| {
                         let n = k * 50 + j;
-                        let ip = format!("198.19.{}.{}", n / 250, n % 250 + 1);
+                        let ip = format!(
+                            "198.{}.{}.{}",
+                            18 + n / 62_500,
+                            n / 250 % 250,
+                            n % 250 + 1
+                        );
                         endpoint(&ip, |e| e.node_name = Some("node-z".into()))
                     })
                     .collect();
@@ -740,30 +748,36 @@ async fn nodes_stalled_in_their_first_view_do_not_keep_others_from_theirs() {
     let mut client = api.client().await;
     let mut honest = watch(&mut client, "node-a", "", 0).await;
     let mut received = Received::default();
+    let mut view_bytes = 0;
     loop {
         let message = next(&mut honest).await;
+        view_bytes += message.encoded_len();
         let synced = message.synced;
         received.apply(wire::decode(message).unwrap());
         if synced {
             break;
         }
     }
-    assert_eq!(received.services.len(), 1000);
+    assert_eq!(received.services.len(), 2000);
     let waited = started.elapsed();
     assert!(
         waited < Duration::from_secs(10),
         "the first view took {waited:?} behind stalled nodes"
     );
     // What each stalled node finds when it reads again: what was queued
-    // for it, then the end of its watch.
+    // for it (its window, the server's send buffer, the socket's, two
+    // messages), then the end of its watch; not its whole view.
     for (_, mut stream) in stalled {
         let mut queued = 0;
-        while let Ok(Ok(Some(_))) =
+        while let Ok(Ok(Some(message))) =
             tokio::time::timeout(Duration::from_secs(10), stream.message())
                 .await
         {
-            queued += 1;
+            queued += message.encoded_len();
         }
-        assert!(queued < 100, "{queued} messages kept for a stalled node");
+        assert!(
+            queued < view_bytes / 2,
+            "{queued} bytes of a view of {view_bytes} kept for a stalled node"
+        );
     }
 }
