@@ -113,18 +113,19 @@ impl Cluster {
         self.views.nodes()
     }
 
-    /// What `node`, holding `revision` (none: starting), lacks; `None`
-    /// when it lacks nothing, unless `always`. Its view is made on its
-    /// first watch (the one time a node costs the cluster's size).
+    /// What `node`, holding `revision` (none: starting), lacks, whole;
+    /// `None` when it lacks nothing, unless `always`. Its view is made on
+    /// its first watch (the one time a node costs the cluster's size).
     pub fn update_for(
         &mut self,
         node: &str,
         revision: Option<u64>,
         always: bool,
     ) -> Option<Update> {
-        self.watched(node);
-        let fresh = revision.is_some_and(|r| self.views.revision(node) <= r);
-        (always || !fresh).then(|| self.views.since(node, revision))
+        // One part as large as it needs: the walk a watch makes, whole.
+        let position = Position::Held(revision);
+        self.next_for(node, position, always, usize::MAX)
+            .map(|(update, _)| update)
     }
 
     /// The next part of what `node`, standing at `position`, lacks, at

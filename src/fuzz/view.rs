@@ -13,7 +13,7 @@ use super::{
 };
 use crate::{
     apiside::cluster::{Cluster, NO_NODE},
-    nodeview::{wire, Change, Received, Update},
+    nodeview::{wire, Change, Position, Received, Update},
     source::{nodeview::merge, store::Stores, SourceEvent},
     sync::{plan, plan_from_view, ChangeOutcome, NodeSettings, SyncState},
 };
@@ -199,6 +199,8 @@ pub fn view_updates(data: &[u8]) {
         }
     }
     let mut node = ViewNode::new(settings.clone());
+    // Where the API side's watch of the node stands.
+    let mut walk = Position::Held(None);
     let mut damaged = false;
     let mut version = 0;
     for _ in 0..48 {
@@ -221,12 +223,16 @@ pub fn view_updates(data: &[u8]) {
                 None
             }
             7 | 8 => {
-                // The API side sends what the node lacks, in parts.
-                let update = cluster.update_for(NODE, node.revision, false);
-                let parts = update
-                    .map(|u| u.split(1 + input.below(3)))
-                    .unwrap_or_default();
-                for part in parts {
+                // The API side sends a few messages of what the node
+                // lacks, as its watch walks it; the walk goes on later.
+                let size = 1 + input.below(3);
+                for _ in 0..1 + input.below(3) {
+                    let Some((part, next)) =
+                        cluster.next_for(NODE, walk, false, size)
+                    else {
+                        break;
+                    };
+                    walk = next;
                     let mut message = wire::encode(&part, "fuzz");
                     if input.one_in(6) {
                         damage(&mut input, &mut message);
@@ -250,6 +256,7 @@ pub fn view_updates(data: &[u8]) {
                     // A node that lost its state starts over.
                     node.revision = None;
                 }
+                walk = Position::Held(node.revision);
                 None
             }
             _ => {

@@ -93,18 +93,6 @@ impl<T: PartialEq> Layer<T> {
         self.get(name).is_some()
     }
 
-    /// The entries changed after `revision`, deletions included.
-    pub fn since(
-        &self,
-        revision: u64,
-    ) -> impl Iterator<Item = (&Arc<ServicePortName>, Option<&Arc<T>>)> {
-        self.by_revision.range(revision + 1..).map(|(_, name)| {
-            let value =
-                self.entries.get(&**name).and_then(|e| e.value.as_ref());
-            (name, value)
-        })
-    }
-
     /// Every entry that is not deleted.
     pub fn live(
         &self,

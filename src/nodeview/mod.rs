@@ -83,6 +83,7 @@ impl Update {
     /// Splits the update into parts of at most `max_changes` changes (at
     /// least one part), the first one full if the update is, the last one
     /// synced if the update is.
+    #[cfg(test)]
     pub fn split(self, max_changes: usize) -> Vec<Update> {
         let Update {
             full,

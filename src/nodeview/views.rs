@@ -398,76 +398,15 @@ impl Views {
             .max(state.horizon)
     }
 
-    /// What `node`, holding `revision` (none: starting), lacks.
+    /// What `node`, holding `revision` (none: starting), lacks, as one
+    /// update: the walk [`Views::next`] makes, whole, which the tests
+    /// read more easily.
+    #[cfg(test)]
     pub fn since(&self, node: &str, revision: Option<u64>) -> Update {
-        let Some(state) = self.nodes.get(node) else {
-            return self.full(node);
-        };
-        let zone = self.zones.get(&state.zone);
-        let horizon = [
-            self.services.horizon(),
-            zone.map_or(0, Layer::horizon),
-            state.own.horizon(),
-            state.horizon,
-        ]
-        .into_iter()
-        .max()
-        .unwrap_or(0);
-        let Some(r) = revision.filter(|r| *r >= horizon && *r <= self.revision)
-        else {
-            return self.full(node);
-        };
-        let mut changes: BTreeMap<Key, Change> = BTreeMap::new();
-        if let Some(entry) = state.node.as_ref().filter(|e| e.revision > r) {
-            let change = match &entry.value {
-                Some(info) => Change::Node(info.clone()),
-                None => Change::Delete(Key::Node),
-            };
-            changes.insert(Key::Node, change);
-        }
-        for (name, svc) in self.services.since(r) {
-            let change = match svc {
-                Some(svc) => Change::Service(name.clone(), svc.clone()),
-                None => Change::Delete(Key::Service(name.clone())),
-            };
-            changes.insert(Key::Service(name.clone()), change);
-        }
-        let endpoints = |name: &Arc<ServicePortName>| match state
-            .own
-            .get(name)
-            .or_else(|| zone?.get(name))
-        {
-            Some(eps) => Change::Endpoints(name.clone(), eps.clone()),
-            None => Change::Delete(Key::Endpoints(name.clone())),
-        };
-        // A zone's change is nothing to a node whose own selection the
-        // port has; its own changes come from its overlay.
-        let zone_changed = zone
-            .into_iter()
-            .flat_map(|z| z.since(r))
-            .filter(|(name, _)| !state.own.holds(name));
-        let mut trigger_times = TriggerTimes::new();
-        for (name, _) in zone_changed.chain(state.own.since(r)) {
-            changes.insert(Key::Endpoints(name.clone()), endpoints(name));
-            if let Some(trigger) =
-                self.triggers.get(&**name).filter(|t| t.revision > r)
-            {
-                // A service's ports share its times: each counts once.
-                let times =
-                    trigger_times.entry(name.service.clone()).or_default();
-                for time in &trigger.times {
-                    if !times.contains(time) {
-                        times.push(*time);
-                    }
-                }
-            }
-        }
-        Update {
-            full: false,
-            changes: changes.into_values().collect(),
-            revision: self.revision,
-            synced: true,
-            trigger_times,
+        let position = Position::Held(revision);
+        match self.next(node, position, true, usize::MAX) {
+            Some((update, _)) => update,
+            None => self.synced(revision.unwrap_or(self.revision)),
         }
     }
 
@@ -489,7 +428,11 @@ impl Views {
     ) -> Option<(Update, Position)> {
         let mut walk = match position {
             Position::Held(held) => {
-                if let Some(r) = held.filter(|r| self.revision(node) <= *r) {
+                // A node ahead of the view (not this process's revision)
+                // is not up to date: it starts over.
+                let fresh =
+                    |r: &u64| *r <= self.revision && self.revision(node) <= *r;
+                if let Some(r) = held.filter(fresh) {
                     let update = always.then(|| self.synced(r))?;
                     return Some((update, position));
                 }
