@@ -1,7 +1,7 @@
 # Entry points. The guest targets are self-contained: each installs what it
 # needs (tests/vm/deps.sh) and caches the kernel under target/vm/.
 
-.PHONY: e2e demo test fmt-check lint dead-code unit bench bench-ipsets bench-ipvs bench-vs-upstream bench-api-side-attack vm-test vm-shell vm-kernel \
+.PHONY: e2e demo test fmt-check lint dead-code unit bench bench-ipsets bench-ipvs bench-vs-upstream bench-split bench-api-side-attack vm-test vm-shell vm-kernel \
 	e2e-k8s e2e-control-plane e2e-guest-smoke kind-e2e node-e2e conformance k8s-e2e k8s-e2e-compare k8s-e2e-ci \
 	conformance-random fuzz
 
@@ -83,6 +83,15 @@ bench-vs-upstream:
 # BENCH_SPLIT_CHANGES (50).
 bench-split-vs-direct:
 	tests/e2e/bench-split-vs-direct.sh
+
+# The API/node split at cluster scale: one API side (a child process)
+# serving BENCH_SPLIT_SERVICES (10000) x 10 endpoints to BENCH_SPLIT_NODES
+# (1000) simulated nodes in this process: cold start, steady churn at 10
+# and 100 changes a second for BENCH_SPLIT_CHURN_SECONDS (30, and a third
+# of it), and a reconnect storm; the API side's time, CPU, RSS and heap
+# (benches/api_split.rs). Prints each figure as RESULT split N ... too.
+bench-split:
+	cargo bench --bench api_split
 
 # The API side under misbehaving clients (floods of silent connections,
 # stalled handshakes, refused certificates, oversized requests, nodes that
