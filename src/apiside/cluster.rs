@@ -116,6 +116,7 @@ impl Cluster {
     /// What `node`, holding `revision` (none: starting), lacks, whole;
     /// `None` when it lacks nothing, unless `always`. Its view is made on
     /// its first watch (the one time a node costs the cluster's size).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn update_for(
         &mut self,
         node: &str,

@@ -94,6 +94,7 @@ impl<T: PartialEq> Layer<T> {
     }
 
     /// Every entry that is not deleted.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn live(
         &self,
     ) -> impl Iterator<Item = (&Arc<ServicePortName>, &Arc<T>)> {

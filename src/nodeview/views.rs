@@ -17,7 +17,7 @@
 //! a full state.
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap, HashSet},
+    collections::{BTreeSet, HashMap, HashSet},
     sync::Arc,
     time::SystemTime,
 };
@@ -641,9 +641,11 @@ impl Views {
         }
     }
 
-    /// Everything `node` programs, as a starting node receives it.
+    /// Everything `node` programs, as a starting node receives it, built
+    /// whole and apart from the walk, which the tests hold to it.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn full(&self, node: &str) -> Update {
-        let mut changes: BTreeMap<Key, Change> = BTreeMap::new();
+        let mut changes = std::collections::BTreeMap::<Key, Change>::new();
         if let Some(state) = self.nodes.get(node) {
             if let Some(info) =
                 state.node.as_ref().and_then(|e| e.value.clone())
