@@ -105,14 +105,18 @@ fn api_side(services: usize, nodes: usize, socket: &Path) {
         .expect("the metrics recorder");
     let shared = Shared::new(Cluster::new(SystemTime::now()));
     let mut stores = Stores::new(NO_NODE);
-    for event in listing(services, nodes) {
-        shared
-            .apply(stores.apply(event))
-            .expect("the cluster's thread");
-    }
-    let revision = runtime
-        .block_on(shared.sync())
-        .expect("the cluster's thread");
+    // The source's events into the cluster, then a sync: its revision.
+    let mut feed = |events: Vec<SourceEvent>| {
+        for event in events {
+            shared
+                .apply(stores.apply(event))
+                .expect("the cluster's thread");
+        }
+        runtime
+            .block_on(shared.sync())
+            .expect("the cluster's thread")
+    };
+    let revision = feed(listing(services, nodes));
     let service = ViewService::new(shared.clone(), Access::Socket);
     let path = socket.to_owned();
     runtime.spawn(async move {
@@ -131,13 +135,7 @@ fn api_side(services: usize, nodes: usize, socket: &Path) {
                 let event = SourceEvent::EndpointSlice(Event::Apply(slice(
                     i, nodes, version,
                 )));
-                shared
-                    .apply(stores.apply(event))
-                    .expect("the cluster's thread");
-                let revision = runtime
-                    .block_on(shared.sync())
-                    .expect("the cluster's thread");
-                format!("changed {revision}")
+                format!("changed {}", feed(vec![event]))
             }
             ["stats"] => {
                 let live = LIVE.load(Ordering::Relaxed);
