@@ -375,15 +375,15 @@ async fn whole_node(i: usize, socket: PathBuf, seen: Arc<Seen>) {
 async fn light_node(i: usize, socket: PathBuf, seen: Arc<Seen>) {
     let name = format!("node-{i}");
     let mut held: Option<(String, u64)> = None;
-    let mut pause = Duration::from_millis(500);
+    let mut pause = nodeview::FIRST_PAUSE;
     loop {
         let before = held.as_ref().map(|h| h.1);
         let _ = light_session(i, &socket, &name, &mut held, &seen).await;
         if held.as_ref().map(|h| h.1) != before {
-            pause = Duration::from_millis(500);
+            pause = nodeview::FIRST_PAUSE;
         }
-        tokio::time::sleep(spread(pause)).await;
-        pause = (pause * 2).min(Duration::from_secs(30));
+        tokio::time::sleep(nodeview::spread(pause)).await;
+        pause = (pause * 2).min(nodeview::LONGEST_PAUSE);
     }
 }
 
@@ -425,15 +425,6 @@ async fn light_session(
         full = false;
     }
     Ok(())
-}
-
-/// `pause` shortened by a random part of up to half, as the node's.
-fn spread(pause: Duration) -> Duration {
-    use std::hash::{BuildHasher, Hasher};
-    let random = std::collections::hash_map::RandomState::new()
-        .build_hasher()
-        .finish();
-    pause.mul_f64(1.0 - (random % 1024) as f64 / 2048.0)
 }
 
 /// Waits until every node holds a full state received after `fulls`

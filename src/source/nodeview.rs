@@ -181,8 +181,8 @@ pub enum WatchError {
 }
 
 /// The first pause after a broken watch, and the longest.
-const FIRST_PAUSE: Duration = Duration::from_millis(500);
-const LONGEST_PAUSE: Duration = Duration::from_secs(30);
+pub const FIRST_PAUSE: Duration = Duration::from_millis(500);
+pub const LONGEST_PAUSE: Duration = Duration::from_secs(30);
 
 /// What a node holds: the server instance and revision to resume from.
 #[derive(Debug, Default, Clone)]
@@ -245,7 +245,7 @@ pub fn watch(
 /// `pause`, shortened by a random part of up to half: the nodes that
 /// lost their API side at the same moment (it restarted) come back
 /// spread over time rather than all at once at each step of the pauses.
-fn spread(pause: Duration) -> Duration {
+pub fn spread(pause: Duration) -> Duration {
     use std::hash::{BuildHasher, Hasher};
     // Each RandomState has keys of its own: std's randomness, no crate.
     let random = std::collections::hash_map::RandomState::new()
