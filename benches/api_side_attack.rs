@@ -39,11 +39,8 @@ use kube_ipvs_proxy::{
         serve_tls,
         server::{Access, Shared, ViewService},
     },
-    source::{
-        nodeview::{ApiEndpoint, TlsFiles},
-        store::Stores,
-        SourceEvent,
-    },
+    nodeview::endpoint::{ApiEndpoint, TlsFiles},
+    source::{nodeview, store::Stores, SourceEvent},
 };
 use nodeview_protocol::v1::{self, node_view_client::NodeViewClient};
 use tokio::{
@@ -201,9 +198,7 @@ impl Honest {
     /// A fresh connection's time to its whole first view.
     async fn first_view(&self) -> Duration {
         let started = Instant::now();
-        let mut client = self
-            .endpoint
-            .connect(Some(&self.files))
+        let mut client = nodeview::connect(&self.endpoint, Some(&self.files))
             .await
             .expect("the honest node connects");
         let mut stream = watch(&mut client, "node-0").await;
@@ -861,11 +856,10 @@ fn main() {
             .collect();
         let mut change = Vec::new();
         honest_runtime.block_on(async {
-            let mut client = honest
-                .endpoint
-                .connect(Some(&honest.files))
-                .await
-                .expect("connects");
+            let mut client =
+                nodeview::connect(&honest.endpoint, Some(&honest.files))
+                    .await
+                    .expect("connects");
             let mut stream = watch(&mut client, "node-0").await;
             until_synced(&mut stream).await;
             for _ in 0..rounds {

@@ -42,11 +42,8 @@ use kube_ipvs_proxy::{
         serve_unix,
         server::{Access, Shared, ViewService},
     },
-    source::{
-        nodeview::{self, ApiEndpoint, Credentials},
-        store::Stores,
-        SourceEvent,
-    },
+    nodeview::endpoint::{ApiEndpoint, Credentials},
+    source::{nodeview, store::Stores, SourceEvent},
     sync::{NodeSettings, SyncState},
     telemetry::API_SIDE_SENT_BYTES_TOTAL,
 };

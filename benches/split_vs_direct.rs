@@ -45,13 +45,11 @@ use kube::{
     Client,
 };
 use kube_ipvs_proxy::{
-    nodeview::Change,
-    source::{
-        kube::watch,
-        nodeview::{self, ApiEndpoint, Credentials},
-        store::Stores,
-        SourceEvent,
+    nodeview::{
+        endpoint::{ApiEndpoint, Credentials},
+        Change,
     },
+    source::{kube::watch, nodeview, store::Stores, SourceEvent},
     sync::{NodeSettings, SyncState},
 };
 use serde_json::json;

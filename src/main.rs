@@ -58,10 +58,10 @@ use kube_ipvs_proxy::{
     server::{
         self, service_health, ProxyHealth, ServiceHealthServer, SyncReporter,
     },
+    nodeview::endpoint::{ApiEndpoint, Credentials, TlsFiles},
     source::{
         self,
         client_metrics::RestClientMetricsLayer,
-        nodeview::{ApiEndpoint, Credentials, TlsFiles},
         recorder::EventSink,
         store::Stores,
         SourceEvent,

@@ -166,8 +166,9 @@ fn plan_from_the_api_side_needs_a_node_and_no_plain_tcp() {
 async fn a_node_catches_up_with_an_api_side_killed_and_started_again() {
     use futures::StreamExt;
     use kube_ipvs_proxy::{
+        nodeview::endpoint::{ApiEndpoint, Credentials},
         nodeview::Change,
-        source::nodeview::{watch, ApiEndpoint, Credentials},
+        source::nodeview::watch,
     };
 
     let scratch = Scratch::new("restart");
@@ -219,7 +220,10 @@ async fn a_node_catches_up_with_an_api_side_killed_and_started_again() {
 #[tokio::test]
 async fn the_api_side_counts_the_views_it_sends() {
     use futures::StreamExt;
-    use kube_ipvs_proxy::source::nodeview::{watch, ApiEndpoint, Credentials};
+    use kube_ipvs_proxy::{
+        nodeview::endpoint::{ApiEndpoint, Credentials},
+        source::nodeview::watch,
+    };
 
     let scratch = Scratch::new("metrics");
     let (state, _) = nodeport_state(&scratch);

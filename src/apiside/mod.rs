@@ -16,7 +16,7 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
-use crate::source::nodeview::TlsFiles;
+use crate::nodeview::endpoint::TlsFiles;
 
 /// Why the view service stopped.
 #[derive(Debug, thiserror::Error)]

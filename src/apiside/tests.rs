@@ -20,7 +20,11 @@ use super::{
 use crate::{
     model::fixtures::*,
     nodeview::{wire, Change, Received},
-    source::{nodeview::connect_unix, store::Stores, SourceEvent},
+    source::{
+        nodeview::{connect, connect_unix},
+        store::Stores,
+        SourceEvent,
+    },
 };
 
 struct ApiSide {
@@ -305,7 +309,7 @@ impl Pki {
     }
 
     /// A certificate and key for `common_name`, valid for localhost.
-    fn files(&self, common_name: &str) -> crate::source::nodeview::TlsFiles {
+    fn files(&self, common_name: &str) -> crate::nodeview::endpoint::TlsFiles {
         self.files_with(common_name, |_| {})
     }
 
@@ -314,7 +318,7 @@ impl Pki {
         &self,
         common_name: &str,
         change: impl FnOnce(&mut rcgen::CertificateParams),
-    ) -> crate::source::nodeview::TlsFiles {
+    ) -> crate::nodeview::endpoint::TlsFiles {
         use rcgen::{CertificateParams, DnType, KeyPair};
         let key = KeyPair::generate().unwrap();
         let mut params = CertificateParams::new(vec![
@@ -327,7 +331,7 @@ impl Pki {
             .push(DnType::CommonName, common_name);
         change(&mut params);
         let cert = params.signed_by(&key, &self.issuer).unwrap();
-        crate::source::nodeview::TlsFiles {
+        crate::nodeview::endpoint::TlsFiles {
             ca: self.ca_pem.clone().into_bytes(),
             identity: Some((
                 cert.pem().into_bytes(),
@@ -342,8 +346,8 @@ impl Pki {
 #[tokio::test]
 async fn over_tls_a_node_watches_its_own_view_only() {
     use crate::{
-        apiside::serve_tls,
-        source::nodeview::{ApiEndpoint, ConnectError},
+        apiside::serve_tls, nodeview::endpoint::ApiEndpoint,
+        source::nodeview::ConnectError,
     };
     let pki = Pki::new();
     let mut api = ApiSide::start("tls").await;
@@ -365,7 +369,7 @@ async fn over_tls_a_node_watches_its_own_view_only() {
         let endpoint = endpoint.clone();
         let files = pki.files(cn);
         async move {
-            let mut client = endpoint.connect(Some(&files)).await.unwrap();
+            let mut client = connect(&endpoint, Some(&files)).await.unwrap();
             let request = v1::WatchRequest {
                 node_name: node.to_owned(),
                 ..Default::default()
@@ -394,12 +398,12 @@ async fn over_tls_a_node_watches_its_own_view_only() {
     // Without credentials the client refuses to try, and a certificate
     // from another CA is refused by the server.
     assert!(matches!(
-        endpoint.connect(None).await,
+        connect(&endpoint, None).await,
         Err(ConnectError::NoCredentials)
     ));
     let mut foreign = Pki::new().files("node-a");
     foreign.ca = pki.ca_pem.clone().into_bytes();
-    let refused = match endpoint.connect(Some(&foreign)).await {
+    let refused = match connect(&endpoint, Some(&foreign)).await {
         Err(_) => true,
         Ok(mut client) => client
             .watch(v1::WatchRequest {
@@ -416,7 +420,7 @@ async fn over_tls_a_node_watches_its_own_view_only() {
 async fn serve_tls_on_loopback(
     pki: &Pki,
     shared: Arc<Shared>,
-) -> crate::source::nodeview::ApiEndpoint {
+) -> crate::nodeview::endpoint::ApiEndpoint {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let server_files = pki.files("api-side");
@@ -430,7 +434,7 @@ async fn serve_tls_on_loopback(
         )
         .await
     });
-    crate::source::nodeview::ApiEndpoint::Tls {
+    crate::nodeview::endpoint::ApiEndpoint::Tls {
         host: "localhost".into(),
         port,
     }
@@ -438,12 +442,11 @@ async fn serve_tls_on_loopback(
 
 /// The first message of `node`'s watch over `endpoint` as `files`.
 async fn first_message(
-    endpoint: &crate::source::nodeview::ApiEndpoint,
-    files: &crate::source::nodeview::TlsFiles,
+    endpoint: &crate::nodeview::endpoint::ApiEndpoint,
+    files: &crate::nodeview::endpoint::TlsFiles,
     node: &str,
 ) -> Result<v1::ViewUpdate, String> {
-    let mut client = endpoint
-        .connect(Some(files))
+    let mut client = connect(endpoint, Some(files))
         .await
         .map_err(|e| e.to_string())?;
     let request = v1::WatchRequest {
@@ -497,7 +500,7 @@ async fn a_flood_of_connections_from_one_address_is_cut_at_its_share() {
     let mut api = ApiSide::start("flood").await;
     api.list(vec![web()]).await;
     let endpoint = serve_tls_on_loopback(&pki, api.shared.clone()).await;
-    let crate::source::nodeview::ApiEndpoint::Tls { port, .. } = &endpoint
+    let crate::nodeview::endpoint::ApiEndpoint::Tls { port, .. } = &endpoint
     else {
         unreachable!()
     };
@@ -563,7 +566,7 @@ async fn a_stalled_handshake_is_closed_when_its_time_is_up() {
     let pki = Pki::new();
     let api = ApiSide::start("stalled-handshake").await;
     let endpoint = serve_tls_on_loopback(&pki, api.shared.clone()).await;
-    let crate::source::nodeview::ApiEndpoint::Tls { port, .. } = &endpoint
+    let crate::nodeview::endpoint::ApiEndpoint::Tls { port, .. } = &endpoint
     else {
         unreachable!()
     };

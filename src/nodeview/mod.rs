@@ -27,6 +27,7 @@ use crate::{
     selection::{select, NodeEndpoints, NodeEndpointsMap},
 };
 
+pub mod endpoint;
 mod layer;
 mod views;
 pub mod wire;

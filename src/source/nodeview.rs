@@ -9,7 +9,7 @@
 //! that cannot be decoded is logged with its entry and field, counted,
 //! and left out, the entry keeping what it held.
 
-use std::{fmt, path::PathBuf, time::Duration};
+use std::{path::PathBuf, time::Duration};
 
 use nodeview_protocol::v1::{self, node_view_client::NodeViewClient};
 use tokio::net::UnixStream;
@@ -21,119 +21,36 @@ use tonic::transport::{
 use tracing::{info, warn};
 
 use crate::{
-    nodeview::{wire, Update},
+    nodeview::{
+        endpoint::{ApiEndpoint, Credentials, TlsFiles},
+        wire, Update,
+    },
     telemetry::events::InternalEvent,
 };
 
-/// Where the API side listens.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ApiEndpoint {
-    /// `unix:///path`: a node-local socket, no TLS.
-    Unix(PathBuf),
-    /// `https://host:port`: TCP, always with TLS and client
-    /// certificates.
-    Tls { host: String, port: u16 },
-}
-
-impl ApiEndpoint {
-    pub fn parse(value: &str) -> Result<Self, String> {
-        if let Some(path) = value.strip_prefix("unix://") {
-            if !path.starts_with('/') {
-                return Err(format!(
-                    "{value}: a unix:// address needs an absolute path"
-                ));
+/// A client of the view service at `endpoint`; `tls` is required for
+/// an `https://` endpoint.
+pub async fn connect(
+    endpoint: &ApiEndpoint,
+    tls: Option<&TlsFiles>,
+) -> Result<NodeViewClient<Channel>, ConnectError> {
+    match endpoint {
+        ApiEndpoint::Unix(path) => Ok(connect_unix(path.clone()).await?),
+        ApiEndpoint::Tls { host, port } => {
+            let tls = tls.ok_or(ConnectError::NoCredentials)?;
+            let mut config = ClientTlsConfig::new()
+                .domain_name(host.trim_matches(['[', ']']))
+                .ca_certificate(Certificate::from_pem(&tls.ca));
+            if let Some((cert, key)) = &tls.identity {
+                config = config.identity(Identity::from_pem(cert, key));
             }
-            return Ok(ApiEndpoint::Unix(PathBuf::from(path)));
+            let channel =
+                Endpoint::from_shared(format!("https://{host}:{port}"))?
+                    .tls_config(config)?
+                    .connect()
+                    .await?;
+            Ok(NodeViewClient::new(channel))
         }
-        let Some(authority) = value.strip_prefix("https://") else {
-            return Err(format!(
-                "{value}: expected unix:///PATH or https://HOST:PORT (TCP \
-                 is served with TLS only)"
-            ));
-        };
-        let (host, port) = authority
-            .trim_end_matches('/')
-            .rsplit_once(':')
-            .and_then(|(host, port)| Some((host, port.parse().ok()?)))
-            .ok_or_else(|| format!("{value}: expected https://HOST:PORT"))?;
-        if host.is_empty() {
-            return Err(format!("{value}: no host"));
-        }
-        Ok(ApiEndpoint::Tls {
-            host: host.to_owned(),
-            port,
-        })
-    }
-
-    /// Connects; `tls` is required for an `https://` endpoint.
-    pub async fn connect(
-        &self,
-        tls: Option<&TlsFiles>,
-    ) -> Result<NodeViewClient<Channel>, ConnectError> {
-        match self {
-            ApiEndpoint::Unix(path) => Ok(connect_unix(path.clone()).await?),
-            ApiEndpoint::Tls { host, port } => {
-                let tls = tls.ok_or(ConnectError::NoCredentials)?;
-                let mut config = ClientTlsConfig::new()
-                    .domain_name(host.trim_matches(['[', ']']))
-                    .ca_certificate(Certificate::from_pem(&tls.ca));
-                if let Some((cert, key)) = &tls.identity {
-                    config = config.identity(Identity::from_pem(cert, key));
-                }
-                let channel =
-                    Endpoint::from_shared(format!("https://{host}:{port}"))?
-                        .tls_config(config)?
-                        .connect()
-                        .await?;
-                Ok(NodeViewClient::new(channel))
-            }
-        }
-    }
-}
-
-impl fmt::Display for ApiEndpoint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ApiEndpoint::Unix(path) => write!(f, "unix://{}", path.display()),
-            ApiEndpoint::Tls { host, port } => {
-                write!(f, "https://{host}:{port}")
-            }
-        }
-    }
-}
-
-/// The CA peers are checked against and, when there is one, a TLS
-/// identity, read from a folder as a Kubernetes TLS Secret mounts it:
-/// `ca.crt`, `tls.crt`, `tls.key`. A node that authenticates with a
-/// token has only `ca.crt`.
-#[derive(Clone)]
-pub struct TlsFiles {
-    pub ca: Vec<u8>,
-    /// The certificate and its key.
-    pub identity: Option<(Vec<u8>, Vec<u8>)>,
-}
-
-impl fmt::Debug for TlsFiles {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Never the key.
-        f.debug_struct("TlsFiles").finish_non_exhaustive()
-    }
-}
-
-impl TlsFiles {
-    pub fn read(dir: &std::path::Path) -> Result<Self, String> {
-        let read = |name: &str| {
-            let path = dir.join(name);
-            std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))
-        };
-        let identity = match dir.join("tls.crt").exists() {
-            true => Some((read("tls.crt")?, read("tls.key")?)),
-            false => None,
-        };
-        Ok(Self {
-            ca: read("ca.crt")?,
-            identity,
-        })
     }
 }
 
@@ -189,15 +106,6 @@ pub const LONGEST_PAUSE: Duration = Duration::from_secs(30);
 struct Held {
     instance: String,
     revision: u64,
-}
-
-/// How a node proves who it is to an `https://` API side.
-#[derive(Debug, Clone, Default)]
-pub struct Credentials {
-    pub tls: Option<TlsFiles>,
-    /// A file holding the node's ServiceAccount token, read again for
-    /// each watch (the kubelet rotates projected tokens).
-    pub token_file: Option<PathBuf>,
 }
 
 /// The node `node_name`'s view from the API side at `endpoint`, watched
@@ -283,14 +191,12 @@ async fn session(
     held: &mut Option<Held>,
     tx: &mpsc::Sender<Update>,
 ) -> Result<(), WatchError> {
-    let mut client =
-        endpoint
-            .connect(credentials.tls.as_ref())
-            .await
-            .map_err(|source| WatchError::Connect {
-                endpoint: endpoint.to_string(),
-                source,
-            })?;
+    let mut client = connect(endpoint, credentials.tls.as_ref())
+        .await
+        .map_err(|source| WatchError::Connect {
+            endpoint: endpoint.to_string(),
+            source,
+        })?;
     let from = held.clone().unwrap_or_default();
     let mut request = tonic::Request::new(v1::WatchRequest {
         node_name: node_name.to_owned(),
@@ -389,31 +295,6 @@ mod tests {
         assert!(waited.is_err(), "an update from nowhere");
         drop(view);
         drop(runtime);
-    }
-
-    #[test]
-    fn endpoints_parse_and_plain_tcp_is_refused() {
-        assert_eq!(
-            ApiEndpoint::parse("unix:///run/views.sock"),
-            Ok(ApiEndpoint::Unix("/run/views.sock".into()))
-        );
-        assert!(ApiEndpoint::parse("unix://views.sock").is_err());
-        assert_eq!(
-            ApiEndpoint::parse("https://api-side.kube-system:9443"),
-            Ok(ApiEndpoint::Tls {
-                host: "api-side.kube-system".into(),
-                port: 9443
-            })
-        );
-        assert_eq!(
-            ApiEndpoint::parse("https://[2001:db8::1]:9443/")
-                .map(|e| e.to_string()),
-            Ok("https://[2001:db8::1]:9443".into())
-        );
-        let tcp = ApiEndpoint::parse("198.18.0.1:9100").unwrap_err();
-        assert!(tcp.contains("TLS"), "{tcp}");
-        assert!(ApiEndpoint::parse("https://host").is_err());
-        assert!(ApiEndpoint::parse("https://:9443").is_err());
     }
 
     #[test]

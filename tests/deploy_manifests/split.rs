@@ -6,7 +6,7 @@
 use clap::Parser as _;
 use kube_ipvs_proxy::{
     config::{Cli, Command},
-    source::nodeview::ApiEndpoint,
+    nodeview::endpoint::ApiEndpoint,
 };
 use serde_json::Value;
 
