@@ -38,6 +38,7 @@ macro_rules! modules {
 // Public for the binary, the tests and the benches.
 modules!(
     apiside,
+    app,
     backend,
     config,
     daemon,

@@ -9,7 +9,8 @@
 //! desired state and the sources turn objects into data, and a node's
 //! view is made of that data; the kernel facilities, the sync state and
 //! the API side (which serves views) use them; the backend contract sits
-//! between the sync state and what implements it; the daemon runs it all.
+//! between the sync state and what implements it; the daemon runs the
+//! loop, and `app` wires each of the binary's modes from its parts.
 //! The kernel layer holds no policy (the iptables rules are the
 //! proxier's, beside its IPVS plan) and takes from `desired` only the
 //! data types it programs: virtual server keys and set entries.
@@ -37,7 +38,7 @@ const LAYERS: &[&[&str]] = &[
     &["backend"],
     &["proxier", "server"],
     &["daemon", "logging"],
-    &["fuzz"],
+    &["fuzz", "app"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

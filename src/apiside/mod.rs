@@ -10,13 +10,21 @@ pub mod tokens;
 #[cfg(test)]
 mod tests;
 
-use std::path::{Path, PathBuf};
+use std::{
+    future::Future,
+    path::{Path, PathBuf},
+    sync::Arc,
+};
 
+use futures::{Stream, StreamExt};
 use tokio::net::{TcpListener, UnixListener};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
-use crate::nodeview::endpoint::TlsFiles;
+use crate::{
+    nodeview::endpoint::TlsFiles,
+    source::{store::Stores, SourceEvent},
+};
 
 /// Why the view service stopped.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +38,70 @@ pub enum ServeError {
     Transport(#[from] tonic::transport::Error),
     #[error("TLS needs the server's tls.crt and tls.key")]
     NoIdentity,
+}
+
+/// Why the API side stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("the object source ended")]
+    SourceEnded,
+    #[error("the view server stopped")]
+    ServerStopped,
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    #[error("the view server's task: {0}")]
+    ServerTask(#[from] tokio::task::JoinError),
+    #[error(transparent)]
+    ClusterGone(#[from] server::ClusterGone),
+}
+
+/// Feeds the cluster behind `shared` from `source` and serves the views
+/// with `serving` (a [`serve_tls`] or [`serve_unix`] future, spawned) until
+/// either stops. Both are watched together: a server whose listener
+/// failed ends the API side at once, on a quiet cluster too.
+pub async fn run(
+    source: impl Stream<Item = SourceEvent> + Send + 'static,
+    shared: Arc<server::Shared>,
+    serving: impl Future<Output = Result<(), ServeError>> + Send + 'static,
+) -> Result<(), RunError> {
+    let mut serving = tokio::spawn(serving);
+    let fed = feed(source, &shared);
+    tokio::select! {
+        ended = &mut serving => match ended {
+            Ok(Ok(())) => Err(RunError::ServerStopped),
+            Ok(Err(e)) => Err(e.into()),
+            Err(e) => Err(e.into()),
+        },
+        ended = fed => {
+            serving.abort();
+            ended
+        }
+    }
+}
+
+/// The source's events into the cluster, until the source ends.
+async fn feed(
+    source: impl Stream<Item = SourceEvent>,
+    shared: &server::Shared,
+) -> Result<(), RunError> {
+    let mut stores = Stores::new(cluster::NO_NODE);
+    let mut listed = false;
+    // What is ready at once goes into one sync, so that a burst of
+    // changes wakes each node's watch once.
+    let mut batches = std::pin::pin!(source.ready_chunks(1024));
+    while let Some(events) = batches.next().await {
+        for event in events {
+            shared.apply(stores.apply(event))?;
+        }
+        if !listed && stores.ready() {
+            listed = true;
+            tracing::info!("services and endpoint slices synced; serving");
+            shared.sync().await?;
+        } else if listed {
+            shared.sync_changes().await?;
+        }
+    }
+    Err(RunError::SourceEnded)
 }
 
 /// Serves `service` with TLS on `listener` until `shutdown` resolves.

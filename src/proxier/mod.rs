@@ -20,6 +20,7 @@
 
 pub mod conntrack;
 pub mod graceful;
+pub mod host;
 pub mod iptables;
 pub mod plan;
 pub mod stack;

@@ -1,7 +1,8 @@
 //! The backend the daemon runs on a real node: the proxier over netlink
 //! (IPVS, kube-ipvs0, ipsets), wrapped by the iptables rules and the UDP
 //! conntrack cleanup. Shared by the binary and the benchmarks, so that
-//! both measure the same thing.
+//! both measure the same thing. What is checked and set on the host
+//! before it opens is in [`super::host`].
 
 use tracing::warn;
 
@@ -14,7 +15,6 @@ use crate::{
     config::Config,
     kernel::{
         addresses::NetlinkAddresses,
-        capabilities::{self, FacilityProbe, Missing, Need, Unsupported},
         conntrack::NetlinkConntrack,
         ipsets::NetlinkIpsets,
         iptables::real::{RealIptables, Variant},
@@ -30,22 +30,6 @@ pub type KernelBackend = WithConntrack<
     >,
     NetlinkConntrack,
 >;
-
-/// Refuses a kernel without what IPVS mode needs, before anything is
-/// changed (see [`capabilities`]): the probe's own virtual server and
-/// link are gone again either way.
-pub async fn check_kernel(config: &Config) -> Result<(), Unsupported> {
-    let unsupported = |need, error| Unsupported(vec![Missing { need, error }]);
-    let ipvs = NetlinkIpvs::new().map_err(|e| unsupported(Need::Ipvs, e))?;
-    let addresses = NetlinkAddresses::new()
-        .map_err(|e| unsupported(Need::DummyLinks, e))?;
-    let mut probe = FacilityProbe {
-        ipvs,
-        addresses,
-        ipsets: NetlinkIpsets::new(),
-    };
-    capabilities::check(&mut probe, config.ipvs.scheduler.as_str()).await
-}
 
 /// Opens the kernel facilities and makes sure kube-ipvs0 and the sets
 /// exist. Nothing is flushed: the first sync reads the kernel and applies

@@ -16,6 +16,7 @@ pub mod metrics;
 mod no_local;
 mod reporter;
 pub mod service_health;
+pub mod start;
 #[cfg(test)]
 mod tests;
 pub mod timestamp;

@@ -1,0 +1,142 @@
+//! The node proxy: the host checked and prepared, the kernel's
+//! facilities opened, then its source, its servers and the sync loop.
+
+use std::time::SystemTime;
+
+use anyhow::Context;
+use futures::StreamExt;
+
+use super::{clients, hostname, Failure, Source, STATE_FILE_POLL};
+use crate::{
+    backend::Backend,
+    config::Config,
+    daemon::{self, LoopSettings},
+    oom,
+    proxier::{host, stack},
+    server::{service_health, start},
+    source::{self, recorder::EventSink},
+    sync::{NodeSettings, SyncState},
+    version::BUILD,
+};
+
+/// How far the node proxy goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Until it is stopped or a step fails.
+    Run,
+    /// `--init-only`: the privileged start-up steps (the kernel's check,
+    /// sysctls, IPVS timeouts), then stop.
+    InitOnly,
+}
+
+/// Runs the node proxy on this host's kernel. Must run inside a tokio
+/// runtime; the proxy's sync loop runs on it.
+pub async fn run(
+    config: Config,
+    source: Source,
+    mode: Mode,
+) -> Result<(), Failure> {
+    let node_name = config.node_name(&hostname());
+    tracing::info!(
+        node = %node_name,
+        version = BUILD.git_version,
+        commit = BUILD.git_commit,
+        "starting"
+    );
+    host::check_kernel(&config)
+        .await
+        .map_err(Failure::Unsupported)?;
+    host::prepare(&config).await;
+    if mode == Mode::InitOnly {
+        tracing::info!("system initialized and --init-only specified");
+        return Ok(());
+    }
+    if let Err(error) = oom::apply_score_adj(config.oom_score_adj) {
+        tracing::debug!(value = config.oom_score_adj, %error, "oomScoreAdj not applied");
+    }
+    let backend = stack::open(&config)
+        .await
+        .context("opening the kernel facilities")?;
+    serve(&config, source, node_name, backend).await
+}
+
+/// The proxy on `backend`, as node `node_name`: the source watched, the
+/// servers started, the sync loop run until it stops.
+pub async fn serve<B: Backend>(
+    config: &Config,
+    source: Source,
+    node_name: String,
+    mut backend: B,
+) -> Result<(), Failure> {
+    // Where the sources are read and decoded (source/thread.rs).
+    let sources = source::thread::handle().map_err(anyhow::Error::msg)?;
+    let mut events = None;
+    let fed_by_view = matches!(source, Source::ApiSide { .. });
+    let source = match source {
+        Source::ApiSide {
+            endpoint,
+            credentials,
+        } => daemon::Source::View(
+            source::nodeview::watch(
+                &tokio::runtime::Handle::current(),
+                endpoint,
+                credentials,
+                node_name.clone(),
+            )
+            .boxed(),
+        ),
+        Source::StateFile(path) => {
+            daemon::Source::objects(source::file::watch(path, STATE_FILE_POLL))
+        }
+        Source::ApiServer { kubeconfig } => {
+            let kube_config =
+                clients::kube_config(kubeconfig.as_deref()).await?;
+            // The watches' client is built on the sources' runtime, so
+            // that its connections (TLS, HTTP) are driven there, beside
+            // the sync loop rather than on its thread; the events' client
+            // stays here.
+            let watch_client = {
+                let _sources = sources.enter();
+                clients::client_from(kube_config.clone())?
+            };
+            let watch = source::kube::watch(
+                watch_client,
+                &node_name,
+                config.service_proxy_name.as_deref(),
+            )
+            .map_err(anyhow::Error::from)?
+            .boxed();
+            // Upstream's birth cry, once its informers are started.
+            let sink = EventSink::spawn(
+                clients::client_from(kube_config)?,
+                &node_name,
+            );
+            sink.starting();
+            events = Some(sink);
+            daemon::Source::Objects(watch)
+        }
+    };
+    let health_addresses = service_health::listen_addresses(
+        &config.node_port_addresses,
+        &backend.local_addresses().await.unwrap_or_default(),
+    );
+    let reporter = start::node(config, health_addresses, events)
+        .map_err(anyhow::Error::from)?;
+    let mut state = SyncState::new(
+        node_name,
+        NodeSettings::from_config(config),
+        None,
+        SystemTime::now(),
+    );
+    if fed_by_view {
+        state = state.fed_by_view();
+    }
+    let settings = LoopSettings {
+        min_sync_period: config.ipvs.min_sync_period,
+        sync_period: config.ipvs.sync_period,
+    };
+    daemon::run(source, state, backend, settings, reporter, sources.clone())
+        .await
+        .map_err(anyhow::Error::from)?;
+    Ok(())
+}
