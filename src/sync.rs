@@ -214,19 +214,62 @@ pub struct SyncState {
     node_name: String,
     settings: NodeSettings,
     local_addresses: Option<Vec<IpAddr>>,
-    services: ServiceChangeTracker,
-    endpoints: EndpointsChangeTracker,
+    input: Input,
     node: NodeTracker,
-    service_map: ServicePortMap,
-    endpoints_map: EndpointsMap,
     desired: DesiredState,
     node_dirty: bool,
-    /// Set when the API side feeds this node its view instead of the
-    /// API server its objects: the trackers then stay empty.
-    view: Option<ViewInput>,
     /// Trigger times before this are from before we started, whichever
     /// side tracked them.
     start_time: SystemTime,
+}
+
+/// Where a node's services and endpoints come from: one or the other for
+/// the life of the state, each checked out its own way into the same
+/// results.
+#[derive(Debug)]
+enum Input {
+    /// API objects (the API server, a state file), through kube-proxy's
+    /// change trackers.
+    Objects(Trackers),
+    /// The API side's view of this node, its endpoints already selected.
+    View(ViewInput),
+}
+
+/// kube-proxy's change trackers and the maps they check out into.
+#[derive(Debug)]
+struct Trackers {
+    services: ServiceChangeTracker,
+    endpoints: EndpointsChangeTracker,
+    service_map: ServicePortMap,
+    endpoints_map: EndpointsMap,
+}
+
+impl Input {
+    /// What changed since the last checkout, as kube-proxy's trackers
+    /// report it.
+    fn checkout(&mut self) -> (ServiceUpdateResult, EndpointsUpdateResult) {
+        match self {
+            Input::Objects(t) => (
+                t.services.checkout(&mut t.service_map),
+                t.endpoints.checkout(&mut t.endpoints_map),
+            ),
+            Input::View(view) => view.checkout(),
+        }
+    }
+
+    fn service_map(&self) -> &ServicePortMap {
+        match self {
+            Input::Objects(t) => &t.service_map,
+            Input::View(view) => &view.received.services,
+        }
+    }
+
+    fn endpoints(&self) -> &dyn EndpointsView {
+        match self {
+            Input::Objects(t) => &t.endpoints_map,
+            Input::View(view) => &view.received.endpoints,
+        }
+    }
 }
 
 /// A view received from the API side, and what changed in it since the
@@ -255,8 +298,12 @@ impl SyncState {
             local_addresses.as_deref(),
         );
         Self {
-            services: ServiceChangeTracker::new(),
-            endpoints: EndpointsChangeTracker::new(start_time),
+            input: Input::Objects(Trackers {
+                services: ServiceChangeTracker::new(),
+                endpoints: EndpointsChangeTracker::new(start_time),
+                service_map: ServicePortMap::new(),
+                endpoints_map: EndpointsMap::new(),
+            }),
             node: NodeTracker::new(
                 &*node_name,
                 settings.detect_local_node_cidr,
@@ -264,25 +311,36 @@ impl SyncState {
             node_name,
             settings,
             local_addresses,
-            service_map: ServicePortMap::new(),
-            endpoints_map: EndpointsMap::new(),
             desired: DesiredState::new(ctx),
             node_dirty: false,
-            view: None,
             start_time,
         }
     }
 
     /// A state fed by the API side's view of this node
-    /// ([`apply_view`](Self::apply_view)) instead of API objects.
+    /// ([`apply_view`](Self::apply_view)) instead of API objects. The
+    /// daemon makes its state so when its source is the API side.
     pub fn fed_by_view(mut self) -> Self {
-        self.view = Some(ViewInput::default());
+        if !self.is_fed_by_view() {
+            self.input = Input::View(ViewInput::default());
+        }
         self
     }
 
+    fn is_fed_by_view(&self) -> bool {
+        matches!(self.input, Input::View(_))
+    }
+
     /// Takes a consistent update of this node's view from the API side.
+    /// A state still fed by objects is fed by views from now on (what
+    /// its trackers held is dropped: one source feeds a state).
     pub fn apply_view(&mut self, mut update: Update) -> ChangeOutcome {
-        let view = self.view.get_or_insert_with(ViewInput::default);
+        if !self.is_fed_by_view() {
+            self.input = Input::View(ViewInput::default());
+        }
+        let Input::View(view) = &mut self.input else {
+            return ChangeOutcome::Unchanged;
+        };
         // As the endpoints tracker takes them from slices: a full state
         // carries none (the API side sends none with it), and times from
         // before our start would count the start-up as latency.
@@ -385,9 +443,14 @@ impl SyncState {
                     Err(restart) => return restart,
                 }
             }
-            _ => {
-                tracker::track(&mut self.services, &mut self.endpoints, change)
-            }
+            // A view carries the services and endpoints of a state fed
+            // by one: no object reaches its trackers.
+            _ => match &mut self.input {
+                Input::Objects(t) => {
+                    tracker::track(&mut t.services, &mut t.endpoints, change)
+                }
+                Input::View(_) => false,
+            },
         };
         ChangeOutcome::needs_sync(needs_sync)
     }
@@ -460,22 +523,10 @@ impl SyncState {
     /// Checks out the trackers' changes (or the view's) and updates the
     /// desired state for the changed service ports only.
     pub fn sync(&mut self) -> SyncOutcome {
-        let (services, endpoints) = match &mut self.view {
-            None => (
-                self.services.checkout(&mut self.service_map),
-                self.endpoints.checkout(&mut self.endpoints_map),
-            ),
-            Some(view) => view.checkout(),
-        };
+        let (services, endpoints) = self.input.checkout();
         let mut deltas = Vec::new();
-        let service_map = match &self.view {
-            None => &self.service_map,
-            Some(view) => &view.received.services,
-        };
-        let endpoints_view: &dyn EndpointsView = match &self.view {
-            None => &self.endpoints_map,
-            Some(view) => &view.received.endpoints,
-        };
+        let service_map = self.input.service_map();
+        let endpoints_view = self.input.endpoints();
         if std::mem::take(&mut self.node_dirty) {
             let ctx = node_context(
                 &self.node_name,
@@ -526,7 +577,10 @@ impl SyncState {
 
     #[cfg(test)]
     pub fn pending(&self) -> usize {
-        self.services.pending() + self.endpoints.pending()
+        match &self.input {
+            Input::Objects(t) => t.services.pending() + t.endpoints.pending(),
+            Input::View(_) => 0,
+        }
     }
 
     pub fn desired(&self) -> &DesiredState {
@@ -534,23 +588,12 @@ impl SyncState {
     }
 
     pub fn service_map(&self) -> &ServicePortMap {
-        match &self.view {
-            None => &self.service_map,
-            Some(view) => &view.received.services,
-        }
+        self.input.service_map()
     }
 
     /// Each service port's endpoints as this node uses them.
     pub fn endpoints(&self) -> &dyn EndpointsView {
-        match &self.view {
-            None => &self.endpoints_map,
-            Some(view) => &view.received.endpoints,
-        }
-    }
-
-    #[cfg(test)]
-    pub fn endpoints_map(&self) -> &EndpointsMap {
-        &self.endpoints_map
+        self.input.endpoints()
     }
 
     /// Our Node as last seen; `None` before it is known.

@@ -71,7 +71,6 @@ pub async fn serve<B: Backend>(
     // Where the sources are read and decoded (source/thread.rs).
     let sources = source::thread::handle().map_err(anyhow::Error::msg)?;
     let mut events = None;
-    let fed_by_view = matches!(source, Source::ApiSide { .. });
     let source = match source {
         Source::ApiSide {
             endpoint,
@@ -122,15 +121,12 @@ pub async fn serve<B: Backend>(
     );
     let reporter = start::node(config, health_addresses, events)
         .map_err(anyhow::Error::from)?;
-    let mut state = SyncState::new(
+    let state = SyncState::new(
         node_name,
         NodeSettings::from_config(config),
         None,
         SystemTime::now(),
     );
-    if fed_by_view {
-        state = state.fed_by_view();
-    }
     let settings = LoopSettings {
         min_sync_period: config.ipvs.min_sync_period,
         sync_period: config.ipvs.sync_period,

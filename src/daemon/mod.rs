@@ -66,8 +66,8 @@ pub enum DaemonError {
 pub enum Source {
     /// API objects, from the API server or a state file.
     Objects(BoxStream<'static, SourceEvent>),
-    /// The node's view from the API side (`--api-endpoint`); the state
-    /// must be [`SyncState::fed_by_view`].
+    /// The node's view from the API side (`--api-endpoint`); [`run`]
+    /// makes its state [`SyncState::fed_by_view`].
     View(BoxStream<'static, Update>),
 }
 
@@ -84,9 +84,10 @@ impl Source {
 /// check node ports). The source is read, decoded and turned into changes
 /// on `feeder_runtime` (the proxy gives it [`crate::source::thread`]'s, so
 /// that it runs beside the syncs; tests with a paused clock their own).
+/// `state` is a new [`SyncState`]; the source decides how it is fed.
 pub async fn run<B>(
     source: Source,
-    state: SyncState,
+    mut state: SyncState,
     backend: B,
     settings: LoopSettings,
     reporter: SyncReporter,
@@ -96,6 +97,9 @@ where
     B: Backend,
 {
     let (input, inputs) = mpsc::unbounded_channel();
+    if matches!(source, Source::View(_)) {
+        state = state.fed_by_view();
+    }
     let feeder = match source {
         Source::Objects(events) => feeder_runtime.spawn(
             feeder::feed(

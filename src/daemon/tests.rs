@@ -206,15 +206,12 @@ async fn run_for(
 /// Runs the loop on `source` for `for_`, a second's minSyncPeriod and
 /// half a minute's syncPeriod.
 async fn run_source_for(backend: Recording, source: Source, for_: Duration) {
-    let mut state = SyncState::new(
+    let state = SyncState::new(
         "node-a",
         NodeSettings::default(),
         Some(vec![ip("198.18.100.1")]),
         std::time::SystemTime::now(),
     );
-    if matches!(source, Source::View(_)) {
-        state = state.fed_by_view();
-    }
     let settings = LoopSettings {
         min_sync_period: Duration::from_secs(1),
         sync_period: Duration::from_secs(30),

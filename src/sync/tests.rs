@@ -784,3 +784,53 @@ fn a_node_fed_by_its_view_takes_the_views_node_as_its_own() {
     assert_eq!(state.desired().snapshot(), fresh);
     assert!(!fresh.ipsets.keys().any(|set| set.starts_with("KUBE-6-")));
 }
+
+/// One source feeds a state: fed by views, a Service object that reaches
+/// it anyway is not taken, and a sync holds only what the view holds.
+#[test]
+fn a_node_fed_by_its_view_takes_no_objects_but_its_node() {
+    use crate::{
+        model::fixtures::{add_port, service},
+        source::store::Stores,
+    };
+    let web = service("ns", "web", |s| add_port(s, "http", 80, "TCP"));
+    let mut stores = Stores::new("node-a");
+    let mut state = node_a_fed_by_view();
+    let mut outcomes = Vec::new();
+    for event in [
+        SourceEvent::Service(Event::Init),
+        SourceEvent::Service(Event::InitApply(web)),
+        SourceEvent::Service(Event::InitDone),
+    ] {
+        for change in stores.apply(event) {
+            outcomes.push(state.apply(&change));
+        }
+    }
+    assert!(!outcomes.is_empty());
+    assert!(outcomes.iter().all(|o| *o == ChangeOutcome::Unchanged));
+    let synced = state.sync();
+    assert!(synced.deltas.is_empty());
+    assert!(state.service_map().is_empty());
+    assert_eq!(state.pending(), 0);
+
+    // The same objects, fed to a state fed by objects, are taken.
+    let mut objects = SyncState::new(
+        "node-a",
+        NodeSettings::default(),
+        None,
+        SystemTime::now(),
+    );
+    let web = service("ns", "web", |s| add_port(s, "http", 80, "TCP"));
+    let mut stores = Stores::new("node-a");
+    for event in [
+        SourceEvent::Service(Event::Init),
+        SourceEvent::Service(Event::InitApply(web)),
+        SourceEvent::Service(Event::InitDone),
+    ] {
+        for change in stores.apply(event) {
+            objects.apply(&change);
+        }
+    }
+    objects.sync();
+    assert_eq!(objects.service_map().len(), 1);
+}
