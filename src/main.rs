@@ -63,7 +63,7 @@ pub fn main() -> ExitCode {
 fn run(args: &RunArgs) -> Result<(), Failure> {
     let config = load(&args.config)?;
     if let Some(path) = &args.write_config_to {
-        return write_config(&config, path);
+        return app::write_config(&config, path);
     }
     // One thread for the sync loop: under churn a second worker cost more
     // CPU in wake-ups and stealing than it saved. What would compete with
@@ -121,20 +121,6 @@ fn runtime(builder: &mut Builder) -> Result<Runtime, Failure> {
     builder.enable_all().build().map_err(|e| {
         Failure::Failed(anyhow::anyhow!("cannot start the runtime: {e}"))
     })
-}
-
-/// `--write-config-to`: as upstream, the resolved configuration with
-/// its defaults, then exit.
-fn write_config(config: &Config, path: &Path) -> Result<(), Failure> {
-    let yaml = config::to_yaml(config).map_err(anyhow::Error::from)?;
-    std::fs::write(path, yaml).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot write the configuration to {}: {e}",
-            path.display()
-        )
-    })?;
-    tracing::info!(file = %path.display(), "wrote the configuration");
-    Ok(())
 }
 
 /// Says why, where the operator will look, and exits with the failure's

@@ -12,7 +12,11 @@ pub mod plan;
 #[cfg(test)]
 mod tests;
 
-use std::{fmt, path::PathBuf, time::Duration};
+use std::{
+    fmt,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use crate::{
     config::{Config, EXIT_BAD_CONFIG, EXIT_KERNEL_UNSUPPORTED},
@@ -107,6 +111,20 @@ impl Source {
             },
         })
     }
+}
+
+/// `--write-config-to`: as upstream, the resolved configuration with
+/// its defaults, then stop.
+pub fn write_config(config: &Config, path: &Path) -> Result<(), Failure> {
+    let yaml = crate::config::to_yaml(config).map_err(anyhow::Error::from)?;
+    std::fs::write(path, yaml).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot write the configuration to {}: {e}",
+            path.display()
+        )
+    })?;
+    tracing::info!(file = %path.display(), "wrote the configuration");
+    Ok(())
 }
 
 /// How often a state file is checked for edits.
