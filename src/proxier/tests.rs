@@ -187,7 +187,7 @@ fn entry(
     (
         key(addr, port),
         ServiceEntry {
-            spec: plan::spec_of(key(addr, port), "rr", None),
+            spec: plan::ledger::spec_of(key(addr, port), "rr", None),
             dests: dests.iter().map(|(a, s)| (dk(a), *s)).collect(),
         },
     )
@@ -666,7 +666,7 @@ fn cleanup_removes_what_is_ours_and_nothing_else() {
         let (ipvs, _, sets) = p.handles();
         let foreign = key("198.18.200.1", 80);
         let added = block_on(ipvs.apply(&[
-            IpvsOp::AddService(plan::spec_of(foreign, "rr", None)),
+            IpvsOp::AddService(plan::ledger::spec_of(foreign, "rr", None)),
             IpvsOp::AddDest(
                 foreign,
                 DestSpec {
@@ -744,16 +744,9 @@ fn backend_apply_reconciles_fully_first_then_follows_the_deltas() {
         current: Some(slice(&["198.19.0.5"])),
     });
     // What an earlier run left: found and kept by the full comparison.
-    block_on(
-        p.handles()
-            .0
-            .model
-            .apply(&[IpvsOp::AddService(plan::spec_of(
-                key("198.18.0.1", 80),
-                "rr",
-                None,
-            ))]),
-    );
+    block_on(p.handles().0.model.apply(&[IpvsOp::AddService(
+        plan::ledger::spec_of(key("198.18.0.1", 80), "rr", None),
+    )]));
     let outcome = state.sync();
     let first = block_on(Backend::apply(&mut p, batch(&state, &outcome, 1)));
     assert!(first.is_ok(), "{first:?}");

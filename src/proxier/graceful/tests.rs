@@ -81,7 +81,7 @@ fn route_uses_observed_connections_when_it_has_them() {
     table.services.insert(
         tcp(),
         ServiceEntry {
-            spec: crate::proxier::plan::spec_of(tcp(), "rr", None),
+            spec: crate::proxier::plan::ledger::spec_of(tcp(), "rr", None),
             dests: [
                 (dk(1), conns(1, 0, 0)),
                 (dk(2), conns(0, 2, 0)),
@@ -159,7 +159,7 @@ fn deleting_a_draining_real_server_again_is_dropped() {
 #[test]
 fn service_deleted_or_recreated_ends_draining() {
     let t0 = Instant::now();
-    let spec = crate::proxier::plan::spec_of(tcp(), "rr", None);
+    let spec = crate::proxier::plan::ledger::spec_of(tcp(), "rr", None);
     for op in [IpvsOp::DeleteService(tcp()), IpvsOp::AddService(spec)] {
         let mut q = GracefulQueue::new(15 * MINUTE);
         route(&mut q, vec![IpvsOp::DeleteDest(tcp(), dk(5))], t0, None);

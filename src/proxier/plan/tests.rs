@@ -1,12 +1,27 @@
-use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+    sync::Arc,
+};
 
 use pretty_assertions::assert_eq;
 
-use super::*;
+use super::{ledger::spec_of, repair::Reconciled, *};
 use crate::{
-    desired::{service_state, NodeContext},
-    kernel::ipvs::{DestState, ServiceEntry},
-    model::{fixtures, EndpointInfo, Protocol, ServicePortInfo},
+    desired::{
+        service_state, NodeContext, ServiceDelta, ServiceState, SetEntry,
+        SetKind, SetName,
+    },
+    kernel::{
+        ipsets::{SetSpec, SetState},
+        ipvs::{
+            DestKey, DestSpec, DestState, IpvsTable, ServiceEntry, ServiceSpec,
+            VirtualServerKey,
+        },
+    },
+    model::{
+        fixtures, EndpointInfo, Protocol, ServicePortInfo, ServicePortName,
+    },
     selection::select,
 };
 

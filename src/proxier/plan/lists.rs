@@ -1,0 +1,116 @@
+//! Operations collected by kind and emitted in the order the module
+//! docs of [`super`] give, for a sync's plan and a repair alike.
+
+use std::collections::BTreeMap;
+
+use super::service_spec;
+
+use crate::{
+    desired::VirtualServer,
+    kernel::{
+        ipsets::IpsetOp,
+        ipvs::{DestKey, DestSpec, IpvsOp, VirtualServerKey},
+    },
+};
+
+/// The real servers a virtual server wants, with their weights.
+pub(super) fn dests(vs: &VirtualServer) -> BTreeMap<DestKey, u32> {
+    vs.real_servers
+        .iter()
+        .map(|rs| {
+            (
+                DestKey {
+                    address: rs.address,
+                    port: rs.port,
+                },
+                rs.weight,
+            )
+        })
+        .collect()
+}
+
+/// IPVS operations collected by kind, emitted in the documented order.
+#[derive(Default)]
+pub(super) struct IpvsLists {
+    pub(super) services: Vec<IpvsOp>,
+    pub(super) add_dests: Vec<IpvsOp>,
+    pub(super) update_dests: Vec<IpvsOp>,
+    pub(super) delete_dests: Vec<IpvsOp>,
+    pub(super) delete_services: Vec<IpvsOp>,
+}
+
+impl IpvsLists {
+    /// Compares what was programmed with what should be. `before` may come
+    /// from the ledger (weights as desired) or from a dump (weights as the
+    /// kernel has them): either way a differing weight is updated.
+    pub(super) fn diff(
+        &mut self,
+        key: VirtualServerKey,
+        before: Option<&VirtualServer>,
+        after: Option<&VirtualServer>,
+    ) {
+        match (before, after) {
+            (None, None) => {}
+            (Some(_), None) => {
+                self.delete_services.push(IpvsOp::DeleteService(key))
+            }
+            (None, Some(vs)) => {
+                self.services.push(IpvsOp::AddService(service_spec(vs)));
+                self.dests(key, &BTreeMap::new(), &dests(vs));
+            }
+            (Some(old), Some(new)) => {
+                let spec = service_spec(new);
+                if service_spec(old) != spec {
+                    self.services.push(IpvsOp::UpdateService(spec));
+                }
+                self.dests(key, &dests(old), &dests(new));
+            }
+        }
+    }
+
+    pub(super) fn dests(
+        &mut self,
+        key: VirtualServerKey,
+        old: &BTreeMap<DestKey, u32>,
+        new: &BTreeMap<DestKey, u32>,
+    ) {
+        for (dest, &weight) in new {
+            let spec = DestSpec { key: *dest, weight };
+            match old.get(dest) {
+                None => self.add_dests.push(IpvsOp::AddDest(key, spec)),
+                Some(&w) if w != weight => {
+                    self.update_dests.push(IpvsOp::UpdateDest(key, spec))
+                }
+                Some(_) => {}
+            }
+        }
+        for dest in old.keys().filter(|d| !new.contains_key(d)) {
+            self.delete_dests.push(IpvsOp::DeleteDest(key, *dest));
+        }
+    }
+
+    pub(super) fn into_ops(self) -> Vec<IpvsOp> {
+        let mut ops = self.services;
+        ops.extend(self.add_dests);
+        ops.extend(self.update_dests);
+        ops.extend(self.delete_dests);
+        ops.extend(self.delete_services);
+        ops
+    }
+}
+
+#[derive(Default)]
+pub(super) struct SetLists {
+    pub(super) create: Vec<IpsetOp>,
+    pub(super) add: Vec<IpsetOp>,
+    pub(super) delete: Vec<IpsetOp>,
+}
+
+impl SetLists {
+    pub(super) fn into_ops(self) -> Vec<IpsetOp> {
+        let mut ops = self.create;
+        ops.extend(self.add);
+        ops.extend(self.delete);
+        ops
+    }
+}
