@@ -24,6 +24,7 @@
 use std::{fmt, future::Future, net::IpAddr, time::Duration};
 
 use crate::{
+    kernel::KernelError,
     runner::SyncTrigger,
     sync::{SyncOutcome, SyncState},
 };
@@ -47,9 +48,41 @@ impl fmt::Debug for SyncBatch<'_> {
     }
 }
 
+/// Why applying a sync failed. The loop retries every kind the same
+/// way (with a growing pause); the kind is what its log line and the
+/// operator go by.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct BackendError(pub String);
+pub enum BackendError {
+    /// Some of the sync's kernel operations failed; the backend keeps
+    /// them and tries them again with the next sync.
+    #[error("{failed} of {attempted} kernel operations failed")]
+    KernelOperations { failed: usize, attempted: usize },
+    /// The backend lost track of the kernel (the dummy link gone, a set
+    /// missing): the next sync compares the whole desired state.
+    #[error(
+        "the kernel lost what was programmed; the next sync compares it whole"
+    )]
+    LostTrack,
+    #[error("{tables} iptables table(s) could not be restored")]
+    IptablesRestore { tables: usize },
+    #[error("UDP conntrack entries not listed: {0}")]
+    ConntrackDump(KernelError),
+    #[error("{failed} stale UDP conntrack entries not deleted")]
+    ConntrackDelete { failed: usize },
+}
+
+impl BackendError {
+    /// The kind, as a log field.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            BackendError::KernelOperations { .. } => "kernel_operations",
+            BackendError::LostTrack => "lost_track",
+            BackendError::IptablesRestore { .. } => "iptables_restore",
+            BackendError::ConntrackDump(_) => "conntrack_dump",
+            BackendError::ConntrackDelete { .. } => "conntrack_delete",
+        }
+    }
+}
 
 /// What one repair step did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -185,10 +185,26 @@ fn is_link_local_v6(ip: &IpAddr) -> bool {
 pub enum ChangeOutcome {
     Unchanged,
     NeedsSync,
-    /// The proxy cannot continue with its current rules (our Node's
-    /// podCIDRs changed under `detectLocalMode: NodeCIDR`): exit so that
+    /// The proxy cannot continue with its current rules: exit so that
     /// the restart rebuilds them, as upstream does.
-    Restart(String),
+    Restart(RestartReason),
+}
+
+/// Why the proxy must restart.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RestartReason {
+    /// Our Node's podCIDRs changed under `detectLocalMode: NodeCIDR`:
+    /// the local-traffic rules are built from them once.
+    #[error(
+        "node {node} podCIDRs changed from {old:?} to {new:?} under \
+         detectLocalMode NodeCIDR; restarting to rebuild the local-traffic \
+         rules"
+    )]
+    PodCidrsChanged {
+        node: String,
+        old: Vec<IpNet>,
+        new: Vec<IpNet>,
+    },
 }
 
 impl ChangeOutcome {
@@ -422,12 +438,11 @@ impl SyncState {
                 Ok(true)
             }
             NodeUpdate::PodCidrsChanged { old, new } => {
-                Err(ChangeOutcome::Restart(format!(
-                    "node {} podCIDRs changed from {:?} to {:?} under \
-                     detectLocalMode NodeCIDR; restarting to rebuild the \
-                     local-traffic rules",
-                    self.node_name, old, new
-                )))
+                Err(ChangeOutcome::Restart(RestartReason::PodCidrsChanged {
+                    node: self.node_name.clone(),
+                    old,
+                    new,
+                }))
             }
         }
     }

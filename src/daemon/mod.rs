@@ -33,7 +33,7 @@ use crate::{
     runner::{BoundedFrequencyRunner, RunnerHandle, SyncTrigger},
     server::SyncReporter,
     source::SourceEvent,
-    sync::{ChangeOutcome, SyncState},
+    sync::{ChangeOutcome, RestartReason, SyncState},
     telemetry::events::{InternalEvent, RepairPart, RepairTimed},
 };
 use feeder::Input;
@@ -56,8 +56,8 @@ pub struct LoopSettings {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
-    #[error("{0}")]
-    Restart(String),
+    #[error(transparent)]
+    Restart(RestartReason),
     #[error("the object source ended")]
     SourceEnded,
 }
@@ -347,7 +347,9 @@ impl<B: Backend> SyncLoop<B> {
                 }
             }
             Err(e) => {
-                span.in_scope(|| warn!(error = %e, "sync failed; retrying"));
+                span.in_scope(|| {
+                    warn!(error = %e, reason = e.reason(), "sync failed; retrying")
+                });
                 self.stages.requeue(changes);
                 let backoff = RETRY_AFTER
                     .saturating_mul(1 << self.failures.min(16))

@@ -120,10 +120,16 @@ impl Backend for Recording {
         let mut fail = self.fail_first.lock().unwrap();
         if *fail > 0 {
             *fail -= 1;
-            return Err(BackendError("injected".into()));
+            return Err(BackendError::KernelOperations {
+                failed: 1,
+                attempted: 1,
+            });
         }
         if self.script.lock().unwrap().pop_front() == Some(true) {
-            return Err(BackendError("injected".into()));
+            return Err(BackendError::KernelOperations {
+                failed: 1,
+                attempted: 1,
+            });
         }
         Ok(())
     }

@@ -120,9 +120,7 @@ where
             }
             .emit();
         }
-        let report = result.map_err(|e| {
-            BackendError(format!("UDP conntrack entries not listed: {e}"))
-        })?;
+        let report = result.map_err(BackendError::ConntrackDump)?;
         debug!(
             dumped = report.dumped,
             deleted = report.deleted,
@@ -133,10 +131,9 @@ where
             warn!(%error, "stale UDP flow not deleted");
         }
         if !report.errors.is_empty() {
-            return Err(BackendError(format!(
-                "stale UDP conntrack entries not deleted: {}",
-                report.errors.len()
-            )));
+            return Err(BackendError::ConntrackDelete {
+                failed: report.errors.len(),
+            });
         }
         Ok(())
     }

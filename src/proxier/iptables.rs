@@ -167,10 +167,9 @@ where
         }
         result?;
         if !report.is_ok() {
-            return Err(BackendError(format!(
-                "{} iptables table(s) could not be restored",
-                report.errors.len()
-            )));
+            return Err(BackendError::IptablesRestore {
+                tables: report.errors.len(),
+            });
         }
         Ok(())
     }

@@ -934,12 +934,15 @@ where
                 report
             }
         };
-        let failures = report.failures();
-        if failures > 0 || self.needs_full {
-            return Err(BackendError(format!(
-                "{failures} of {} kernel operations failed",
-                report.op_count()
-            )));
+        let failed = report.failures();
+        if failed > 0 {
+            return Err(BackendError::KernelOperations {
+                failed,
+                attempted: report.op_count(),
+            });
+        }
+        if self.needs_full {
+            return Err(BackendError::LostTrack);
         }
         Ok(())
     }

@@ -834,3 +834,58 @@ fn a_node_fed_by_its_view_takes_no_objects_but_its_node() {
     objects.sync();
     assert_eq!(objects.service_map().len(), 1);
 }
+
+/// Under `detectLocalMode: NodeCIDR` the local-traffic rules are built
+/// from our Node's podCIDRs once: a change asks for a restart, naming the
+/// node and both lists; another Node's change does not.
+#[test]
+fn a_pod_cidr_change_under_node_cidr_asks_for_a_restart_with_its_reason() {
+    use crate::{model::fixtures, source::store::Stores};
+    let with_cidr = |name: &str, cidr: &str| {
+        let cidr = cidr.to_owned();
+        fixtures::node(name, move |n| {
+            n.spec.get_or_insert_with(Default::default).pod_cidrs =
+                Some(vec![cidr]);
+        })
+    };
+    let settings = NodeSettings {
+        detect_local_node_cidr: true,
+        ..NodeSettings::default()
+    };
+    let mut state = SyncState::new("node-a", settings, None, SystemTime::now());
+    let mut stores = Stores::new("node-a");
+    let mut outcomes = |event, state: &mut SyncState| {
+        stores
+            .apply(event)
+            .iter()
+            .map(|change| state.apply(change))
+            .collect::<Vec<_>>()
+    };
+    outcomes(SourceEvent::Node(Event::Init), &mut state);
+    outcomes(
+        SourceEvent::Node(Event::InitApply(with_cidr(
+            "node-a",
+            "198.19.0.0/24",
+        ))),
+        &mut state,
+    );
+    outcomes(SourceEvent::Node(Event::InitDone), &mut state);
+    let other = outcomes(
+        SourceEvent::Node(Event::Apply(with_cidr("node-b", "198.19.9.0/24"))),
+        &mut state,
+    );
+    assert!(other
+        .iter()
+        .all(|o| !matches!(o, ChangeOutcome::Restart(_))));
+    let ours = outcomes(
+        SourceEvent::Node(Event::Apply(with_cidr("node-a", "198.19.1.0/24"))),
+        &mut state,
+    );
+    let want = RestartReason::PodCidrsChanged {
+        node: "node-a".into(),
+        old: vec!["198.19.0.0/24".parse().unwrap()],
+        new: vec!["198.19.1.0/24".parse().unwrap()],
+    };
+    assert_eq!(ours, [ChangeOutcome::Restart(want.clone())]);
+    assert!(want.to_string().contains("node node-a podCIDRs changed"));
+}

@@ -170,7 +170,10 @@ impl Backend for Failing {
     type Observed = ();
 
     async fn apply(&mut self, _: SyncBatch<'_>) -> Result<(), BackendError> {
-        Err(BackendError("injected".into()))
+        Err(BackendError::KernelOperations {
+            failed: 1,
+            attempted: 1,
+        })
     }
 
     fn begin_repair(
@@ -271,7 +274,13 @@ fn a_failed_apply_leaves_the_flows_to_the_retry() {
     let mut b = WithConntrack::new(Failing, spy([stale_v4()]));
     let mut state = dns_node(false);
     let result = sync(&mut b, &mut state, 1);
-    assert_eq!(result.map_err(|e| e.0), Err("injected".to_owned()));
+    assert_eq!(
+        result,
+        Err(BackendError::KernelOperations {
+            failed: 1,
+            attempted: 1
+        })
+    );
     assert_eq!(dumps(&b), 0);
     assert_eq!(flows(&b), vec![stale_v4()]);
     // The retry changes nothing in the trackers, yet owes the cleanup.
@@ -296,8 +305,11 @@ fn a_failed_dump_fails_the_sync_so_that_it_is_retried() {
         },
     );
     let mut state = dns_node(false);
-    let error = sync(&mut b, &mut state, 1).expect_err("the dump failed").0;
-    assert!(error.contains("injected"), "{error}");
+    let error = sync(&mut b, &mut state, 1).expect_err("the dump failed");
+    assert!(
+        matches!(&error, BackendError::ConntrackDump(e) if e.to_string().contains("injected")),
+        "{error:?}"
+    );
     assert_eq!(flows(&b), vec![stale_v4()]);
     b.conntrack.fail_dump = false;
     assert!(sync(&mut b, &mut state, 2).is_ok());
