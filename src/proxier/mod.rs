@@ -22,6 +22,7 @@ pub mod conntrack;
 pub mod graceful;
 pub mod host;
 pub mod iptables;
+mod operation;
 pub mod plan;
 pub mod stack;
 #[cfg(test)]
@@ -41,7 +42,7 @@ use crate::{
     config::Config,
     desired::{DesiredState, NodeContext, ServiceDelta, SetEntry},
     kernel::{
-        addresses::{AddressOp, Addresses, EADDRNOTAVAIL, ENODEV},
+        addresses::{AddressOp, Addresses, ENODEV},
         ipsets::{IpsetOp, Ipsets},
         ipvs::{Ipvs, IpvsOp, IpvsTable, ServiceEntry, VirtualServerKey},
         ErrorKind, KernelError,
@@ -50,6 +51,7 @@ use crate::{
     telemetry::events::{Facility, InternalEvent, KernelOperations},
 };
 use graceful::{GracefulConfig, GracefulQueue, Observation};
+use operation::{outcome, settle, Operation};
 use plan::{KernelOps, Ledger, Observed, Ownership, RepairCursor, Touched};
 
 /// kube-proxy's dummy link.
@@ -130,18 +132,17 @@ impl ApplyReport {
 
     /// Every failure, for logs.
     pub fn failed(&self) -> impl Iterator<Item = &KernelError> {
-        fn unsettled<T>(
-            failed: &[(T, KernelError)],
-            settled: fn(&T, &KernelError) -> bool,
+        fn unsettled<O: Operation>(
+            failed: &[(O, KernelError)],
         ) -> impl Iterator<Item = &KernelError> {
             failed
                 .iter()
-                .filter(move |(op, e)| !settled(op, e))
+                .filter(|(op, e)| !op.settled(e))
                 .map(|(_, e)| e)
         }
-        unsettled(&self.failed_ipvs, settled_ipvs)
-            .chain(unsettled(&self.failed_addresses, settled_address))
-            .chain(unsettled(&self.failed_ipsets, settled_ipset))
+        unsettled(&self.failed_ipvs)
+            .chain(unsettled(&self.failed_addresses))
+            .chain(unsettled(&self.failed_ipsets))
             .chain(&self.errors)
     }
 
@@ -686,22 +687,12 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
         }
         let mut report = ApplyReport::default();
         let mut counts = KernelOperations::new();
-        // Per facility, so that a slow sync says where its time went.
         if !ops.ipvs.is_empty() {
-            let start = Instant::now();
+            let started = Instant::now();
             let results = self.ipvs.apply(&ops.ipvs).await;
-            debug!(
-                operations = ops.ipvs.len(),
-                elapsed = ?start.elapsed(),
-                "ipvs operations applied"
-            );
             report.ipvs_ops = ops.ipvs.len();
-            for (op, result) in zip(ops.ipvs, results) {
-                counts.record(
-                    Facility::Ipvs,
-                    ipvs_label(&op),
-                    outcome(&result),
-                );
+            for (op, result) in settle(ops.ipvs, results, started, &mut counts)
+            {
                 if let IpvsOp::DeleteService(key) = &op {
                     // A virtual server we failed to delete stays ours,
                     // even once its address has left the dummy link.
@@ -711,7 +702,7 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
                     };
                 }
                 if let Err(e) = result {
-                    if !settled_ipvs(&op, &e) {
+                    if !op.settled(&e) {
                         self.suspects.services.insert(op.service());
                     }
                     report.failed_ipvs.push((op, e));
@@ -719,23 +710,15 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
             }
         }
         if !ops.addresses.is_empty() {
-            let start = Instant::now();
+            let started = Instant::now();
             let link = self.config.link.clone();
             let results = self.addresses.apply(&link, &ops.addresses).await;
-            debug!(
-                operations = ops.addresses.len(),
-                elapsed = ?start.elapsed(),
-                "address operations applied"
-            );
             report.address_ops = ops.addresses.len();
-            for (op, result) in zip(ops.addresses, results) {
-                counts.record(
-                    Facility::Addresses,
-                    address_label(&op),
-                    outcome(&result),
-                );
+            for (op, result) in
+                settle(ops.addresses, results, started, &mut counts)
+            {
                 if let Err(e) = result {
-                    if !settled_address(&op, &e) {
+                    if !op.settled(&e) {
                         // The link itself is gone: every address with it.
                         self.needs_full |= e.errno == Some(ENODEV);
                         self.suspects.addresses.insert(op.address());
@@ -745,20 +728,12 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
             }
         }
         if !ops.ipsets.is_empty() {
-            let start = Instant::now();
+            let started = Instant::now();
             let results = self.ipsets.apply(&ops.ipsets).await;
-            debug!(
-                operations = ops.ipsets.len(),
-                elapsed = ?start.elapsed(),
-                "ipset operations applied"
-            );
             report.ipset_ops = ops.ipsets.len();
-            for (op, result) in zip(ops.ipsets, results) {
-                counts.record(
-                    Facility::Ipsets,
-                    ipset_label(&op),
-                    outcome(&result),
-                );
+            for (op, result) in
+                settle(ops.ipsets, results, started, &mut counts)
+            {
                 if let Err(e) = result {
                     self.suspect_set_failure(&op, &e);
                     report.failed_ipsets.push((op, e));
@@ -773,7 +748,7 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
     /// (ENOENT), or a failure of a whole set's operation, calls for a
     /// full reconcile.
     fn suspect_set_failure(&mut self, op: &IpsetOp, e: &KernelError) {
-        if settled_ipset(op, e) {
+        if op.settled(e) {
             return;
         }
         match op {
@@ -783,37 +758,6 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
             }
             _ => self.needs_full = true,
         }
-    }
-}
-
-/// Whether a failed IPVS operation still left the kernel as asked: a
-/// virtual or real server already gone. (One already there may differ
-/// from what was asked, so an add that found it is a failure, and the
-/// retry compares it.)
-fn settled_ipvs(op: &IpvsOp, e: &KernelError) -> bool {
-    matches!(op, IpvsOp::DeleteService(_) | IpvsOp::DeleteDest(..))
-        && e.kind == ErrorKind::NotFound
-}
-
-/// Whether a failed address operation still left the kernel as asked:
-/// an address already bound, or already gone.
-fn settled_address(op: &AddressOp, e: &KernelError) -> bool {
-    match op {
-        AddressOp::Add(_) => e.kind == ErrorKind::Exists,
-        AddressOp::Delete(_) => e.errno == Some(EADDRNOTAVAIL),
-    }
-}
-
-/// Whether a failed set operation still left the kernel as asked: an
-/// entry (or set) already there for an add, already gone for a delete.
-/// A missing set (ENOENT) is not: its entries are gone with it.
-fn settled_ipset(op: &IpsetOp, e: &KernelError) -> bool {
-    match op {
-        IpsetOp::Create(_) | IpsetOp::Add(..) => e.kind == ErrorKind::Exists,
-        IpsetOp::Delete(..) => {
-            e.kind == ErrorKind::NotFound && e.errno != Some(libc::ENOENT)
-        }
-        IpsetOp::Destroy(_) => e.kind == ErrorKind::NotFound,
     }
 }
 
@@ -830,65 +774,11 @@ fn keep_read<T>(
     }
 }
 
-/// Pairs operations with results; an implementation that returned too
-/// few results leaves the rest marked as failed rather than unreported.
-fn zip<T: std::fmt::Debug>(
-    ops: Vec<T>,
-    results: Vec<OpResult>,
-) -> impl Iterator<Item = (T, OpResult)> {
-    let mut results = results.into_iter();
-    ops.into_iter().map(move |op| {
-        let result = results.next().unwrap_or_else(|| {
-            Err(KernelError::new(
-                ErrorKind::Transport,
-                format!("{op:?}"),
-                "no result returned for this operation",
-            ))
-        });
-        (op, result)
-    })
-}
-
 fn keep<T>(
     result: Result<T, KernelError>,
     report: &mut ApplyReport,
 ) -> Option<T> {
     keep_read(result, &mut report.errors)
-}
-
-fn ipvs_label(op: &IpvsOp) -> &'static str {
-    match op {
-        IpvsOp::AddService(_) => "add_service",
-        IpvsOp::UpdateService(_) => "update_service",
-        IpvsOp::DeleteService(_) => "delete_service",
-        IpvsOp::AddDest(..) => "add_dest",
-        IpvsOp::UpdateDest(..) => "update_dest",
-        IpvsOp::DeleteDest(..) => "delete_dest",
-    }
-}
-
-fn address_label(op: &AddressOp) -> &'static str {
-    match op {
-        AddressOp::Add(_) => "add",
-        AddressOp::Delete(_) => "delete",
-    }
-}
-
-fn ipset_label(op: &IpsetOp) -> &'static str {
-    match op {
-        IpsetOp::Create(_) => "create",
-        IpsetOp::Destroy(_) => "destroy",
-        IpsetOp::Add(..) => "add",
-        IpsetOp::Delete(..) => "delete",
-    }
-}
-
-/// The `result` label of an operation's count.
-fn outcome<T>(result: &Result<T, KernelError>) -> &'static str {
-    match result {
-        Ok(_) => "ok",
-        Err(e) => e.kind.metric_label(),
-    }
 }
 
 fn count_one<T>(
