@@ -118,6 +118,11 @@ impl Batch {
         self.push(self.handle.dest(service).del(dest))
     }
 
+    #[cfg(test)]
+    pub(crate) fn requests(&self) -> &[WriteRequest] {
+        &self.requests
+    }
+
     /// How many requests are queued.
     pub fn len(&self) -> usize {
         self.requests.len()

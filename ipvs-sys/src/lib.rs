@@ -18,7 +18,8 @@
 //! Beside them, [`SockoptSocket`] speaks IPVS's older socket options for
 //! IPv4: one blocking system call to write a virtual or real server, or
 //! to read one service's real servers, where a few at a time make
-//! generic netlink's round trip the larger cost.
+//! generic netlink's round trip the larger cost. A [`Write`] is one write
+//! as a value, which both a [`Batch`] and the socket take.
 //!
 //! ```no_run
 //! use ipvs_sys::{Destination, Service, ServiceKey};
@@ -75,6 +76,7 @@ pub mod service;
 mod sockopt;
 mod stats;
 mod timeout;
+mod write;
 
 pub use self::{
     address::{AddressFamily, InetAddr, Protocol, INET_ADDR_LEN},
@@ -99,6 +101,7 @@ pub use self::{
     sockopt::SockoptSocket,
     stats::Stats,
     timeout::Timeouts,
+    write::Write,
 };
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use std::{
 use futures::{future, StreamExt};
 use ipvs_sys::{
     Destination, ForwardMethod, Handle, Protocol as IpvsProtocol, Service,
-    ServiceFlags, SockoptSocket,
+    ServiceFlags, SockoptSocket, Write,
 };
 use tracing::warn;
 
@@ -344,15 +344,17 @@ impl Ipvs for NetlinkIpvs {
         } else {
             vec![false; ops.len()]
         };
+        // Lowered once, whichever path takes each.
+        let writes: Vec<Write> = ops.iter().map(to_write).collect();
         let mut to_netlink = Vec::new();
         let mut written = 0usize;
-        for (i, op) in ops.iter().enumerate() {
+        for (i, (op, write)) in ops.iter().zip(&writes).enumerate() {
             let socket = self.sockopt.as_ref().filter(|_| by_sockopt[i]);
             let Some(socket) = socket else {
                 to_netlink.push(i);
                 continue;
             };
-            match write_by_sockopt(socket, op) {
+            match socket.write(write) {
                 Err(err) if err.errno() == Some(libc::ENOPROTOOPT) => {
                     // IPVS's options are not registered (the module gone
                     // since start): netlink says what is wrong, for this
@@ -378,8 +380,8 @@ impl Ipvs for NetlinkIpvs {
             }
         }
         if !to_netlink.is_empty() {
-            let netlink: Vec<&IpvsOp> =
-                to_netlink.iter().map(|&i| &ops[i]).collect();
+            let netlink: Vec<(&IpvsOp, &Write)> =
+                to_netlink.iter().map(|&i| (&ops[i], &writes[i])).collect();
             for (i, result) in to_netlink
                 .into_iter()
                 .zip(self.apply_by_netlink(&netlink).await)
@@ -410,44 +412,24 @@ const SOCKOPT_WRITES_BETWEEN_YIELDS: usize = 128;
 impl NetlinkIpvs {
     async fn apply_by_netlink(
         &self,
-        ops: &[&IpvsOp],
+        ops: &[(&IpvsOp, &Write)],
     ) -> Vec<Result<(), KernelError>> {
         let mut batch = self.handle.batch().window(ipvs_sys::DEFAULT_WINDOW);
-        for op in ops {
-            match op {
-                IpvsOp::AddService(spec) => {
-                    batch.add_service(&to_service(spec));
-                }
-                IpvsOp::UpdateService(spec) => {
-                    batch.set_service(&to_service(spec));
-                }
-                IpvsOp::DeleteService(key) => {
-                    batch.del_service(to_key(key));
-                }
-                IpvsOp::AddDest(service, dest) => {
-                    batch.add_dest(to_key(service), &to_destination(dest));
-                }
-                IpvsOp::UpdateDest(service, dest) => {
-                    batch.set_dest(to_key(service), &to_destination(dest));
-                }
-                IpvsOp::DeleteDest(service, dest) => {
-                    let dest = Destination::new(dest.address, dest.port);
-                    batch.del_dest(to_key(service), &dest);
-                }
-            }
+        for (_, write) in ops {
+            batch.write(write);
         }
         match batch.execute().await {
             Ok(results) => ops
                 .iter()
                 .zip(results)
-                .map(|(op, result)| {
+                .map(|((op, _), result)| {
                     result.map_err(|err| kernel_error(op.object(), &err))
                 })
                 .collect(),
             // Nothing was sent (IPVS missing): every operation failed so.
             Err(err) => ops
                 .iter()
-                .map(|op| Err(kernel_error(op.object(), &err)))
+                .map(|(op, _)| Err(kernel_error(op.object(), &err)))
                 .collect(),
         }
     }
@@ -481,24 +463,22 @@ pub(super) fn sockopt_route(ops: &[IpvsOp]) -> Vec<bool> {
         .collect()
 }
 
-/// One operation as one `setsockopt`.
-fn write_by_sockopt(
-    socket: &SockoptSocket,
-    op: &IpvsOp,
-) -> Result<(), ipvs_sys::Error> {
+/// An operation as the one write of ipvs-sys's that both of its write
+/// paths take.
+fn to_write(op: &IpvsOp) -> Write {
     match op {
-        IpvsOp::AddService(spec) => socket.add_service(&to_service(spec)),
-        IpvsOp::UpdateService(spec) => socket.set_service(&to_service(spec)),
-        IpvsOp::DeleteService(key) => socket.del_service(&to_key(key)),
+        IpvsOp::AddService(spec) => Write::AddService(to_service(spec)),
+        IpvsOp::UpdateService(spec) => Write::SetService(to_service(spec)),
+        IpvsOp::DeleteService(key) => Write::DelService(to_key(key)),
         IpvsOp::AddDest(service, dest) => {
-            socket.add_dest(&to_key(service), &to_destination(dest))
+            Write::AddDest(to_key(service), to_destination(dest))
         }
         IpvsOp::UpdateDest(service, dest) => {
-            socket.set_dest(&to_key(service), &to_destination(dest))
+            Write::SetDest(to_key(service), to_destination(dest))
         }
-        IpvsOp::DeleteDest(service, dest) => socket.del_dest(
-            &to_key(service),
-            &Destination::new(dest.address, dest.port),
+        IpvsOp::DeleteDest(service, dest) => Write::DelDest(
+            to_key(service),
+            Destination::new(dest.address, dest.port),
         ),
     }
 }
