@@ -292,6 +292,15 @@ async fn plan_from_the_api_side_is_the_plan_from_its_file() {
         let source = file::watch(state.clone(), STATE_FILE_POLL).boxed();
         async move { api_side::serve(&config, &settings, source).await }
     });
+    // plan asks once and says why it has no view: the API side must be
+    // listening first.
+    let listening = tokio::time::timeout(Duration::from_secs(20), async {
+        while !socket.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(listening.is_ok(), "the API side never listened");
     let config = quiet_config();
     let from_file = {
         let mut printed = Vec::new();

@@ -156,6 +156,26 @@ impl SetName {
         name.truncate(MAX_NAME_LEN);
         name
     }
+
+    /// The set of kube-proxy's, of either family, that the kernel knows
+    /// as `name`; `None` for any other set.
+    pub fn from_kernel_name(name: &str) -> Option<SetName> {
+        static BY_NAME: std::sync::OnceLock<
+            std::collections::HashMap<String, SetName>,
+        > = std::sync::OnceLock::new();
+        BY_NAME
+            .get_or_init(|| {
+                SetKind::ALL
+                    .iter()
+                    .flat_map(|&kind| {
+                        [false, true].map(|ipv6| SetName { kind, ipv6 })
+                    })
+                    .map(|set| (set.name(), set))
+                    .collect()
+            })
+            .get(name)
+            .copied()
+    }
 }
 
 impl fmt::Display for SetName {

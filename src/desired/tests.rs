@@ -503,3 +503,18 @@ fn ipv6_set_names_follow_the_kernel_limit() {
         assert_eq!(SetName::v4(kind).name(), kind.base_name());
     }
 }
+
+/// Every set of ours is found by the name the kernel knows it by, of
+/// either family (IPv6 names cut at the kernel's limit included), and no
+/// other set is.
+#[test]
+fn a_set_of_ours_is_found_by_its_kernel_name() {
+    for kind in SetKind::ALL {
+        for ipv6 in [false, true] {
+            let set = SetName { kind, ipv6 };
+            assert_eq!(SetName::from_kernel_name(&set.name()), Some(set));
+        }
+    }
+    assert_eq!(SetName::from_kernel_name("KUBE-SOMEONE-ELSE"), None);
+    assert_eq!(SetName::from_kernel_name(""), None);
+}

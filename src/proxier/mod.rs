@@ -40,7 +40,7 @@ use tracing::{debug, info, warn};
 use crate::{
     backend::{Backend, BackendError, RepairStep, SyncBatch},
     config::Config,
-    desired::{DesiredState, NodeContext, ServiceDelta, SetEntry},
+    desired::{DesiredState, NodeContext, ServiceDelta, SetEntry, SetName},
     kernel::{
         addresses::{AddressOp, Addresses, ENODEV},
         ipsets::{IpsetOp, Ipsets},
@@ -457,7 +457,7 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
             _ => true,
         });
         for (name, entry) in suspects.entries {
-            let want = plan::set_named(&name)
+            let want = SetName::from_kernel_name(&name)
                 .is_some_and(|set| self.ledger.has_entry(set, &entry));
             ops.ipsets.push(match want {
                 true => IpsetOp::Add(name, entry),

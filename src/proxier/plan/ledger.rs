@@ -72,13 +72,6 @@ pub fn expected_sets(ipv4: bool, ipv6: bool) -> Vec<SetName> {
     sets
 }
 
-/// The set of ours named `name`, of either family.
-pub fn set_named(name: &str) -> Option<SetName> {
-    expected_sets(true, true)
-        .into_iter()
-        .find(|set| set.name() == name)
-}
-
 fn ipvs_ips(addr: IpAddr) -> (SetName, SetEntry) {
     (
         SetName::for_addr(SetKind::IpvsIps, addr),

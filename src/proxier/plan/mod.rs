@@ -53,7 +53,7 @@ use crate::kernel::{
 };
 
 pub use cleanup::cleanup;
-pub use ledger::{expected_sets, service_spec, set_named, set_spec, Ledger};
+pub use ledger::{expected_sets, service_spec, set_spec, Ledger};
 pub use ownership::{listed_in_sets, node_port_keys, Listed, Owner, Ownership};
 #[cfg(test)]
 pub use repair::reconcile;
