@@ -31,6 +31,10 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
+use bench_support::{
+    cluster::{env, listing, slice, ENDPOINTS},
+    counting::{mib, process_cpu, Counting, LIVE, PEAK},
+};
 use kube::runtime::watcher::Event;
 use kube_ipvs_proxy::{
     apiside::{
@@ -51,12 +55,6 @@ use tonic::{
     transport::{Certificate, ClientTlsConfig, Endpoint, Identity},
     Streaming,
 };
-
-mod cluster;
-mod counting;
-
-use cluster::{env, listing, slice, ENDPOINTS};
-use counting::{mib, process_cpu, Counting, LIVE, PEAK};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;

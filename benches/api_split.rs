@@ -34,6 +34,10 @@ use std::{
     time::{Duration, Instant, SystemTime},
 };
 
+use bench_support::{
+    cluster::{env, listing, slice, ENDPOINTS, ZONES},
+    counting::{mib, process_cpu, Counting, LIVE, PEAK},
+};
 use futures::StreamExt;
 use kube::runtime::watcher::Event;
 use kube_ipvs_proxy::{
@@ -52,12 +56,6 @@ use std::{
     io::{BufRead as _, BufReader, Lines},
     process::{Child, ChildStdin, ChildStdout},
 };
-
-mod cluster;
-mod counting;
-
-use cluster::{env, listing, slice, ENDPOINTS, ZONES};
-use counting::{mib, process_cpu, Counting, LIVE, PEAK};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;

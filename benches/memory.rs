@@ -19,6 +19,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 
+use bench_support::counting::{mib, process_cpu, Counting, LIVE, PEAK};
 use futures::{channel::mpsc, StreamExt};
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube::runtime::watcher::Event;
@@ -46,10 +47,6 @@ use kube_ipvs_proxy::{
     sync::{NodeSettings, SyncState},
 };
 use serde_json::json;
-
-mod counting;
-
-use counting::{mib, process_cpu, Counting, LIVE, PEAK};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;

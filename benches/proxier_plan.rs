@@ -9,12 +9,9 @@ use std::{
     time::{Duration, Instant},
 };
 
+use bench_support::fixtures::{loaded_state, median, Flip};
 use criterion::{criterion_group, Criterion};
 use kube_ipvs_proxy::{proxier::plan::Ledger, sync::SyncState};
-
-mod fixtures;
-
-use fixtures::{loaded_state, median, Flip};
 struct Loaded {
     state: SyncState,
     ledger: Ledger,

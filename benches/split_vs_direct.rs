@@ -34,6 +34,7 @@ use std::{
 };
 
 use anyhow::{bail, ensure, Context};
+use bench_support::counting::{mib, process_cpu, Counting, LIVE};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::{
     core::v1::{Namespace, Node, Service},
@@ -55,10 +56,6 @@ use kube_ipvs_proxy::{
 use serde_json::json;
 use testkit::client::{http_get, metric_sum};
 use tokio::sync::mpsc;
-
-mod counting;
-
-use counting::{mib, process_cpu, Counting, LIVE};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;

@@ -5,12 +5,9 @@
 
 use std::{hint::black_box, time::Duration};
 
+use bench_support::fixtures::{loaded_state, median, Flip};
 use criterion::{criterion_group, Criterion};
 use kube_ipvs_proxy::sync::SyncState;
-
-mod fixtures;
-
-use fixtures::{loaded_state, median, Flip};
 struct Loaded {
     state: SyncState,
     flip: Flip,

@@ -11,12 +11,11 @@ use std::{
 };
 
 use anyhow::{bail, Context};
+use bench_support::fixtures::ENDPOINTS_PER_SERVICE;
 use kube_ipvs_proxy::{
     desired::{Plan, SetKind, SetType, VirtualServer},
     model::Protocol,
 };
-
-use crate::fixtures::ENDPOINTS_PER_SERVICE;
 
 /// Runs `program args` with `input` on stdin; fails on a non-zero exit.
 pub fn run(program: &str, args: &[&str], input: &str) -> anyhow::Result<()> {

@@ -7,6 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context};
+use bench_support::{
+    fixtures::{self, ENDPOINTS_PER_SERVICE},
+    ipvs,
+};
 use futures::channel::mpsc;
 use ipvs_sys::{Destination, Handle};
 use kube::runtime::watcher::Event;
@@ -20,8 +24,7 @@ use kube_ipvs_proxy::{
     sync::{NodeSettings, SyncState},
 };
 
-use crate::fixtures::{self, ENDPOINTS_PER_SERVICE};
-use crate::{all_serving, ipvs, kernel, median, state, Flip, Settings, POLL};
+use crate::{all_serving, kernel, median, state, Flip, Settings, POLL};
 
 /// How the in-process proxy talks to IPVS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -34,22 +34,22 @@
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
+use bench_support::{
+    fixtures::{self, ENDPOINTS_PER_SERVICE},
+    ipvs,
+    proxy::{scrape, Proxy, SyncMetrics},
+};
 use ipvs_sys::{Destination, Handle};
 
 mod baseline;
 mod events;
-// Shared with the host benches; this one uses the object builders only.
-#[allow(dead_code)]
-#[path = "../fixtures/mod.rs"]
-mod fixtures;
-mod ipvs;
 mod kernel;
-mod proxy;
 mod state;
 
-use fixtures::ENDPOINTS_PER_SERVICE;
-use proxy::{scrape, Proxy, SyncMetrics};
 use state::{StateFile, NODE, NODE_IP};
+
+/// Our proxy, as cargo built it for this bench.
+const PROXY: &str = env!("CARGO_BIN_EXE_kube-ipvs-proxy");
 
 /// How long after the kernel shows a change the proxy's CPU time is read:
 /// the file source reads a fresh file again once it is a second old
@@ -358,7 +358,7 @@ async fn run_ours(
     tokio::time::sleep(settings.settle).await;
     eprintln!("guest_sync: the proxy's cold sync");
     let started = SystemTime::now();
-    let mut proxy = Proxy::start(&file.path, NODE, log)?;
+    let mut proxy = Proxy::start(PROXY, &file.path, NODE, log)?;
     let first = wait_first_sync(&mut proxy).await?;
     let cold_cpu = proxy.cpu()?;
     let peak_rss_kib = proxy.status_kib("VmHWM")?;

@@ -1,11 +1,12 @@
 //! The cluster both sides load: the host benches' services and slices
-//! (`benches/fixtures`), one Node that runs none of their endpoints, the
+//! (`bench_support::fixtures`), one Node that runs none of their endpoints, the
 //! state file the proxy watches, and the merged desired state the kernel
 //! tools are given.
 
 use std::{net::IpAddr, path::PathBuf};
 
 use anyhow::Context;
+use bench_support::fixtures::{self, ENDPOINTS_PER_SERVICE};
 use k8s_openapi::{
     api::{
         core::v1::{Node, NodeAddress, NodeStatus},
@@ -18,8 +19,6 @@ use kube_ipvs_proxy::{
     source::file::Snapshot,
     sync::{self, NodeSettings},
 };
-
-use crate::fixtures::{self, ENDPOINTS_PER_SERVICE};
 
 /// Not one of the fixtures' node-0..2: no endpoint is local, as for a
 /// node among many, so no KUBE-LOOP-BACK entries (a node hosting 40% of

@@ -3,11 +3,9 @@
 
 use std::time::Duration;
 
-use crate::{
-    churn::Scrape,
-    measure::Results,
-    proxy::{metrics_text, CpuTimes},
-};
+use bench_support::proxy::{metrics_text, CpuTimes};
+
+use crate::{churn::Scrape, measure::Results};
 
 /// Ours: the stages of a change on its way to the kernel, and the repair.
 const STAGES: &str = "kube_ipvs_proxy_change_stage_duration_seconds";

@@ -30,20 +30,17 @@ use std::{
     time::{Duration, Instant},
 };
 
+use bench_support::{
+    ipvs,
+    proxy::{metrics_text, CpuTimes, Proxy},
+};
 use futures::StreamExt;
 use ipvs_sys::{Destination, Handle, ServiceKey, SockoptSocket};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use tokio::sync::Semaphore;
 
-use crate::{
-    api, ipvs,
-    measure::Addresses,
-    objects,
-    proxy::{metrics_text, CpuTimes, Proxy},
-    relay::Relay,
-    Settings,
-};
+use crate::{api, measure::Addresses, objects, relay::Relay, Settings};
 
 /// Writes in flight at most; a slower API server lowers the achieved
 /// rate, which is reported, rather than piling up requests.

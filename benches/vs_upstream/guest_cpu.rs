@@ -5,8 +5,7 @@
 use std::{collections::BTreeMap, path::Path, time::Duration};
 
 use anyhow::Context;
-
-use crate::proxy::{clock_ticks, stat_times, CpuTimes};
+use bench_support::proxy::{clock_ticks, stat_times, CpuTimes};
 
 /// The whole machine's CPU time from /proc/stat's first line: busy
 /// (everything but idle and iowait) and all of it, over every CPU. What
@@ -65,15 +64,6 @@ impl MachineCpu {
 pub fn own_cpu() -> anyhow::Result<CpuTimes> {
     let stat = std::fs::read_to_string("/proc/self/stat")?;
     Ok(stat_times(&stat)?.1)
-}
-
-impl CpuTimes {
-    pub fn since(self, before: Self) -> Self {
-        Self {
-            user: self.user.saturating_sub(before.user),
-            system: self.system.saturating_sub(before.system),
-        }
-    }
 }
 
 /// CPU (user and system) of every process on this machine, summed by

@@ -5,7 +5,7 @@
 //!
 //! - `populate N` (on the host, `KUBECONFIG` the admin's): N ClusterIP
 //!   services, each with one EndpointSlice of ten endpoints on other
-//!   nodes, in namespace `bench` (benches/fixtures, numbered from
+//!   nodes, in namespace `bench` (bench_support::fixtures, numbered from
 //!   [`objects::FIRST`]).
 //! - `api-alone PROXY N` (on the host, right after `populate`): the API
 //!   server's answers to a new service's writes with no guest running
@@ -60,18 +60,9 @@ mod api;
 mod api_alone;
 mod breakdown;
 mod churn;
-#[allow(dead_code)]
-#[path = "../fixtures/mod.rs"]
-mod fixtures;
 mod guest_cpu;
-#[allow(dead_code)]
-#[path = "../guest_sync/ipvs.rs"]
-mod ipvs;
 mod measure;
 mod objects;
-#[allow(dead_code)]
-#[path = "../guest_sync/proxy.rs"]
-mod proxy;
 mod relay;
 mod report;
 mod trash;

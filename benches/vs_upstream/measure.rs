@@ -10,6 +10,11 @@ use std::{
 };
 
 use anyhow::{bail, Context};
+use bench_support::{
+    fixtures::ENDPOINTS_PER_SERVICE,
+    ipvs,
+    proxy::{metrics_text, scrape, CpuTimes, Proxy},
+};
 use ipvs_sys::Handle;
 
 use crate::{
@@ -17,9 +22,7 @@ use crate::{
     breakdown::{breakdown, each_minute, single},
     churn,
     guest_cpu::{cpu_by_name, own_cpu, MachineCpu},
-    ipvs, objects,
-    proxy::{metrics_text, scrape, CpuTimes, Proxy},
-    trash, Settings,
+    objects, trash, Settings,
 };
 
 const POLL: Duration = Duration::from_millis(2);
@@ -331,7 +334,7 @@ async fn cold_sync(
     loop {
         // `kubernetes` is there too, with its own real server.
         let (vs, rs) = ipvs::ipvs_counts(handle).await?;
-        if vs > n && rs > n * crate::fixtures::ENDPOINTS_PER_SERVICE {
+        if vs > n && rs > n * ENDPOINTS_PER_SERVICE {
             break;
         }
         proxy.check_alive()?;

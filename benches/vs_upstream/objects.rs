@@ -1,4 +1,4 @@
-//! The benchmark's objects: benches/fixtures' services and slices,
+//! The benchmark's objects: bench_support::fixtures' services and slices,
 //! numbered from [`FIRST`] so that their cluster IPs (198.18.16.0 on)
 //! keep clear of the `kubernetes` service (198.18.0.1) and of the node's
 //! address (198.18.100.1).
@@ -6,10 +6,9 @@
 use std::net::{IpAddr, Ipv4Addr};
 
 use anyhow::Context;
+use bench_support::fixtures::{self, ENDPOINTS_PER_SERVICE};
 use ipvs_sys::Destination;
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
-
-use crate::fixtures::{self, ENDPOINTS_PER_SERVICE};
 
 pub const NAMESPACE: &str = "bench";
 pub const FIRST: usize = 4096;

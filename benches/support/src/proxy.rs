@@ -11,7 +11,6 @@ use std::{
 
 use anyhow::{bail, Context};
 
-pub const PROXY: &str = env!("CARGO_BIN_EXE_kube-ipvs-proxy");
 const METRICS: &str = "127.0.0.1:10249";
 const LAST_SYNC: &str = "kubeproxy_sync_proxy_rules_last_timestamp_seconds";
 const SYNC_DURATION: &str = "kubeproxy_sync_proxy_rules_duration_seconds";
@@ -23,22 +22,34 @@ pub struct CpuTimes {
     pub system: Duration,
 }
 
+impl CpuTimes {
+    pub fn since(self, before: Self) -> Self {
+        Self {
+            user: self.user.saturating_sub(before.user),
+            system: self.system.saturating_sub(before.system),
+        }
+    }
+}
+
 pub struct Proxy {
     child: Child,
     log: PathBuf,
 }
 
 impl Proxy {
-    /// Starts our proxy on `state` in this thread's network namespace.
-    /// The repair rounds (every `--ipvs-sync-period`) are put out of the
-    /// measurements' way: they read the whole kernel back, beside the
-    /// syncs, and are not what a change costs.
+    /// Starts our proxy, `binary`, on `state` in this thread's network
+    /// namespace. The binary is the bench's to name: only the package's
+    /// own targets are told where cargo built it. The repair rounds
+    /// (every `--ipvs-sync-period`) are put out of the measurements' way:
+    /// they read the whole kernel back, beside the syncs, and are not
+    /// what a change costs.
     pub fn start(
+        binary: &str,
         state: &Path,
         node: &str,
         log: PathBuf,
     ) -> anyhow::Result<Self> {
-        let mut command = Command::new(PROXY);
+        let mut command = Command::new(binary);
         command
             .arg("--state")
             .arg(state)
