@@ -37,6 +37,7 @@ use std::{
 use bench_support::{
     cluster::{env, listing, slice, ENDPOINTS, ZONES},
     counting::{mib, process_cpu, Counting, LIVE, PEAK},
+    view_node,
 };
 use futures::StreamExt;
 use kube::runtime::watcher::Event;
@@ -46,9 +47,7 @@ use kube_ipvs_proxy::{
         serve_unix,
         server::{Access, Shared, ViewService},
     },
-    nodeview::endpoint::{ApiEndpoint, Credentials},
     source::{nodeview, store::Stores, SourceEvent},
-    sync::{NodeSettings, SyncState},
     telemetry::API_SIDE_SENT_BYTES_TOTAL,
 };
 use nodeview_protocol::v1;
@@ -340,16 +339,7 @@ impl Seen {
 /// A whole node: the real node client (`source::nodeview::watch`, with
 /// its reconnects), into the trackers and the desired state.
 async fn whole_node(i: usize, socket: PathBuf, seen: Arc<Seen>) {
-    let name = format!("node-{i}");
-    let mut updates = nodeview::watch(
-        &tokio::runtime::Handle::current(),
-        ApiEndpoint::Unix(socket),
-        Credentials::default(),
-        name.clone(),
-    );
-    let mut state =
-        SyncState::new(&name, NodeSettings::default(), None, SystemTime::now())
-            .fed_by_view();
+    let (mut updates, mut state) = view_node::start(i, socket);
     while let Some(update) = updates.next().await {
         let (full, revision) = (update.full, update.revision);
         seen.changes

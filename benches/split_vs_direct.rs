@@ -34,7 +34,10 @@ use std::{
 };
 
 use anyhow::{bail, ensure, Context};
-use bench_support::counting::{mib, process_cpu, Counting, LIVE};
+use bench_support::{
+    counting::{mib, process_cpu, Counting, LIVE},
+    view_node,
+};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::{
     core::v1::{Namespace, Node, Service},
@@ -46,11 +49,8 @@ use kube::{
     Client,
 };
 use kube_ipvs_proxy::{
-    nodeview::{
-        endpoint::{ApiEndpoint, Credentials},
-        Change,
-    },
-    source::{kube::watch, nodeview, store::Stores, SourceEvent},
+    nodeview::Change,
+    source::{kube::watch, store::Stores, SourceEvent},
     sync::{NodeSettings, SyncState},
 };
 use serde_json::json;
@@ -353,14 +353,7 @@ async fn split_node(
     socket: PathBuf,
     tx: mpsc::UnboundedSender<Seen>,
 ) -> anyhow::Result<()> {
-    let name = format!("node-{i}");
-    let mut updates = nodeview::watch(
-        &tokio::runtime::Handle::current(),
-        ApiEndpoint::Unix(socket),
-        Credentials::default(),
-        name.clone(),
-    );
-    let mut state = new_state(&name).fed_by_view();
+    let (mut updates, mut state) = view_node::start(i, socket);
     let mut synced = false;
     while let Some(update) = updates.next().await {
         let full = update.full;

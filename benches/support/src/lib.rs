@@ -7,3 +7,4 @@ pub mod counting;
 pub mod fixtures;
 pub mod ipvs;
 pub mod proxy;
+pub mod view_node;
