@@ -24,7 +24,12 @@ use kube_ipvs_proxy::{
     sync::{NodeSettings, SyncState},
 };
 
-use crate::{all_serving, kernel, median, state, Flip, Settings, POLL};
+use crate::{
+    change::{all_serving, median, Flip, POLL},
+    kernel,
+    settings::Settings,
+    state,
+};
 
 /// How the in-process proxy talks to IPVS.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -42,10 +42,14 @@ use bench_support::{
 use ipvs_sys::{Destination, Handle};
 
 mod baseline;
+mod change;
 mod events;
 mod kernel;
+mod settings;
 mod state;
 
+use change::{all_serving, median, Flip, POLL};
+use settings::Settings;
 use state::{StateFile, NODE, NODE_IP};
 
 /// Our proxy, as cargo built it for this bench.
@@ -55,38 +59,8 @@ const PROXY: &str = env!("CARGO_BIN_EXE_kube-ipvs-proxy");
 /// the file source reads a fresh file again once it is a second old
 /// (timestamps may be coarse), and that belongs to the change.
 const QUIET: Duration = Duration::from_millis(2500);
-const POLL: Duration = Duration::from_millis(1);
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(120);
 const COLD_TIMEOUT: Duration = Duration::from_secs(1800);
-
-struct Settings {
-    services: usize,
-    reps: usize,
-    settle: Duration,
-}
-
-fn setting(name: &str, default: usize) -> anyhow::Result<usize> {
-    match std::env::var(name) {
-        Ok(v) => v.parse().with_context(|| format!("{name}={v:?}")),
-        Err(_) => Ok(default),
-    }
-}
-
-impl Settings {
-    fn from_env() -> anyhow::Result<Self> {
-        let services = setting("BENCH_SERVICES", 10_000)?;
-        if !(2..=state::MAX_SERVICES).contains(&services) {
-            bail!("BENCH_SERVICES must be 2..={}", state::MAX_SERVICES);
-        }
-        Ok(Self {
-            services,
-            reps: setting("BENCH_REPS", 6)?.max(1),
-            settle: Duration::from_millis(
-                setting("BENCH_SETTLE_MS", 5000)? as u64
-            ),
-        })
-    }
-}
 
 /// What both sides must hold after the cold load.
 #[derive(Debug, PartialEq, Eq)]
@@ -149,14 +123,6 @@ fn children_cpu() -> Duration {
     tv(usage.ru_utime) + tv(usage.ru_stime)
 }
 
-fn median(mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    samples
-        .get(samples.len() / 2)
-        .copied()
-        .unwrap_or(Duration::ZERO)
-}
-
 /// One change's numbers, ours or the baseline's.
 #[derive(Debug, Clone, Copy, Default)]
 struct Sample {
@@ -178,46 +144,6 @@ fn medians(samples: &[Sample]) -> Medians {
         sync: median(samples.iter().map(|s| s.sync).collect()),
         cpu: median(samples.iter().map(|s| s.cpu).collect()),
     }
-}
-
-/// The endpoint that flips: the last of the middle service's.
-struct Flip {
-    service: usize,
-    vip: std::net::IpAddr,
-    rip: std::net::IpAddr,
-}
-
-impl Flip {
-    fn new(services: usize) -> anyhow::Result<Self> {
-        let service = services / 2;
-        Ok(Self {
-            service,
-            vip: state::cluster_ip(service)?,
-            rip: state::endpoint_ip(service, ENDPOINTS_PER_SERVICE - 1)?,
-        })
-    }
-
-    /// Rep `k` takes the endpoint out (even `k`) or puts it back.
-    fn ready(k: usize) -> bool {
-        k % 2 == 1
-    }
-
-    /// Whether the kernel shows rep `k`'s outcome: the endpoint serving
-    /// (weight above 0) exactly when ready, its siblings always.
-    fn shown(&self, k: usize, dests: &[Destination]) -> bool {
-        let serving: Vec<_> = dests
-            .iter()
-            .filter(|d| d.weight > 0)
-            .map(|d| d.address)
-            .collect();
-        let ready = Self::ready(k);
-        let want = ENDPOINTS_PER_SERVICE - usize::from(!ready);
-        serving.len() == want && serving.contains(&self.rip) == ready
-    }
-}
-
-fn all_serving(dests: &[Destination]) -> bool {
-    dests.iter().filter(|d| d.weight > 0).count() == ENDPOINTS_PER_SERVICE
 }
 
 struct Baseline {

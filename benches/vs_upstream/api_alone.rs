@@ -21,7 +21,7 @@ use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
 
 use crate::{
     api,
-    measure::{median_ms, Results},
+    measurement::{median_ms, Results},
     objects::{self, NAMESPACE},
 };
 

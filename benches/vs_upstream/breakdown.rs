@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bench_support::proxy::{metrics_text, CpuTimes};
 
-use crate::{churn::Scrape, measure::Results};
+use crate::measurement::{Results, Scrape};
 
 /// Ours: the stages of a change on its way to the kernel, and the repair.
 const STAGES: &str = "kube_ipvs_proxy_change_stage_duration_seconds";

@@ -30,17 +30,20 @@ use std::{
     time::{Duration, Instant},
 };
 
-use bench_support::{
-    ipvs,
-    proxy::{metrics_text, CpuTimes, Proxy},
-};
+use bench_support::{ipvs, proxy::Proxy};
 use futures::StreamExt;
 use ipvs_sys::{Destination, Handle, ServiceKey, SockoptSocket};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use tokio::sync::Semaphore;
 
-use crate::{api, measure::Addresses, objects, relay::Relay, Settings};
+use crate::{
+    api,
+    measurement::Scrape,
+    objects::{self, Addresses},
+    relay::Relay,
+    settings::Settings,
+};
 
 /// Writes in flight at most; a slower API server lowers the achieved
 /// rate, which is reported, rather than piling up requests.
@@ -69,20 +72,6 @@ pub struct Churn {
     /// and at each whole minute of it: what each minute cost, beside
     /// its latencies.
     pub scrapes: Vec<Scrape>,
-}
-
-pub struct Scrape {
-    pub metrics: String,
-    pub cpu: CpuTimes,
-}
-
-impl Scrape {
-    fn take(proxy: &Proxy) -> anyhow::Result<Self> {
-        Ok(Self {
-            metrics: metrics_text().unwrap_or_default(),
-            cpu: proxy.cpu_times()?,
-        })
-    }
 }
 
 /// One change followed because it, or an earlier change to its service,

@@ -3,7 +3,6 @@
 
 use std::{
     collections::BTreeMap,
-    net::IpAddr,
     path::Path,
     process::Command,
     time::{Duration, Instant},
@@ -22,58 +21,15 @@ use crate::{
     breakdown::{breakdown, each_minute, single},
     churn,
     guest_cpu::{cpu_by_name, own_cpu, MachineCpu},
-    objects, trash, Settings,
+    measurement::{median_ms, percentile_ms, Results},
+    objects::{self, Addresses},
+    settings::Settings,
+    trash,
 };
 
 const POLL: Duration = Duration::from_millis(2);
 /// Between timed changes, so that one's sync does not run into the next.
 const QUIET: Duration = Duration::from_secs(2);
-
-/// The services' addresses, computed once: the churn looks them up at
-/// every poll.
-pub struct Addresses {
-    pub vips: Vec<IpAddr>,
-    pub flipping: Vec<IpAddr>,
-}
-
-impl Addresses {
-    fn new(n: usize) -> anyhow::Result<Self> {
-        Ok(Self {
-            vips: (0..n).map(objects::cluster_ip).collect::<Result<_, _>>()?,
-            flipping: (0..n)
-                .map(objects::flipping_endpoint)
-                .collect::<Result<_, _>>()?,
-        })
-    }
-}
-
-pub struct Results<'a> {
-    proxy: &'a str,
-    services: usize,
-}
-
-impl<'a> Results<'a> {
-    pub fn new(proxy: &'a str, services: usize) -> anyhow::Result<Self> {
-        if !matches!(proxy, "upstream" | "ours") {
-            bail!("the proxy is `upstream` or `ours`, not {proxy:?}");
-        }
-        Ok(Self { proxy, services })
-    }
-
-    /// What the proxy has cost so far: CPU and peak RSS.
-    fn costs(&self, proxy: &Proxy) -> anyhow::Result<()> {
-        self.print("total_cpu_s", proxy.cpu()?.as_secs_f64());
-        self.print("peak_rss_mib", proxy.status_kib("VmHWM")? as f64 / 1024.0);
-        Ok(())
-    }
-
-    pub fn print(&self, metric: &str, value: f64) {
-        println!(
-            "RESULT {} {} {metric} {value:.3}",
-            self.proxy, self.services
-        );
-    }
-}
 
 pub async fn run(
     settings: &Settings,
@@ -434,22 +390,6 @@ impl Writes {
     }
 }
 
-pub fn median_ms(samples: &mut [Duration]) -> f64 {
-    samples.sort();
-    samples
-        .get(samples.len() / 2)
-        .map_or(f64::NAN, |d| d.as_secs_f64() * 1e3)
-}
-
-/// The nearest-rank percentile of sorted samples.
-pub fn percentile_ms(sorted: &[Duration], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = (q * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1].as_secs_f64() * 1e3
-}
-
 /// How busy the guest's CPUs were over the churn, and whose work that
 /// was: a proxy that cannot get a CPU when a change arrives is late
 /// however little each change costs it.
@@ -470,8 +410,8 @@ fn guest_share(
          the proxy {:.0} %, this bench (writer and observer) {:.0} % \
          ({:.0} % user, {:.0} % system), the rest (other processes, \
          interrupts) {:.0} %",
-        results.proxy,
-        results.services,
+        results.proxy(),
+        results.services(),
         pct(machine.busy),
         pct(proxy),
         pct(bench),

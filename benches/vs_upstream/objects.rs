@@ -104,6 +104,25 @@ pub fn flipping_endpoint(k: usize) -> anyhow::Result<IpAddr> {
         .context("fixture endpoint address")
 }
 
+/// The services' addresses, computed once: the churn looks them up at
+/// every poll.
+pub struct Addresses {
+    pub vips: Vec<IpAddr>,
+    pub flipping: Vec<IpAddr>,
+}
+
+impl Addresses {
+    /// Of services 0..n.
+    pub fn new(n: usize) -> anyhow::Result<Self> {
+        Ok(Self {
+            vips: (0..n).map(cluster_ip).collect::<Result<_, _>>()?,
+            flipping: (0..n)
+                .map(flipping_endpoint)
+                .collect::<Result<_, _>>()?,
+        })
+    }
+}
+
 /// Whether service `k`'s real servers show the slice `slice(k,
 /// all_ready)`: all ten, or nine without the flipping endpoint. A real
 /// server at weight 0 is on its way out (graceful termination) and does
