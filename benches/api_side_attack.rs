@@ -34,6 +34,7 @@ use std::{
 use bench_support::{
     cluster::{env, listing, slice, ENDPOINTS},
     counting::{mib, process_cpu, Counting, LIVE, PEAK},
+    result_line::ResultLine,
 };
 use kube::runtime::watcher::Event;
 use kube_ipvs_proxy::{
@@ -952,7 +953,8 @@ fn main() {
             ("refused", m.refused),
             ("served", m.served),
         ] {
-            println!("RESULT attack {name} {what} {count}");
+            // Counts: exact in an f64 far beyond any attack's.
+            ResultLine::new("attack", name, what, count as f64, 0).print();
         }
         for (what, value) in [
             ("first_view_p50_ms", ms(percentile(&m.first_view, 0.5))),
@@ -965,10 +967,11 @@ fn main() {
             ("heap_peak_mib", m.heap_peak_mib),
             ("rss_peak_mib", m.rss_peak_mib),
         ] {
-            println!("RESULT attack {name} {what} {value:.1}");
+            ResultLine::new("attack", name, what, value, 1).print();
         }
         if let Some(us) = m.cpu_per_attempt_us(base) {
-            println!("RESULT attack {name} api_side_cpu_us_per_try {us:.0}");
+            ResultLine::new("attack", name, "api_side_cpu_us_per_try", us, 0)
+                .print();
         }
         served += m.served;
     }

@@ -37,6 +37,7 @@ use std::{
 use bench_support::{
     cluster::{env, listing, slice, ENDPOINTS, ZONES},
     counting::{mib, process_cpu, Counting, LIVE, PEAK},
+    result_line::ResultLine,
     view_node,
 };
 use futures::StreamExt;
@@ -512,7 +513,7 @@ struct Report {
 impl Report {
     fn figure(&self, what: &str, measure: &str, value: f64, unit: &str) {
         println!("{what:<62} {value:>12.1} {unit}");
-        println!("RESULT split {} {measure} {value:.1}", self.nodes);
+        ResultLine::new("split", self.nodes, measure, value, 1).print();
     }
 }
 

@@ -5,7 +5,10 @@
 use std::time::Duration;
 
 use anyhow::bail;
-use bench_support::proxy::{metrics_text, CpuTimes, Proxy};
+use bench_support::{
+    proxy::{metrics_text, CpuTimes, Proxy},
+    result_line::ResultLine,
+};
 
 /// One proxy's figures at one size, each printed as it is measured.
 pub struct Results<'a> {
@@ -37,10 +40,7 @@ impl<'a> Results<'a> {
     }
 
     pub fn print(&self, metric: &str, value: f64) {
-        println!(
-            "RESULT {} {} {metric} {value:.3}",
-            self.proxy, self.services
-        );
+        ResultLine::new(self.proxy, self.services, metric, value, 3).print();
     }
 }
 

@@ -13,6 +13,7 @@ use std::{
 };
 
 use anyhow::{bail, Context};
+use bench_support::result_line::ResultLine;
 
 /// The measures in table order: name, label, and whether a ratio means
 /// anything (a smaller value is better).
@@ -231,23 +232,23 @@ fn parse(text: &str) -> anyhow::Result<(Table, Runs)> {
             }
             continue;
         }
-        let Some(rest) = line.strip_prefix("RESULT ") else {
+        if !line.starts_with(ResultLine::PREFIX) {
             continue;
-        };
-        let (upstream, services, measure, value) = match result(rest) {
+        }
+        let (upstream, services, result) = match result(line) {
             Ok(fields) => fields,
             Err(e) => {
                 eprintln!("report: line {}: {e:#}, skipped: {line:?}", i + 1);
                 continue;
             }
         };
-        let pair = table.entry((services, measure.to_string())).or_default();
+        let pair = table.entry((services, result.measure)).or_default();
         let slot = if upstream {
             &mut pair.upstream
         } else {
             &mut pair.ours
         };
-        *slot = Some(value);
+        *slot = Some(result.value);
     }
     if table.is_empty() {
         bail!("no RESULT lines");
@@ -279,16 +280,12 @@ fn run(rest: &str) -> anyhow::Result<(bool, usize, &str)> {
     Ok((upstream, services, stamp.trim()))
 }
 
-/// One RESULT line's fields: whether it is upstream's, the size, the
-/// measure and its value.
-fn result(rest: &str) -> anyhow::Result<(bool, usize, &str, f64)> {
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let [proxy, services, measure, value] = fields[..] else {
-        bail!("not `proxy services measure value`");
-    };
-    let (upstream, services) = proxy_and_size(proxy, services)?;
-    let value = value.parse().context("value")?;
-    Ok((upstream, services, measure, value))
+/// One RESULT line, with whether it is upstream's and its size: its
+/// subject and case.
+fn result(line: &str) -> anyhow::Result<(bool, usize, ResultLine)> {
+    let result: ResultLine = line.parse()?;
+    let (upstream, services) = proxy_and_size(&result.subject, &result.case)?;
+    Ok((upstream, services, result))
 }
 
 fn number(v: Option<f64>) -> String {

@@ -7,4 +7,5 @@ pub mod counting;
 pub mod fixtures;
 pub mod ipvs;
 pub mod proxy;
+pub mod result_line;
 pub mod view_node;
