@@ -14,6 +14,12 @@
 //! The kernel layer holds no policy (the iptables rules are the
 //! proxier's, beside its IPVS plan) and takes from `desired` only the
 //! data types it programs: virtual server keys and set entries.
+//!
+//! The benches have no layers, but the same rule against circles: in
+//! each bench target and in bench-support, no module may use one that
+//! uses it, and none may use the crate root's items (the root uses
+//! every module). What two benches share is bench-support's, never a
+//! file one includes from another's folder.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -177,7 +183,10 @@ fn crate_refs(code: &str) -> BTreeSet<String> {
     refs
 }
 
-fn graph() -> BTreeMap<String, BTreeMap<String, PathBuf>> {
+/// Each module, what it uses and the first file that does.
+type Graph = BTreeMap<String, BTreeMap<String, PathBuf>>;
+
+fn graph() -> Graph {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut graph = BTreeMap::new();
     for module in LAYERS.iter().flat_map(|l| l.iter()) {
@@ -238,12 +247,11 @@ fn no_module_imports_from_a_higher_layer() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
-#[test]
-fn no_two_modules_depend_on_each_other() {
-    let graph = graph();
+/// A path from some module back to itself, if there is one.
+fn cycle(graph: &Graph) -> Option<Vec<String>> {
     // Depth-first search from each module; a path back to it is a cycle.
     fn reaches(
-        graph: &BTreeMap<String, BTreeMap<String, PathBuf>>,
+        graph: &Graph,
         from: &str,
         target: &str,
         seen: &mut BTreeSet<String>,
@@ -264,12 +272,224 @@ fn no_two_modules_depend_on_each_other() {
         }
         false
     }
-    for module in graph.keys() {
+    graph.keys().find_map(|module| {
         let mut path = vec![module.clone()];
-        let found =
-            reaches(&graph, module, module, &mut BTreeSet::new(), &mut path);
-        assert!(!found, "a cycle: {}", path.join(" -> "));
+        reaches(graph, module, module, &mut BTreeSet::new(), &mut path)
+            .then_some(path)
+    })
+}
+
+/// A file of this package as its repository names it.
+fn shown(file: &Path) -> String {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    file.strip_prefix(root)
+        .unwrap_or(file)
+        .display()
+        .to_string()
+}
+
+/// `a -> b (the file of a that uses b) -> ...`
+fn describe(graph: &Graph, path: &[String]) -> String {
+    let mut out = path[0].clone();
+    for step in path.windows(2) {
+        let file = &graph[&step[0]][&step[1]];
+        out.push_str(&format!(" -> {} ({})", step[1], shown(file)));
     }
+    out
+}
+
+#[test]
+fn no_two_modules_depend_on_each_other() {
+    let graph = graph();
+    if let Some(path) = cycle(&graph) {
+        panic!("a cycle: {}", describe(&graph, &path));
+    }
+}
+
+/// What a bench module naming the crate root's own items depends on:
+/// the root, which declares and uses every module.
+const ROOT: &str = "(crate root)";
+
+/// Every bench target's crate root (a file of benches/, or
+/// benches/NAME/main.rs) and bench-support's.
+fn bench_roots() -> Vec<PathBuf> {
+    let benches = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches");
+    let mut roots = vec![benches.join("support/src/lib.rs")];
+    for entry in fs::read_dir(&benches).expect("benches/").flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            let main = path.join("main.rs");
+            if main.exists() {
+                roots.push(main);
+            }
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            roots.push(path);
+        }
+    }
+    roots.sort();
+    roots
+}
+
+/// The modules a crate root declares (`mod name;`), each with its files
+/// beside the root: NAME.rs, or what lies under NAME/; the one file a
+/// `#[path]` names, so that its circles are found too.
+fn declared_modules(root: &Path) -> BTreeMap<String, Vec<PathBuf>> {
+    let dir = root.parent().expect("a root in a folder");
+    let text = fs::read_to_string(root).expect("a readable root");
+    let mut modules = BTreeMap::new();
+    let mut path = None;
+    for line in code_of(&text).lines() {
+        let line = line.trim();
+        if let Some(file) = line
+            .strip_prefix("#[path = \"")
+            .and_then(|l| l.strip_suffix("\"]"))
+        {
+            path = Some(dir.join(file));
+            continue;
+        }
+        if line.starts_with("#[") {
+            continue;
+        }
+        let line = line
+            .strip_prefix("pub(crate) ")
+            .or_else(|| line.strip_prefix("pub "))
+            .unwrap_or(line);
+        let Some(name) =
+            line.strip_prefix("mod ").and_then(|l| l.strip_suffix(';'))
+        else {
+            path = None;
+            continue;
+        };
+        let name = name.trim().to_owned();
+        let files = match path.take() {
+            Some(file) => vec![file],
+            None => files_of(dir, &name),
+        };
+        modules.insert(name, files);
+    }
+    modules
+}
+
+/// A bench crate's modules and the crate root, with what each uses.
+fn bench_graph(root: &Path) -> Graph {
+    let dir = root.parent().expect("a root in a folder");
+    let modules = declared_modules(root);
+    let mut graph = Graph::new();
+    let declared = modules
+        .keys()
+        .map(|m| (m.clone(), root.to_owned()))
+        .collect();
+    graph.insert(ROOT.to_owned(), declared);
+    for (module, files) in &modules {
+        assert!(
+            !files.is_empty(),
+            "{}: no file for `mod {module};` beside it",
+            shown(root)
+        );
+        let mut deps = BTreeMap::new();
+        for file in files {
+            let text = fs::read_to_string(file).expect("a readable file");
+            let mut code = code_of(&text);
+            // In the module's own file, `super` is the crate root.
+            let own = [
+                dir.join(format!("{module}.rs")),
+                dir.join(module).join("mod.rs"),
+            ];
+            if own.contains(file) {
+                code = code.replace("super::", "crate::");
+            }
+            for dep in crate_refs(&code) {
+                let dep = if modules.contains_key(&dep) {
+                    dep
+                } else {
+                    ROOT.to_owned()
+                };
+                if dep != *module {
+                    deps.entry(dep).or_insert_with(|| file.clone());
+                }
+            }
+        }
+        graph.insert(module.clone(), deps);
+    }
+    graph
+}
+
+#[test]
+fn no_bench_module_uses_one_that_uses_it() {
+    let roots = bench_roots();
+    assert!(roots.len() > 1, "no bench found in benches/");
+    let cycles: Vec<String> = roots
+        .iter()
+        .filter_map(|root| {
+            let graph = bench_graph(root);
+            let path = cycle(&graph)?;
+            Some(format!("{}: {}", shown(root), describe(&graph, &path)))
+        })
+        .collect();
+    assert!(cycles.is_empty(), "cycles:\n{}", cycles.join("\n"));
+}
+
+#[test]
+fn no_bench_includes_a_file_by_path() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let included: Vec<String> = files_of(root, "benches")
+        .into_iter()
+        .filter(|file| {
+            let text = fs::read_to_string(file).expect("a readable file");
+            code_of(&text).contains("#[path")
+        })
+        .map(|file| shown(&file))
+        .collect();
+    assert!(
+        included.is_empty(),
+        "`#[path]` in {included:?}: what benches share belongs in \
+         bench-support"
+    );
+}
+
+#[test]
+fn the_bench_check_sees_a_circle_through_the_root_and_super() {
+    let dir = std::env::temp_dir()
+        .join(format!("layers-bench-check-{}", std::process::id()));
+    let crate_of = |name: &str, files: &[(&str, &str)]| -> PathBuf {
+        let at = dir.join(name);
+        fs::create_dir_all(&at).expect("a scratch folder");
+        for (file, text) in files {
+            fs::write(at.join(file), text).expect("a scratch file");
+        }
+        at.join("main.rs")
+    };
+    let root = "mod a;\nmod b;\npub struct Settings;\n";
+    let clean = crate_of(
+        "clean",
+        &[
+            ("main.rs", root),
+            ("a.rs", "use crate::b::x;\n"),
+            ("b.rs", ""),
+        ],
+    );
+    let through_root = crate_of(
+        "through_root",
+        &[
+            ("main.rs", root),
+            ("a.rs", "use crate::b::x;\n"),
+            ("b.rs", "fn f(_: crate::Settings) {}\n"),
+        ],
+    );
+    let through_super = crate_of(
+        "through_super",
+        &[
+            ("main.rs", root),
+            ("a.rs", "use crate::b::x;\n"),
+            ("b.rs", "use super::a::y;\n"),
+        ],
+    );
+    let found = |root: &Path| cycle(&bench_graph(root));
+    let outcome = (found(&clean), found(&through_root), found(&through_super));
+    let _ = fs::remove_dir_all(&dir);
+    assert_eq!(outcome.0, None);
+    assert!(outcome.1.is_some_and(|p| p.contains(&ROOT.to_owned())));
+    assert!(outcome.2.is_some_and(|p| p.contains(&"a".to_owned())));
 }
 
 #[test]
