@@ -8,7 +8,7 @@
 use netlink_packet_core::{Emitable, ParseableParametrized};
 use netlink_packet_generic::GenlHeader;
 
-use crate::{AddressFamily, IpvsMessage};
+use crate::{address::AddressFamily, message::IpvsMessage};
 
 /// Re-encoding can grow 4-byte addresses to 16; stay clear of the 16-bit
 /// attribute length limit the request path also enforces.

@@ -62,16 +62,13 @@
 #![deny(missing_docs)]
 
 mod address;
-mod batch;
 pub mod daemon;
 pub mod dest;
 mod error;
-mod global;
 mod handle;
 mod info;
 mod message;
 mod nla;
-mod request;
 pub mod service;
 mod sockopt;
 mod stats;
@@ -80,24 +77,26 @@ mod write;
 
 pub use self::{
     address::{AddressFamily, InetAddr, Protocol, INET_ADDR_LEN},
-    batch::{Batch, DEFAULT_WINDOW},
     daemon::{DaemonAttribute, DaemonState},
     dest::{
-        ConnCounts, DestAttribute, DestHandle, DestListRequest, Destination,
-        ForwardMethod, Tunnel, TunnelFlags, TunnelType,
+        ConnCounts, DestAttribute, Destination, ForwardMethod, Tunnel,
+        TunnelFlags, TunnelType,
     },
     error::{Error, Operation},
-    global::{InfoRequest, TimeoutsGetRequest, TimeoutsHandle},
-    handle::{new_connection, new_connection_with_socket, Handle, Unsolicited},
+    handle::{
+        batch::{Batch, DEFAULT_WINDOW},
+        dest::{DestHandle, DestListRequest},
+        global::{InfoRequest, TimeoutsGetRequest, TimeoutsHandle},
+        new_connection, new_connection_with_socket,
+        request::WriteRequest,
+        service::{ServiceGetRequest, ServiceHandle, ServiceListRequest},
+        Handle, Unsolicited,
+    },
     info::{Info, InfoAttribute, IpvsVersion},
     message::{
         IpvsAttribute, IpvsCmd, IpvsMessage, IPVS_GENL_NAME, IPVS_GENL_VERSION,
     },
-    request::WriteRequest,
-    service::{
-        FlagsMask, Service, ServiceAttribute, ServiceFlags, ServiceGetRequest,
-        ServiceHandle, ServiceKey, ServiceListRequest,
-    },
+    service::{FlagsMask, Service, ServiceAttribute, ServiceFlags, ServiceKey},
     sockopt::SockoptSocket,
     stats::Stats,
     timeout::Timeouts,

@@ -4,9 +4,9 @@
 //! path sends it.
 
 use crate::{
-    batch::Batch,
     dest::Destination,
     error::{Error, Operation},
+    handle::batch::Batch,
     service::{Service, ServiceKey},
     sockopt::SockoptSocket,
 };

@@ -1,16 +1,15 @@
-//! Destinations (real servers): attributes, forwarding methods, tunnels,
-//! the typed [`Destination`] and the requests that manage them.
+//! Destinations (real servers): attributes, forwarding methods, tunnels
+//! and the typed [`Destination`]. The requests that manage them hang off
+//! the handle ([`DestHandle`](crate::DestHandle)).
 
 mod attribute;
 mod entry;
 mod forward;
-mod handle;
 mod tunnel;
 
 pub use self::{
     attribute::DestAttribute,
     entry::{ConnCounts, Destination},
     forward::ForwardMethod,
-    handle::{DestHandle, DestListRequest},
     tunnel::{Tunnel, TunnelFlags, TunnelType},
 };

@@ -1,10 +1,10 @@
-//! Virtual services: attributes, flags, the typed [`Service`] and the
-//! requests that manage them.
+//! Virtual services: attributes, flags and the typed [`Service`]. The
+//! requests that manage them hang off the handle
+//! ([`ServiceHandle`](crate::ServiceHandle)).
 
 mod attribute;
 mod entry;
 mod flags;
-mod handle;
 
 pub use self::{
     attribute::ServiceAttribute,
@@ -12,5 +12,4 @@ pub use self::{
         Service, ServiceKey, DEFAULT_PERSISTENCE_TIMEOUT, DEFAULT_SCHEDULER,
     },
     flags::{FlagsMask, ServiceFlags},
-    handle::{ServiceGetRequest, ServiceHandle, ServiceListRequest},
 };

@@ -29,8 +29,10 @@ mod write;
 use write::DestUser;
 
 use crate::{
-    dest::ConnCounts, Destination, Error, ForwardMethod, Operation, ServiceKey,
-    Stats,
+    dest::{ConnCounts, Destination, ForwardMethod},
+    error::{Error, Operation},
+    service::ServiceKey,
+    stats::Stats,
 };
 
 /// `IP_VS_BASE_CTL` (64 + 1024 + 64) + 4, from `linux/ip_vs.h`.

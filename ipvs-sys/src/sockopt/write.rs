@@ -21,7 +21,10 @@ use std::{io, mem::size_of, net::IpAddr, os::fd::AsRawFd};
 
 use super::{invalid, SockoptSocket, IP_VS_CONN_F_FWD_MASK};
 use crate::{
-    address::AddressFamily, Destination, Error, Operation, Service, ServiceKey,
+    address::AddressFamily,
+    dest::Destination,
+    error::{Error, Operation},
+    service::{Service, ServiceKey},
 };
 
 /// `IP_VS_BASE_CTL` + 2, + 3, + 4, + 7, + 8, + 9, from `linux/ip_vs.h`.
@@ -249,7 +252,7 @@ pub(super) fn key_record(
             family: AddressFamily::Inet,
             mark,
         } if mark != 0 => Ok(ServiceUser {
-            protocol: u16::from(crate::Protocol::Tcp),
+            protocol: u16::from(crate::address::Protocol::Tcp),
             fwmark: mark,
             ..ServiceUser::default()
         }),

@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::time::Duration;
 
-use crate::Error;
+use crate::error::Error;
 
 /// How many answers came from each pod, by name.
 pub type Tally = BTreeMap<String, usize>;

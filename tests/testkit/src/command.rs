@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use crate::Error;
+use crate::error::Error;
 
 /// Runs `cmd` to completion; its stdout on success.
 pub fn run(cmd: &mut Command) -> Result<String, Error> {

@@ -22,7 +22,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::command::{describe, run_with_input};
-use crate::Error;
+use crate::error::Error;
 
 /// The address every root-side veth has; the pods' default gateway.
 pub const GATEWAY: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);

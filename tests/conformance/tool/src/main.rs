@@ -22,6 +22,7 @@
 //! ```
 
 mod marker;
+mod marker_addresses;
 mod scenario;
 mod settle;
 mod snapshot;

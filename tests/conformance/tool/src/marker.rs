@@ -24,14 +24,10 @@ use std::{
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 
-use crate::snapshot;
-
-pub const VIP4: Ipv4Addr = Ipv4Addr::new(198, 18, 255, 254);
-pub const VIP6: Ipv6Addr =
-    Ipv6Addr::new(0x2001, 0xdb8, 0x42, 0, 0, 0, 0, 0xfffe);
-pub const REAL4: Ipv4Addr = Ipv4Addr::new(198, 19, 255, 254);
-pub const REAL6: Ipv6Addr =
-    Ipv6Addr::new(0x2001, 0xdb8, 0x19, 0x255, 0, 0, 0, 0xfe);
+use crate::{
+    marker_addresses::{REAL4, REAL6, VIP4, VIP6},
+    snapshot,
+};
 
 pub fn port(step: u32) -> u32 {
     1000 + step

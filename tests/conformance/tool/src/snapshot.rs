@@ -18,7 +18,7 @@ use std::{
 
 use anyhow::{bail, Context, Result};
 
-use crate::marker::{REAL4, REAL6, VIP4, VIP6};
+use crate::marker_addresses::{REAL4, REAL6, VIP4, VIP6};
 
 /// How long one of the five reads may take: seconds in the emulated
 /// guest at the most. A read that hangs (a tool stuck in the kernel, a

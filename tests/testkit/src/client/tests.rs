@@ -4,7 +4,7 @@ use std::thread;
 use std::time::Duration;
 
 use super::{http_get, pod_name};
-use crate::Error;
+use crate::error::Error;
 
 #[test]
 fn pod_name_is_the_first_line() {

@@ -2,12 +2,12 @@
 
 use futures::{Stream, StreamExt};
 
-use super::{Service, ServiceKey};
+use crate::service::{Service, ServiceKey};
 use crate::{
     error::{Error, Operation},
+    handle::request::{dump, fetch_one, WriteRequest, NAME_MAX_LEN},
     handle::Handle,
     message::IpvsMessage,
-    request::{dump, fetch_one, WriteRequest, NAME_MAX_LEN},
 };
 
 /// Requests on virtual services; from [`Handle::service`].

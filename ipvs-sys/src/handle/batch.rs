@@ -11,8 +11,8 @@ use futures::{stream, StreamExt};
 use crate::{
     dest::Destination,
     error::Error,
+    handle::request::WriteRequest,
     handle::Handle,
-    request::WriteRequest,
     service::{Service, ServiceKey},
 };
 

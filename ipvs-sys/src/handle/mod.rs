@@ -1,4 +1,14 @@
-//! The connection and the [`Handle`] every request starts from.
+//! The async half: the connection, the [`Handle`] every request starts
+//! from, and the requests (services, destinations, batches, global
+//! settings). The message types it sends (`crate::message`,
+//! `crate::service`, `crate::dest`) never refer back to it, as
+//! `netlink-packet-route` never refers to `rtnetlink`.
+
+pub(crate) mod batch;
+pub(crate) mod dest;
+pub(crate) mod global;
+pub(crate) mod request;
+pub(crate) mod service;
 
 use std::{
     fmt, io,
@@ -13,14 +23,17 @@ use netlink_proto::{
     Connection,
 };
 
-use crate::{
+use self::{
     batch::Batch,
     dest::DestHandle,
-    error::{Error, Operation},
     global::{InfoRequest, TimeoutsHandle},
-    message::IpvsMessage,
     request::WriteRequest,
-    service::{ServiceHandle, ServiceKey},
+    service::ServiceHandle,
+};
+use crate::{
+    error::{Error, Operation},
+    message::IpvsMessage,
+    service::ServiceKey,
 };
 
 /// A larger receive buffer lets a batch keep more acknowledgements in

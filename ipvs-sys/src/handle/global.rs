@@ -2,10 +2,10 @@
 
 use crate::{
     error::{Error, Operation},
+    handle::request::{fetch_one, WriteRequest},
     handle::Handle,
     info::Info,
     message::IpvsMessage,
-    request::{fetch_one, WriteRequest},
     timeout::Timeouts,
 };
 

@@ -3,12 +3,12 @@
 
 use futures::{Stream, StreamExt};
 
-use super::Destination;
+use crate::dest::Destination;
 use crate::{
     error::{Error, Operation},
+    handle::request::{dump, WriteRequest},
     handle::Handle,
     message::IpvsMessage,
-    request::{dump, WriteRequest},
     service::ServiceKey,
 };
 
