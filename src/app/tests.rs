@@ -378,3 +378,73 @@ async fn the_api_side_refuses_an_api_endpoint() {
         other => panic!("{other:?}"),
     }
 }
+
+/// `--cleanup` on a node a proxy programmed, the kernel's facilities
+/// being their models: its virtual servers, sets and chains go, and what
+/// is not ours stays.
+#[tokio::test]
+async fn cleanup_removes_what_a_proxy_programmed_and_nothing_else() {
+    use crate::{
+        app::cleanup,
+        kernel::{
+            addresses::AddressesModel,
+            ipsets::IpsetsModel,
+            iptables::{model::IptablesModel, IpFamily, Iptables},
+            ipvs::{Ipvs, IpvsModel, IpvsOp},
+        },
+        proxier::{plan::ledger::spec_of, Proxier, ProxierConfig},
+        sync::SyncState,
+    };
+    let scratch = Scratch::new();
+    let state_file = scratch.0.join("cluster.yaml");
+    write_state(&state_file, &cluster(2));
+    let mut state = SyncState::new(
+        "node-a",
+        NodeSettings::default(),
+        None,
+        std::time::SystemTime::now(),
+    );
+    state.apply_snapshot(&file::load(&state_file).unwrap());
+    state.sync();
+    let mut proxier = Proxier::new(
+        IpvsModel::new(),
+        AddressesModel::new(),
+        IpsetsModel::new(),
+        ProxierConfig::default(),
+    );
+    proxier.start().await;
+    assert_eq!(proxier.full_reconcile(state.desired()).await.failures(), 0);
+    let foreign = crate::kernel::ipvs::VirtualServerKey {
+        address: "198.18.200.1".parse().unwrap(),
+        port: 80,
+        protocol: crate::model::Protocol::Tcp,
+    };
+    let (ipvs, _, sets) = proxier.handles();
+    let added = ipvs
+        .apply(&[IpvsOp::AddService(spec_of(foreign, "rr", None))])
+        .await;
+    assert!(added.iter().all(Result::is_ok), "{added:?}");
+    assert_eq!(ipvs.table().services.len(), 3);
+    assert!(!sets.sets().is_empty());
+
+    cleanup::kernel(&mut proxier).await;
+    let (ipvs, _, sets) = proxier.handles();
+    let left: Vec<_> = ipvs.table().services.keys().copied().collect();
+    assert_eq!(left, [foreign]);
+    assert!(sets.sets().is_empty(), "{:?}", sets.sets().keys());
+
+    let mut tables = IptablesModel::new();
+    tables
+        .restore(
+            IpFamily::V4,
+            "*nat\n:KUBE-SERVICES - [0:0]\n:FOREIGN - [0:0]\n\
+             -A KUBE-SERVICES -j RETURN\n-A PREROUTING -j FOREIGN\n\
+             COMMIT\n",
+        )
+        .await
+        .unwrap();
+    cleanup::rules(&mut tables).await;
+    let nat = tables.save(IpFamily::V4, "nat").await.unwrap();
+    assert!(!nat.contains("KUBE-SERVICES"), "{nat}");
+    assert!(nat.contains("-A PREROUTING -j FOREIGN"), "{nat}");
+}
