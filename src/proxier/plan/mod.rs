@@ -7,7 +7,7 @@
 //! exactly that change; [`ownership`] says whose a virtual server in the
 //! kernel is; [`repair`] compares part of the ledger with a snapshot of
 //! the kernel, a bounded number of keys at a time, for the drift repair
-//! that runs between syncs; [`cleanup`](mod@cleanup) lists what
+//! that runs between syncs; [`cleanup()`] lists what
 //! `--cleanup` removes.
 //!
 //! Sharing is why counts are needed: several service ports use one

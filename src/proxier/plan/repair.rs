@@ -22,7 +22,7 @@ use crate::{
 };
 
 /// The kernel as read back by one dump per facility. A facility whose
-/// dump failed is `None` and is left alone by [`reconcile`].
+/// dump failed is `None` and is left alone by [`repair_step`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Observed {
     pub ipvs: Option<IpvsTable>,
