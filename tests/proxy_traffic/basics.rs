@@ -360,11 +360,12 @@ fn drift_is_repaired_within_a_sync_period() -> anyhow::Result<()> {
         ip addr del 198.18.6.11/32 dev kube-ipvs0 && \
         ipset del KUBE-CLUSTER-IP 198.18.6.11,tcp:80 && \
         iptables -t nat -F KUBE-SERVICES")?;
+    // Each deletion above fails when there is nothing to delete, so the
+    // chain's success is the proof of the drift (the rule was there: seen
+    // just before). Not read back here: a repair round already reading
+    // the kernel may put a part back before the reads below would look,
+    // which is the repair this test waits for, not a failure.
     let broken = Instant::now();
-    assert!(real_servers("-t", "198.18.6.10:80").is_err());
-    assert!(!address_of_b()?);
-    assert!(!entry_of_b()?);
-    assert!(!cluster_ip_rule()?);
     cluster.wait_for(
         "the virtual server, address, entry and rule back",
         || {
