@@ -3,15 +3,13 @@
 //! (served by `api_side` from the same file); `plan` from both; the
 //! configuration's refusals and their exit statuses.
 
-use std::{
-    path::{Path, PathBuf},
-    sync::atomic::{AtomicUsize, Ordering},
-    time::Duration,
-};
+use std::{path::Path, time::Duration};
 
 use clap::Parser as _;
 use futures::StreamExt as _;
 use tokio::sync::watch;
+
+use crate::model::fixtures::TempDir;
 
 use super::{api_side, node, plan, Failure, Source, STATE_FILE_POLL};
 use crate::{
@@ -21,28 +19,6 @@ use crate::{
     source::file,
     sync::{self, NodeSettings},
 };
-
-/// A fresh directory under the system's temporary one, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new() -> Self {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "kube-ipvs-proxy-app-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A cluster of two Nodes and `services` ClusterIP Services of one port
 /// each, every one with an endpoint on node-a.
@@ -142,7 +118,7 @@ async fn programmed(seen: &mut watch::Receiver<usize>, want: usize) {
 
 #[tokio::test]
 async fn a_node_fed_by_a_state_file_programs_it_and_its_edits() {
-    let scratch = Scratch::new();
+    let scratch = TempDir::new();
     let state = scratch.0.join("cluster.yaml");
     write_state(&state, &cluster(3));
     let (report, mut seen) = watch::channel(0);
@@ -167,16 +143,11 @@ async fn a_node_fed_by_a_state_file_programs_it_and_its_edits() {
 /// is handed what the file holds, and then its edits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_fed_by_the_api_side_programs_what_the_file_holds() {
-    let scratch = Scratch::new();
+    let scratch = TempDir::new();
     let state = scratch.0.join("cluster.yaml");
     let socket = scratch.0.join("views.sock");
     write_state(&state, &cluster(2));
-    let settings = api_side_settings(&format!("unix://{}", socket.display()));
-    let api_side = tokio::spawn({
-        let config = quiet_config();
-        let source = file::watch(state.clone(), STATE_FILE_POLL).boxed();
-        async move { api_side::serve(&config, &settings, source).await }
-    });
+    let api_side = serve_file(&state, &socket);
     let (report, mut seen) = watch::channel(0);
     let proxy = tokio::spawn(async move {
         node::serve(
@@ -197,6 +168,19 @@ async fn a_node_fed_by_the_api_side_programs_what_the_file_holds() {
     assert!(!proxy.is_finished(), "{:?}", proxy.await);
     proxy.abort();
     api_side.abort();
+}
+
+/// The API side as `api-server --state STATE --listen unix://SOCKET`
+/// wires it, on a task of its own.
+fn serve_file(
+    state: &Path,
+    socket: &Path,
+) -> tokio::task::JoinHandle<Result<(), Failure>> {
+    let settings = api_side_settings(&format!("unix://{}", socket.display()));
+    let source = file::watch(state.to_owned(), STATE_FILE_POLL).boxed();
+    tokio::spawn(async move {
+        api_side::serve(&quiet_config(), &settings, source).await
+    })
 }
 
 fn api_side_settings(listen: &str) -> api_side::Settings {
@@ -251,7 +235,7 @@ fn plan_args(args: &[&str]) -> PlanArgs {
 
 #[test]
 fn plan_prints_the_plan_of_the_named_node_and_asks_for_one_when_unnamed() {
-    let scratch = Scratch::new();
+    let scratch = TempDir::new();
     let state = scratch.0.join("cluster.yaml");
     write_state(&state, &cluster(2));
     let config = quiet_config();
@@ -282,16 +266,11 @@ fn plan_prints_the_plan_of_the_named_node_and_asks_for_one_when_unnamed() {
 /// plan as from the file the API side serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plan_from_the_api_side_is_the_plan_from_its_file() {
-    let scratch = Scratch::new();
+    let scratch = TempDir::new();
     let state = scratch.0.join("cluster.yaml");
     let socket = scratch.0.join("views.sock");
     write_state(&state, &cluster(3));
-    let settings = api_side_settings(&format!("unix://{}", socket.display()));
-    let api_side = tokio::spawn({
-        let config = quiet_config();
-        let source = file::watch(state.clone(), STATE_FILE_POLL).boxed();
-        async move { api_side::serve(&config, &settings, source).await }
-    });
+    let api_side = serve_file(&state, &socket);
     // plan asks once and says why it has no view: the API side must be
     // listening first.
     let listening = tokio::time::timeout(Duration::from_secs(20), async {
@@ -395,7 +374,7 @@ async fn cleanup_removes_what_a_proxy_programmed_and_nothing_else() {
         proxier::{plan::ledger::spec_of, Proxier, ProxierConfig},
         sync::SyncState,
     };
-    let scratch = Scratch::new();
+    let scratch = TempDir::new();
     let state_file = scratch.0.join("cluster.yaml");
     write_state(&state_file, &cluster(2));
     let mut state = SyncState::new(

@@ -1,15 +1,13 @@
-use std::{
-    path::PathBuf,
-    pin::pin,
-    sync::atomic::{AtomicUsize, Ordering},
-    time::Duration,
-};
+use std::{path::PathBuf, pin::pin, time::Duration};
 
 use futures::{Stream, StreamExt};
 use pretty_assertions::assert_eq;
 
 use super::{watch::WatchState, *};
-use crate::source::store::{RecordChange, Stores};
+use crate::{
+    model::fixtures::TempDir,
+    source::store::{RecordChange, Stores},
+};
 
 const SERVICE_A: &str = "\
 apiVersion: v1
@@ -389,28 +387,6 @@ fn relist_covers_every_kind_even_when_empty() {
             "node:init-done",
         ]
     );
-}
-
-/// A fresh directory under the system's temporary one, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "kube-ipvs-proxy-file-source-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 const POLL: Duration = Duration::from_millis(10);
