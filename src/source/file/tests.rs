@@ -597,3 +597,22 @@ fn a_kind_or_version_that_is_not_a_string_is_refused_in_either_form() {
         .unwrap();
     assert_eq!(aside.others.len(), 1);
 }
+
+/// (found by fuzzing: a number in an object set aside read one unit in
+/// the last place apart as YAML and as the JSON it prints as, because
+/// JSON's float parsing was best effort.)
+#[test]
+fn a_number_reads_the_same_as_yaml_and_as_json() {
+    for number in ["12297829382445533553", "1.2297829382445533e19", "0.1"] {
+        let yaml = parse(&format!("kind: Other\nspec: {{n: {number}}}\n"))
+            .unwrap()
+            .others;
+        let json = parse(&format!(
+            "[{{\"kind\": \"Other\", \"spec\": {{\"n\": {}}}}}]",
+            yaml[0]["spec"]["n"]
+        ))
+        .unwrap()
+        .others;
+        assert_eq!(yaml, json, "{number}");
+    }
+}
