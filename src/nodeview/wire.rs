@@ -482,6 +482,19 @@ fn decode_endpoints(
             }))
         })
         .collect::<Result<_, WireError>>()?;
+    // The API side lists each endpoint once, in order: all_reachable
+    // follows that order, and a list out of order or with an endpoint
+    // twice is no state the API side could have sent.
+    if let Some(i) = endpoints
+        .windows(2)
+        .position(|w| (w[0].ip, w[0].port) >= (w[1].ip, w[1].port))
+    {
+        return Err(error(
+            entry(),
+            "endpoints",
+            format!("endpoint {} not after the one before", i + 1),
+        ));
+    }
     let pick = |field: &'static str, indices: &[u32]| {
         indices
             .iter()
@@ -497,6 +510,7 @@ fn decode_endpoints(
             .collect::<Result<Vec<_>, _>>()
     };
     let selection = |field: &'static str,
+                     ipv4: bool,
                      s: Option<&v1::Selection>|
      -> Result<Categorized, WireError> {
         let Some(s) = s else {
@@ -504,6 +518,18 @@ fn decode_endpoints(
         };
         let cluster = pick(field, &s.cluster)?;
         let local = pick(field, &s.local)?;
+        // A family's virtual servers take only that family's endpoints.
+        if let Some(ep) = cluster
+            .iter()
+            .chain(&local)
+            .find(|ep| ep.ip.is_ipv4() != ipv4)
+        {
+            return Err(error(
+                entry(),
+                field,
+                format!("endpoint {} of the other family", ep.ip),
+            ));
+        }
         // What the node may send to, in the endpoints' order, as the
         // proxy's own selection lists it.
         let mut reachable: Vec<u32> =
@@ -518,8 +544,8 @@ fn decode_endpoints(
         })
     };
     Ok(NodeEndpoints {
-        ipv4: selection("ipv4", eps.ipv4.as_ref())?,
-        ipv6: selection("ipv6", eps.ipv6.as_ref())?,
+        ipv4: selection("ipv4", true, eps.ipv4.as_ref())?,
+        ipv6: selection("ipv6", false, eps.ipv6.as_ref())?,
         local: pick("local", &eps.local)?,
         serving: decode_ips(&entry, "serving", &eps.serving)?,
     })

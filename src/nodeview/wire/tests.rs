@@ -220,6 +220,56 @@ fn a_malformed_message_is_an_error_naming_the_entry_and_field() {
         "update from the API side, endpoints ns/web:http: ipv4: no endpoint 3"
     );
 
+    // (found by fuzzing: endpoints out of order, and an IPv6 one chosen
+    // for IPv4, decoded into an update that encoded to another.)
+    let endpoint = |ip: [u8; 4], port| v1::Endpoint {
+        ip: ip.to_vec(),
+        port,
+        ready: true,
+        serving: true,
+        ..Default::default()
+    };
+    let endpoints_error = |endpoints, ipv4: Vec<u32>| {
+        let mut eps = encode_endpoints(&name(), &NodeEndpoints::default());
+        eps.endpoints = endpoints;
+        eps.ipv4 = Some(v1::Selection {
+            cluster: ipv4,
+            has_any_endpoints: true,
+            ..Default::default()
+        });
+        let mut message = good.clone();
+        message.changes[0].change = Some(v1::change::Change::Endpoints(eps));
+        decode(message)
+            .map(|_| ())
+            .map_err(|e| (e.field, e.problem))
+    };
+    let a = endpoint([198, 19, 0, 1], 80);
+    let b = endpoint([198, 19, 0, 2], 80);
+    let v6 = v1::Endpoint {
+        ip: vec![0; 16],
+        ..endpoint([0; 4], 80)
+    };
+    assert_eq!(
+        endpoints_error(vec![a.clone(), b.clone()], vec![1, 0]),
+        Ok(())
+    );
+    let out_of_order = Err((
+        "endpoints",
+        "endpoint 1 not after the one before".to_string(),
+    ));
+    assert_eq!(
+        endpoints_error(vec![b.clone(), a.clone()], vec![0, 1]),
+        out_of_order
+    );
+    assert_eq!(
+        endpoints_error(vec![a.clone(), a.clone()], vec![0]),
+        out_of_order
+    );
+    assert_eq!(
+        endpoints_error(vec![a, v6], vec![0, 1]),
+        Err(("ipv4", "endpoint :: of the other family".to_string()))
+    );
+
     let mut message = good.clone();
     message.trigger_times = vec![v1::TriggerTimes {
         namespace: "ns".into(),
