@@ -3,7 +3,8 @@
 //! Every function here is total: malformed input never fails the whole
 //! object. The smallest broken unit (one port, one address, one source
 //! range) is left out and described by an [`InvalidObject`], which the
-//! caller reports once (log line plus metric) with [`Converted::report`].
+//! caller reports once (log line plus metric) through
+//! `telemetry::events::ReportProblems`.
 
 use std::{
     fmt,

@@ -1,6 +1,6 @@
 //! Each node's view of the cluster, as the API side serves it: its Node,
 //! its service ports, and per port the endpoints it programs, selected
-//! for it ([`NodeEndpoints`]); the changes a node is sent to catch up
+//! for it (`NodeEndpoints`); the changes a node is sent to catch up
 //! ([`Update`]); and what the node holds of it ([`Received`]).
 //!
 //! Every entry remembers the revision of its last change, deletions

@@ -333,8 +333,8 @@ fn body(service: &NamespacedName, count: usize, proxy_healthy: bool) -> String {
 
 /// Health check ports and local ready endpoint counts, kept from the ports
 /// each sync changed so that keeping the health check servers current
-/// never walks the whole cluster. [`health_check_node_ports`] and
-/// [`local_ready_endpoints`] compute the same from scratch.
+/// never walks the whole cluster. The tests' `health_check_node_ports`
+/// and `local_ready_endpoints` compute the same from scratch.
 #[derive(Debug, Default)]
 pub struct HealthCheckIndex {
     /// Per service port: its health check port, when it has one.

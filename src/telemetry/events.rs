@@ -107,7 +107,7 @@ impl InternalEvent for NetworkProgrammed {
 }
 
 /// A stage of an object change's way to the kernel; see
-/// [`CHANGE_STAGE_DURATION_SECONDS`](super::CHANGE_STAGE_DURATION_SECONDS).
+/// [`super::CHANGE_STAGE_DURATION_SECONDS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
     Api,

@@ -1,7 +1,7 @@
 //! ipsets: kube-proxy's sets and their entries.
 //!
 //! [`NetlinkIpsets`] programs the kernel over ipset's netlink protocol;
-//! [`IpsetsModel`] holds sets in memory and fails where the kernel does.
+//! `IpsetsModel` (tests only) holds sets in memory and fails where the kernel does.
 //! The scenarios in `contract` hold the two to the same results.
 
 #[cfg(any(test, feature = "test-support"))]

@@ -386,7 +386,7 @@ fn command(op: &IpsetOp) -> Command {
 }
 
 impl SetTypes for NetlinkIpsets {
-    /// The type query [`NetlinkIpsets::revision`] makes anyway (IPv4: a
+    /// The type query `NetlinkIpsets::revision` makes anyway (IPv4: a
     /// type's module serves both families).
     fn check_type(&mut self, set_type: SetType) -> Result<(), KernelError> {
         self.revision(set_type, false).map(|_| ())

@@ -5,7 +5,7 @@
 //! prefix length, marks lose their leading zeros, `MARK --or-mark X` comes
 //! back as `--set-xmark X/X`. To compare what we wrote with what the kernel
 //! holds (drift detection) and to let the model print what the real tool
-//! prints (contract tests), both sides go through [`canonical_rule`]. It
+//! prints (contract tests), both sides go through `canonical_rule`. It
 //! knows the matches and targets kube-proxy uses; anything else is kept
 //! token for token, which is what iptables-save does for simple options.
 

@@ -2,9 +2,9 @@
 //! `iptables-restore --noflush` (so that nothing but the payload's chains
 //! is touched), and read dumps back.
 //!
-//! - [`real::RealIptables`] runs the tools; [`model::IptablesModel`] is the
-//!   in-memory iptables the unit tests use, held to the tools by
-//!   [`contract`].
+//! - [`real::RealIptables`] runs the tools; `model::IptablesModel` is the
+//!   in-memory iptables the unit tests use, held to the tools by the
+//!   `contract` scenarios (both tests only).
 //! - [`save`]: a dump's tables, chains and rules in canonical form
 //!   ([`canon`]), so that either tool's output and the model's compare.
 //!
@@ -46,8 +46,8 @@ pub trait Iptables {
 
     /// Feeds `payload` (one table's `*table … COMMIT` block) to
     /// `iptables-restore --noflush`. On failure nothing of the payload is
-    /// applied, and the error's message starts with `line N:` (see
-    /// [`failed_line`]).
+    /// applied, and the error's message starts with `line N:` (the
+    /// tests read it with `failed_line`).
     fn restore(
         &mut self,
         family: IpFamily,

@@ -122,8 +122,9 @@ impl RealIptables {
     }
 
     /// Whether this iptables supports `--random-fully` (for
-    /// [`super::RulesInput::random_fully`]); runs `iptables --version`
-    /// once.
+    /// [`RulesSettings::random_fully`]); runs `iptables --version` once.
+    ///
+    /// [`RulesSettings::random_fully`]: crate::proxier::iptables::RulesSettings::random_fully
     pub async fn supports_random_fully(&self) -> bool {
         let program = self.variant.binary(IpFamily::V4, "");
         match run_async(program, vec!["--version".into()], None).await {

@@ -1,7 +1,7 @@
 //! IPVS virtual and real servers.
 //!
-//! [`NetlinkIpvs`] programs the kernel through `ipvs-sys`; [`IpvsModel`]
-//! is the in-memory stand-in for tests, held to the kernel's answers by
+//! [`NetlinkIpvs`] programs the kernel through `ipvs-sys`; `IpvsModel`
+//! (tests only) is the in-memory stand-in, held to the kernel's answers by
 //! the scenarios in `contract`.
 
 #[cfg(any(test, feature = "test-support"))]

@@ -42,7 +42,7 @@ const TABLE_OBJECT: &str = "IPVS table";
 /// behind writes, nor holds up the sync loop.
 ///
 /// Where the kernel has `/proc/net/ip_vs`, full reads take the real
-/// servers from it instead, in one pass (see [`super::proc_table`]), and
+/// servers from it instead, in one pass (see `proc_table`), and
 /// dump over netlink only the virtual servers it did not list.
 ///
 /// The real servers of one IPv4 service ([`Ipvs::dests`], read before
