@@ -294,8 +294,9 @@ impl Kind {
 enum Plan {
     /// One object of its own.
     Object(Kind),
-    /// A mapping whose `items` hold objects of these kinds, in order.
-    List(Vec<Kind>),
+    /// A mapping whose `items` hold objects of these kinds, in order; a
+    /// typed list's items may leave out what it implies.
+    List(Vec<Kind>, Option<Implied>),
     /// A bare sequence of objects (JSON only).
     Array(Vec<Kind>),
 }
@@ -314,8 +315,12 @@ impl Plan {
         // A typed list (`ServiceList`) may leave kind and apiVersion out of
         // its items, as the API server does; a plain `List` may not.
         let item_kind = kind.strip_suffix("List").filter(|k| !k.is_empty());
-        Plan::items(items, item_kind, head.api_version.as_deref())
-            .map(Plan::List)
+        let kinds = Plan::items(items, item_kind, head.api_version.as_deref())?;
+        let implied = item_kind.map(|kind| Implied {
+            kind: kind.to_string(),
+            api_version: head.api_version.clone(),
+        });
+        Ok(Plan::List(kinds, implied))
     }
 
     fn items(
@@ -337,6 +342,35 @@ impl Plan {
             kinds.push(Kind::of(api_version, kind));
         }
         Ok(kinds)
+    }
+}
+
+/// What a typed list (`PodList`) says of its items that they may leave
+/// out: their kind, and the list's apiVersion.
+struct Implied {
+    kind: String,
+    api_version: Option<String>,
+}
+
+impl Implied {
+    /// Writes into an object set aside what its list implied, so that it
+    /// says its kind on its own (the Pods a PodList holds are read by
+    /// kind) and prints as an object that reads back the same.
+    fn fill(&self, object: &mut Object) {
+        let Object::Other(serde_json::Value::Object(map)) = object else {
+            return;
+        };
+        // As `Plan::items` read them: an empty kind is no kind, an empty
+        // apiVersion is one.
+        let kind = map.get("kind").and_then(|v| v.as_str());
+        if kind.is_none_or(str::is_empty) {
+            map.insert("kind".into(), self.kind.clone().into());
+        }
+        if let Some(api_version) = &self.api_version {
+            if map.get("apiVersion").is_none_or(|v| v.is_null()) {
+                map.insert("apiVersion".into(), api_version.clone().into());
+            }
+        }
     }
 }
 
@@ -457,7 +491,13 @@ impl<'de> DeserializeSeed<'de> for &Plan {
                     path: String::new(),
                 }])
             }
-            Plan::List(kinds) => ListSeed(kinds).deserialize(d),
+            Plan::List(kinds, implied) => {
+                let mut found = ListSeed(kinds).deserialize(d)?;
+                if let Some(implied) = implied {
+                    found.iter_mut().for_each(|f| implied.fill(&mut f.object));
+                }
+                Ok(found)
+            }
             Plan::Array(kinds) => ItemsSeed(kinds).deserialize(d),
         }
     }
