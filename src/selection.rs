@@ -276,7 +276,7 @@ fn topology_from_hints(
         has_ready = true;
         if ep.node_hints.is_empty() {
             all_node_hints = false;
-        } else if ep.node_hints.contains(node_name) {
+        } else if hinted_for(ep, node_name) {
             hinted_for_node = true;
         }
         if ep.zone_hints.is_empty() {
@@ -305,9 +305,17 @@ fn available_for(
 ) -> bool {
     match topology {
         Topology::All => true,
-        Topology::PreferSameNode => ep.node_hints.contains(node_name),
+        Topology::PreferSameNode => hinted_for(ep, node_name),
         Topology::PreferSameZone => ep.zone_hints.contains(zone),
     }
+}
+
+/// Whether a hint names the node. No hint names the empty name: it is
+/// what the API side selects for when the selection is for no node in
+/// particular (a zone's), and a hint for "" from a malformed slice must
+/// not make that selection differ from an unnamed node's.
+fn hinted_for(ep: &EndpointInfo, node_name: &str) -> bool {
+    !node_name.is_empty() && ep.node_hints.contains(node_name)
 }
 
 fn filter(

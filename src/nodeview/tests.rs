@@ -451,3 +451,24 @@ fn trigger_times_go_with_the_endpoints_to_the_nodes_behind_them() {
     assert_eq!(cluster.since("node-a", Some(a3)).changes, []);
     assert!(cluster.since("node-a", Some(a3)).trigger_times.is_empty());
 }
+
+/// (found by fuzzing: endpoints hinted for a node named "" made the
+/// selection the API side shares among a zone's unnamed nodes prefer
+/// them, while a node's own selection, as a proxy there makes it, did
+/// not.)
+#[test]
+fn a_hint_for_the_empty_node_name_is_a_hint_for_no_node() {
+    let mut cluster = Cluster::new();
+    let hinted = |ip: &str, node: &str| {
+        ep(ip, 8080, |e| e.node_hints = [node.to_owned()].into())
+    };
+    let endpoints =
+        vec![hinted("198.19.0.1", "node-b"), hinted("198.19.0.2", "")];
+    let web = cluster.service("web", |_| {}, endpoints.clone());
+    cluster.watch("node-a", "zone-a");
+    let sent = cluster.endpoints_of("node-a", &web);
+    let svc = port_info(|_| {});
+    let own = crate::selection::select(&svc, &endpoints, "node-a", "zone-a");
+    assert_eq!(ips(&own.ipv4.cluster), ["198.19.0.1", "198.19.0.2"]);
+    assert_eq!(ips(&sent.ipv4.cluster), ips(&own.ipv4.cluster));
+}
