@@ -93,6 +93,15 @@ pub enum InvalidReason {
     NoClusterIp { field: String },
     #[error("{field}: endpoint has no address, skipped")]
     NoAddress { field: String },
+    #[error(
+        "{field}: {address} is not of the slice's addressType {address_type}, \
+         skipped"
+    )]
+    AddressFamily {
+        field: String,
+        address: IpAddr,
+        address_type: String,
+    },
     #[error("{field}: port has no name, skipped")]
     UnnamedPort { field: String },
     #[error("label {LABEL_SERVICE_NAME} is missing, slice ignored")]
@@ -118,6 +127,7 @@ impl InvalidReason {
             InvalidReason::AffinityTimeout { .. } => "invalid_affinity_timeout",
             InvalidReason::NoClusterIp { .. } => "no_cluster_ip",
             InvalidReason::NoAddress { .. } => "no_address",
+            InvalidReason::AddressFamily { .. } => "address_family",
             InvalidReason::UnnamedPort { .. } => "unnamed_port",
             InvalidReason::MissingServiceName => "missing_service_name",
             InvalidReason::MissingName => "missing_name",
@@ -600,12 +610,25 @@ pub fn endpoint_slice_info(
         .enumerate()
         .filter_map(|(i, port)| slice_port(i, port, &mut problems))
         .collect();
+    let ipv6 = slice.address_type == "IPv6";
     let endpoints: Vec<EndpointInfo> = slice
         .endpoints
         .iter()
         .enumerate()
         .filter_map(|(i, endpoint)| {
-            endpoint_info(i, endpoint, node_name, &mut problems)
+            let info = endpoint_info(i, endpoint, node_name, &mut problems)?;
+            // Upstream's cache takes a slice only into the proxier of
+            // its addressType, which ignores an endpoint of the other
+            // family; the API server refuses such a slice.
+            if info.ip.is_ipv6() != ipv6 {
+                problems.push(InvalidReason::AddressFamily {
+                    field: format!("endpoints[{i}].addresses[0]"),
+                    address: info.ip,
+                    address_type: slice.address_type.clone(),
+                });
+                return None;
+            }
+            Some(info)
         })
         .collect();
     // One list per port: the trackers key endpoints by service port.

@@ -487,6 +487,9 @@ fn endpoint_slice_problems_skip_smallest_unit() {
             endpoint("198.19.0.1", |_| {}),
             endpoint("198.19.0.x", |_| {}),
             endpoint("198.19.0.2", |e| e.addresses.clear()),
+            // Upstream ignores an endpoint of the other family (found by
+            // fuzzing: the API side and a direct proxy disagreed on one).
+            endpoint("2001:db8::1", |_| {}),
         ];
     });
     let converted = endpoint_slice_info(&slice, "node-a");
@@ -503,8 +506,14 @@ fn endpoint_slice_problems_skip_smallest_unit() {
             "unknown_protocol",
             "unnamed_port",
             "invalid_ip",
-            "no_address"
+            "no_address",
+            "address_family"
         ]
+    );
+    assert_eq!(
+        converted.problems[6].to_string(),
+        "EndpointSlice ns/svc-abc: endpoints[3].addresses[0]: 2001:db8::1 is \
+         not of the slice's addressType IPv4, skipped"
     );
     let info = converted.value.unwrap();
     assert_eq!(info.ports.len(), 1);
