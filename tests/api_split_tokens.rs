@@ -94,8 +94,8 @@ async fn token(client: &Client, audience: &str, bound: bool) -> Result<String> {
     let accounts: Api<ServiceAccount> =
         Api::namespaced(client.clone(), NAMESPACE);
     let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec![audience.to_owned()],
+        spec: Some(TokenRequestSpec {
+            audiences: Some(vec![audience.to_owned()]),
             bound_object_ref: bound.then(|| BoundObjectReference {
                 api_version: Some("v1".to_owned()),
                 kind: Some("Pod".to_owned()),
@@ -103,14 +103,15 @@ async fn token(client: &Client, audience: &str, bound: bool) -> Result<String> {
                 uid: None,
             }),
             expiration_seconds: Some(600),
-        },
+            ..TokenRequestSpec::default()
+        }),
         ..TokenRequest::default()
     };
     let made = accounts
         .create_token_request(ACCOUNT, &PostParams::default(), &request)
         .await
         .context("TokenRequest")?;
-    Ok(made.status.context("no token")?.token)
+    made.status.and_then(|s| s.token).context("no token")
 }
 
 /// A free port on loopback (free when asked).

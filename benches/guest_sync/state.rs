@@ -150,6 +150,8 @@ pub fn endpoint_ip(i: usize, j: usize) -> anyhow::Result<IpAddr> {
     let slice = fixtures::slice(i, ENDPOINTS_PER_SERVICE);
     slice
         .endpoints
+        .as_deref()
+        .unwrap_or_default()
         .get(j)
         .and_then(|e| e.addresses.first())
         .with_context(|| format!("fixture slice {i} has no endpoint {j}"))?

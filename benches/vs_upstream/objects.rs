@@ -65,7 +65,7 @@ pub fn slice_replacing(
     trigger: k8s_openapi::jiff::Timestamp,
 ) -> EndpointSlice {
     let mut slice = slice_triggered(k, true, trigger);
-    if let Some(last) = slice.endpoints.last_mut() {
+    if let Some(last) = slice.endpoints.get_or_insert_default().last_mut() {
         last.addresses = vec![address.to_string()];
     }
     slice
@@ -98,7 +98,12 @@ pub fn cluster_ip(k: usize) -> anyhow::Result<IpAddr> {
 /// The endpoint whose readiness flips: service `k`'s last.
 pub fn flipping_endpoint(k: usize) -> anyhow::Result<IpAddr> {
     let slice = fixtures::slice(FIRST + k, ENDPOINTS_PER_SERVICE);
-    let last = slice.endpoints.last().context("fixture slice is empty")?;
+    let last = slice
+        .endpoints
+        .as_deref()
+        .unwrap_or_default()
+        .last()
+        .context("fixture slice is empty")?;
     last.addresses[0]
         .parse()
         .context("fixture endpoint address")

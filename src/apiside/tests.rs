@@ -159,12 +159,14 @@ fn web_slice(
 ) -> k8s_openapi::api::discovery::v1::EndpointSlice {
     slice("ns", "web-1", "web", |s| {
         add_slice_port(s, "http", 8080, "TCP");
-        s.endpoints = endpoints
-            .iter()
-            .map(|(ip, node)| {
-                endpoint(ip, |e| e.node_name = Some((*node).to_owned()))
-            })
-            .collect();
+        s.endpoints = Some(
+            endpoints
+                .iter()
+                .map(|(ip, node)| {
+                    endpoint(ip, |e| e.node_name = Some((*node).to_owned()))
+                })
+                .collect(),
+        );
     })
 }
 
@@ -720,18 +722,22 @@ async fn nodes_stalled_in_their_first_view_do_not_keep_others_from_theirs() {
             &name,
             |s| {
                 add_slice_port(s, "http", 8080, "TCP");
-                s.endpoints = (0..50u32)
-                    .map(|j| {
-                        let n = k * 50 + j;
-                        let ip = format!(
-                            "198.{}.{}.{}",
-                            18 + n / 62_500,
-                            n / 250 % 250,
-                            n % 250 + 1
-                        );
-                        endpoint(&ip, |e| e.node_name = Some("node-z".into()))
-                    })
-                    .collect();
+                s.endpoints = Some(
+                    (0..50u32)
+                        .map(|j| {
+                            let n = k * 50 + j;
+                            let ip = format!(
+                                "198.{}.{}.{}",
+                                18 + n / 62_500,
+                                n / 250 % 250,
+                                n % 250 + 1
+                            );
+                            endpoint(&ip, |e| {
+                                e.node_name = Some("node-z".into())
+                            })
+                        })
+                        .collect(),
+                );
             },
         ))));
     }

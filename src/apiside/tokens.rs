@@ -148,7 +148,7 @@ impl TokenReviewer {
         }
         let review = TokenReview {
             spec: TokenReviewSpec {
-                token: Some(token.to_owned()),
+                token: token.to_owned(),
                 audiences: Some(vec![self.policy.audience.clone()]),
             },
             ..TokenReview::default()
@@ -264,7 +264,7 @@ mod tests {
             "/apis/authentication.k8s.io/v1/tokenreviews",
             post(move |Json(mut review): Json<TokenReview>| {
                 counted.fetch_add(1, Ordering::SeqCst);
-                let honest = review.spec.token.as_deref() == Some("honest");
+                let honest = review.spec.token == "honest";
                 review.status = Some(match honest {
                     true => {
                         status(proxy, &["node-a"], Some(&["kube-ipvs-proxy"]))

@@ -13,6 +13,8 @@ use k8s_openapi::api::{
     discovery::v1::{Endpoint, EndpointHints, EndpointSlice, ForNode, ForZone},
 };
 
+use super::endpoints;
+
 const ANNOTATION_TOPOLOGY_MODE: &str = "service.kubernetes.io/topology-mode";
 const ANNOTATION_TOPOLOGY_AWARE_HINTS: &str =
     "service.kubernetes.io/topology-aware-hints";
@@ -50,9 +52,9 @@ impl HintPolicy {
     /// Whether an otherwise untouched slice must be rewritten for its hints.
     pub(super) fn needs_update(self, slice: &EndpointSlice) -> bool {
         match self {
-            Self::None => slice.endpoints.iter().any(|e| e.hints.is_some()),
+            Self::None => endpoints(slice).iter().any(|e| e.hints.is_some()),
             Self::PreferClose { nodes } => {
-                slice.endpoints.iter().filter(|e| is_ready(e)).any(|e| {
+                endpoints(slice).iter().filter(|e| is_ready(e)).any(|e| {
                     names(e.hints.as_ref()) != names(wanted(e, nodes).as_ref())
                 })
             }
@@ -61,7 +63,7 @@ impl HintPolicy {
 
     /// Sets the hints of a slice that is being written.
     pub(super) fn apply(self, slice: &mut EndpointSlice) {
-        for ep in &mut slice.endpoints {
+        for ep in slice.endpoints.iter_mut().flatten() {
             match self {
                 Self::None => ep.hints = None,
                 // Not-ready endpoints receive no traffic; upstream leaves

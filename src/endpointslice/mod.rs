@@ -35,7 +35,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use k8s_openapi::api::{
     core::v1::{Node, Pod, Service},
-    discovery::v1::EndpointSlice,
+    discovery::v1::{Endpoint, EndpointSlice},
 };
 
 pub use address::AddressType;
@@ -56,6 +56,12 @@ pub const LABEL_HEADLESS: &str = "service.kubernetes.io/headless";
 
 /// Upstream's default for `--max-endpoints-per-slice`.
 pub const DEFAULT_MAX_ENDPOINTS_PER_SLICE: usize = 100;
+
+/// A slice's endpoints; since 1.37's API types the list may be absent,
+/// which means none, as the API server reads it.
+fn endpoints(slice: &EndpointSlice) -> &[Endpoint] {
+    slice.endpoints.as_deref().unwrap_or_default()
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReconcileConfig {

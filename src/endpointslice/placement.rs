@@ -11,6 +11,7 @@ use k8s_openapi::api::discovery::v1::{EndpointPort, EndpointSlice};
 use super::{
     address::AddressType,
     endpoint::{self, EndpointKey, EndpointSet, PodCandidate},
+    endpoints,
     ports::PortMapKey,
     slice::ServiceRef,
 };
@@ -165,9 +166,9 @@ fn by_port_mapping(
     //    for duplicates), drop the ones no longer desired, take the desired
     //    version of those that changed.
     for slice in existing {
-        let mut kept = Vec::with_capacity(slice.endpoints.len());
+        let mut kept = Vec::with_capacity(endpoints(slice).len());
         let mut endpoint_changed = false;
-        for ep in &slice.endpoints {
+        for ep in endpoints(slice) {
             if let Some(want) = desired.take(&EndpointKey::of(ep)) {
                 endpoint_changed |= !endpoint::same_beyond_key(&want, ep);
                 kept.push(want);
@@ -175,12 +176,12 @@ fn by_port_mapping(
         }
         let (labels, labels_changed) =
             svc.labels_for(slice.metadata.labels.as_ref());
-        if endpoint_changed || kept.len() != slice.endpoints.len() {
+        if endpoint_changed || kept.len() != endpoints(slice).len() {
             if kept.is_empty() {
                 writes.to_delete.push(slice.clone());
             } else {
                 let mut s = slice.clone();
-                s.endpoints = kept;
+                s.endpoints = Some(kept);
                 s.metadata.labels = Some(labels);
                 writes.to_update.push(s);
             }
@@ -197,7 +198,7 @@ fn by_port_mapping(
     if !desired.is_empty() {
         writes
             .to_update
-            .sort_by_key(|s| std::cmp::Reverse(s.endpoints.len()));
+            .sort_by_key(|s| std::cmp::Reverse(endpoints(s).len()));
         for slice in &mut writes.to_update {
             fill(slice, &mut desired, max);
         }
@@ -228,11 +229,12 @@ fn by_port_mapping(
 }
 
 fn fill(slice: &mut EndpointSlice, desired: &mut EndpointSet, max: usize) {
-    while slice.endpoints.len() < max {
+    let endpoints = slice.endpoints.get_or_insert_default();
+    while endpoints.len() < max {
         let Some(ep) = desired.pop_first() else {
             break;
         };
-        slice.endpoints.push(ep);
+        endpoints.push(ep);
     }
 }
 
@@ -247,7 +249,7 @@ fn slice_to_fill(
         .iter()
         .enumerate()
         .filter_map(|(i, s)| {
-            let room = max.checked_sub(n + s.endpoints.len())?;
+            let room = max.checked_sub(n + endpoints(s).len())?;
             Some((room, i))
         })
         .min()

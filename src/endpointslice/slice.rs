@@ -120,7 +120,7 @@ impl ServiceRef {
                 ..ObjectMeta::default()
             },
             address_type: family.as_str().to_owned(),
-            endpoints: Vec::new(),
+            endpoints: Some(Vec::new()),
             ports: Some(ports),
         }
     }

@@ -247,7 +247,7 @@ pub(super) fn endpoint_slice(
     EndpointSlice {
         metadata,
         address_type: input.pick_str(&["IPv4", "IPv6", "FQDN", "bogus"]),
-        endpoints,
+        endpoints: Some(endpoints),
         ports: input.maybe(|i| {
             i.list(3, |i| EndpointPort {
                 name: i.maybe(|i| i.pick_str(PORT_NAMES)),

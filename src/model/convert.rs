@@ -614,6 +614,7 @@ pub fn endpoint_slice_info(
     let endpoints: Vec<EndpointInfo> = slice
         .endpoints
         .iter()
+        .flatten()
         .enumerate()
         .filter_map(|(i, endpoint)| {
             let info = endpoint_info(i, endpoint, node_name, &mut problems)?;

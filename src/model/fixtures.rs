@@ -81,7 +81,7 @@ pub fn slice(
     let mut slice = EndpointSlice {
         metadata: meta,
         address_type: "IPv4".to_owned(),
-        endpoints: Vec::new(),
+        endpoints: Some(Vec::new()),
         ports: None,
     };
     f(&mut slice);

@@ -405,7 +405,7 @@ fn a_sync_recomputes_only_what_changed() {
         })
         .unwrap();
     let mut new = old.clone();
-    new.endpoints.truncate(1);
+    new.endpoints.get_or_insert_default().truncate(1);
     assert_eq!(
         state.apply_objects(&slice_change(Some(old), Some(&new))),
         ChangeOutcome::NeedsSync
@@ -536,7 +536,8 @@ fn a_node_fed_by_its_view_reports_the_trigger_times_of_what_it_programs() {
     let web_slice = |ips: &[&str], trigger: &str| {
         slice("ns", "web-1", "web", |s| {
             add_slice_port(s, "http", 8080, "TCP");
-            s.endpoints = ips.iter().map(|ip| endpoint(ip, |_| {})).collect();
+            s.endpoints =
+                Some(ips.iter().map(|ip| endpoint(ip, |_| {})).collect());
             s.metadata.annotations = Some(BTreeMap::from([(
                 ANNOTATION_LAST_CHANGE_TRIGGER_TIME.to_owned(),
                 trigger.to_owned(),
@@ -702,7 +703,9 @@ fn a_slice_that_becomes_unusable_or_moves_leaves_nothing_behind() {
     });
     let serving = |s: &mut EndpointSlice| {
         add_slice_port(s, "http", 8080, "TCP");
-        s.endpoints.push(endpoint("198.19.0.5", |_| {}));
+        s.endpoints
+            .get_or_insert_default()
+            .push(endpoint("198.19.0.5", |_| {}));
     };
     let good = slice("default", "web-1", "web", serving);
     let mut fqdn = good.clone();

@@ -198,28 +198,29 @@ pub(crate) fn build_slice(
         for port in &spec.ports {
             add_slice_port(s, port.name, port.port, protocol(port.udp));
         }
-        s.endpoints = spec
-            .endpoints
-            .iter()
-            .map(|e| {
-                let address = if j == 2 {
-                    format!("pod-{}.example", e.ip)
-                } else {
-                    format!("198.19.0.{}", e.ip)
-                };
-                endpoint(&address, |ep| {
-                    ep.conditions =
-                        conditions(e.ready, e.serving, e.terminating);
-                    ep.node_name = e.node.map(str::to_owned);
-                    ep.hints = e.zone_hint.map(|zone| EndpointHints {
-                        for_zones: Some(vec![ForZone {
-                            name: zone.to_owned(),
-                        }]),
-                        for_nodes: None,
-                    });
+        s.endpoints = Some(
+            spec.endpoints
+                .iter()
+                .map(|e| {
+                    let address = if j == 2 {
+                        format!("pod-{}.example", e.ip)
+                    } else {
+                        format!("198.19.0.{}", e.ip)
+                    };
+                    endpoint(&address, |ep| {
+                        ep.conditions =
+                            conditions(e.ready, e.serving, e.terminating);
+                        ep.node_name = e.node.map(str::to_owned);
+                        ep.hints = e.zone_hint.map(|zone| EndpointHints {
+                            for_zones: Some(vec![ForZone {
+                                name: zone.to_owned(),
+                            }]),
+                            for_nodes: None,
+                        });
+                    })
                 })
-            })
-            .collect();
+                .collect(),
+        );
     })
 }
 

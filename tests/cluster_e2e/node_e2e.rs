@@ -331,7 +331,8 @@ impl NodeCluster {
         let ds = self.api.rt.block_on(self.daemonsets().get(daemonset))?;
         let container = ds
             .spec
-            .and_then(|s| s.template.spec)
+            .template
+            .spec
             .and_then(|s| s.containers.into_iter().next())
             .context("the DaemonSet has no container")?
             .name;

@@ -417,7 +417,7 @@ fn slice_endpoint(
 fn endpoint_slice_conditions_locality_and_hints() {
     let slice = slice("ns", "svc-abc", "svc", |s| {
         add_slice_port(s, "http", 8080, "TCP");
-        s.endpoints = vec![
+        s.endpoints = Some(vec![
             endpoint("198.19.0.1", |_| {}),
             endpoint("198.19.0.2", |e| {
                 e.conditions = conditions(Some(false), None, None);
@@ -438,7 +438,7 @@ fn endpoint_slice_conditions_locality_and_hints() {
             endpoint("198.19.0.4", |e| {
                 e.addresses.push("198.19.0.44".to_owned());
             }),
-        ];
+        ]);
     });
     let converted = endpoint_slice_info(&slice, "node-a");
     assert_eq!(converted.problems, vec![]);
@@ -483,14 +483,14 @@ fn endpoint_slice_problems_skip_smallest_unit() {
         add_slice_port(s, "zero", 0, "TCP");
         add_slice_port(s, "raw", 1, "ICMP");
         s.ports.as_mut().unwrap().push(Default::default());
-        s.endpoints = vec![
+        s.endpoints = Some(vec![
             endpoint("198.19.0.1", |_| {}),
             endpoint("198.19.0.x", |_| {}),
             endpoint("198.19.0.2", |e| e.addresses.clear()),
             // Upstream ignores an endpoint of the other family (found by
             // fuzzing: the API side and a direct proxy disagreed on one).
             endpoint("2001:db8::1", |_| {}),
-        ];
+        ]);
     });
     let converted = endpoint_slice_info(&slice, "node-a");
     let labels: Vec<_> = converted
@@ -547,9 +547,9 @@ fn endpoint_slice_ignored_wholesale() {
 fn endpoint_not_local_when_node_name_unknown() {
     let slice = slice("ns", "s", "svc", |s| {
         add_slice_port(s, "http", 8080, "TCP");
-        s.endpoints = vec![endpoint("198.19.0.1", |e| {
+        s.endpoints = Some(vec![endpoint("198.19.0.1", |e| {
             e.node_name = Some(String::new())
-        })];
+        })]);
     });
     let info = endpoint_slice_info(&slice, "").value.unwrap();
     assert!(!info.endpoints[0][0].is_local);

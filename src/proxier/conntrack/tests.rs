@@ -59,7 +59,9 @@ fn dns_slice(ipv6: bool, addresses: &[&str]) -> EndpointSlice {
         }
         fixtures::add_slice_port(s, "dns", 5353, "UDP");
         for address in addresses {
-            s.endpoints.push(fixtures::endpoint(address, |_| {}));
+            s.endpoints
+                .get_or_insert_default()
+                .push(fixtures::endpoint(address, |_| {}));
         }
     })
 }

@@ -59,7 +59,7 @@ async fn the_first_sync_writes_the_rules_and_quiet_syncs_write_nothing() {
         })
         .unwrap();
     let mut new = old.clone();
-    new.endpoints.truncate(1);
+    new.endpoints.get_or_insert_default().truncate(1);
     state.apply_objects(&ObjectChange::EndpointSlice {
         previous: Some(Arc::new(old.clone())),
         current: Some(Arc::new(new)),

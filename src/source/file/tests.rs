@@ -222,7 +222,10 @@ fn parse_keeps_the_fields() {
     let port = &spec.ports.as_ref().unwrap()[0];
     assert_eq!((port.name.as_deref(), port.port), (Some("http"), 80));
     let slice = &snapshot.endpoint_slices[0];
-    assert_eq!(slice.endpoints[0].addresses, vec!["198.19.0.5".to_string()]);
+    assert_eq!(
+        slice.endpoints.as_deref().unwrap_or_default()[0].addresses,
+        vec!["198.19.0.5".to_string()]
+    );
     assert_eq!(
         slice.metadata.labels.as_ref().unwrap()["kubernetes.io/service-name"],
         "a"

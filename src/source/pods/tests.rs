@@ -21,6 +21,7 @@ fn layout(snapshot: &Snapshot) -> Vec<(String, Vec<String>, Option<i32>)> {
             let mut addrs: Vec<String> = s
                 .endpoints
                 .iter()
+                .flatten()
                 .flat_map(|e| e.addresses.clone())
                 .collect();
             addrs.sort();

@@ -41,7 +41,7 @@ fn slice(name: &str, rv: &str) -> EndpointSlice {
     EndpointSlice {
         metadata: meta("default", name, Some(rv)),
         address_type: "IPv4".into(),
-        endpoints: Vec::new(),
+        endpoints: Some(Vec::new()),
         ports: None,
     }
 }

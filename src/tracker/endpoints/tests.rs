@@ -15,7 +15,7 @@ const NODE: &str = "node-a";
 fn web(name: &str, endpoints: Vec<Endpoint>) -> EndpointSlice {
     slice("ns", name, "web", |s| {
         add_slice_port(s, "http", 8080, "TCP");
-        s.endpoints = endpoints;
+        s.endpoints = Some(endpoints);
     })
 }
 
@@ -23,7 +23,7 @@ fn web(name: &str, endpoints: Vec<Endpoint>) -> EndpointSlice {
 fn dns(name: &str, endpoints: Vec<Endpoint>) -> EndpointSlice {
     slice("ns", name, "dns", |s| {
         add_slice_port(s, "dns", 53, "UDP");
-        s.endpoints = endpoints;
+        s.endpoints = Some(endpoints);
     })
 }
 
@@ -150,7 +150,7 @@ fn endpoints_change_tracker_table() {
                 Update(web("web-1", vec![ready("198.19.0.1")])),
                 Update(slice("ns", "web-2", "web", |s| {
                     add_slice_port(s, "http", 8081, "TCP");
-                    s.endpoints = vec![ready("198.19.0.1")];
+                    s.endpoints = Some(vec![ready("198.19.0.1")]);
                 })),
             ],
             returns: vec![true, true],
@@ -216,7 +216,7 @@ fn endpoints_change_tracker_table() {
             steps: vec![Update(slice("ns", "ext", "web", |s| {
                 s.address_type = "FQDN".to_owned();
                 add_slice_port(s, "http", 80, "TCP");
-                s.endpoints = vec![ready("example.com")];
+                s.endpoints = Some(vec![ready("example.com")]);
             }))],
             returns: vec![false],
             pending: 0,
@@ -232,7 +232,7 @@ fn endpoints_change_tracker_table() {
             steps: vec![Update(slice("ns", "orphan", "web", |s| {
                 s.metadata.labels = None;
                 add_slice_port(s, "http", 80, "TCP");
-                s.endpoints = vec![ready("198.19.0.1")];
+                s.endpoints = Some(vec![ready("198.19.0.1")]);
             }))],
             returns: vec![false],
             pending: 0,
@@ -316,7 +316,7 @@ fn endpoints_change_tracker_table() {
             initial: vec![web("web-1", vec![ready("198.19.0.1")])],
             steps: vec![Update(slice("ns", "web-1", "web", |s| {
                 add_slice_port(s, "web", 8080, "TCP");
-                s.endpoints = vec![ready("198.19.0.1")];
+                s.endpoints = Some(vec![ready("198.19.0.1")]);
             }))],
             returns: vec![true],
             pending: 1,
