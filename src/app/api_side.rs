@@ -87,8 +87,10 @@ pub async fn run(config: Config, settings: Settings) -> Result<(), Failure> {
         Source::StateFile(path) => {
             source::file::watch(path, STATE_FILE_POLL).boxed()
         }
-        Source::ApiServer { kubeconfig } => {
-            let client = clients::kube_client(kubeconfig.as_deref()).await?;
+        Source::ApiServer { kubeconfig, master } => {
+            let client =
+                clients::kube_client(kubeconfig.as_deref(), master.as_deref())
+                    .await?;
             source::kube::watch_cluster(
                 client,
                 config.service_proxy_name.as_deref(),
@@ -104,7 +106,8 @@ pub async fn run(config: Config, settings: Settings) -> Result<(), Failure> {
         }
     };
     if let Some(address) = settings.metrics {
-        start::metrics(address).map_err(anyhow::Error::from)?;
+        start::metrics(address, config.bind_address_hard_fail)
+            .map_err(anyhow::Error::from)?;
     }
     serve(&config, &settings, source).await
 }
@@ -167,9 +170,11 @@ async fn serving(
                             "--token-service-account {e}"
                         ))
                     })?;
-                    let client =
-                        clients::kube_client(config.kubeconfig.as_deref())
-                            .await?;
+                    let client = clients::kube_client(
+                        config.kubeconfig.as_deref(),
+                        config.master.as_deref(),
+                    )
+                    .await?;
                     Access::CertificatesOrTokens(Arc::new(TokenReviewer::new(
                         client, policy,
                     )))

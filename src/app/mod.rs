@@ -72,6 +72,8 @@ impl From<anyhow::Error> for Failure {
 pub enum Source {
     ApiServer {
         kubeconfig: Option<PathBuf>,
+        /// `--master`, over the kubeconfig's server.
+        master: Option<String>,
     },
     StateFile(PathBuf),
     ApiSide {
@@ -108,6 +110,7 @@ impl Source {
             Some(path) => Source::StateFile(path.clone()),
             None => Source::ApiServer {
                 kubeconfig: config.kubeconfig.clone(),
+                master: config.master.clone(),
             },
         })
     }

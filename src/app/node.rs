@@ -87,9 +87,10 @@ pub async fn serve<B: Backend>(
         Source::StateFile(path) => {
             daemon::Source::objects(source::file::watch(path, STATE_FILE_POLL))
         }
-        Source::ApiServer { kubeconfig } => {
+        Source::ApiServer { kubeconfig, master } => {
             let kube_config =
-                clients::kube_config(kubeconfig.as_deref()).await?;
+                clients::kube_config(kubeconfig.as_deref(), master.as_deref())
+                    .await?;
             // The watches' client is built on the sources' runtime, so
             // that its connections (TLS, HTTP) are driven there, beside
             // the sync loop rather than on its thread; the events' client

@@ -315,7 +315,10 @@ fn sources_are_typed_once_and_refusals_carry_their_status() {
     let mut config = Config::default();
     assert!(matches!(
         Source::of(&config),
-        Ok(Source::ApiServer { kubeconfig: None })
+        Ok(Source::ApiServer {
+            kubeconfig: None,
+            master: None
+        })
     ));
     config.state_file = Some("/run/cluster.yaml".into());
     assert!(matches!(Source::of(&config), Ok(Source::StateFile(_))));

@@ -298,6 +298,33 @@ pub struct ConfigArgs {
     #[arg(long, value_name = "IP:PORT")]
     pub metrics_bind_address: Option<String>,
 
+    /// The health check server's port when --healthz-bind-address is a
+    /// bare IP; 0 disables the server. Without --config only, as
+    /// upstream (deprecated there).
+    #[arg(long, value_name = "PORT", allow_negative_numbers = true)]
+    pub healthz_port: Option<i64>,
+
+    /// The metrics server's port when --metrics-bind-address is a bare
+    /// IP; 0 disables the server. Without --config only, as upstream
+    /// (deprecated there).
+    #[arg(long, value_name = "PORT", allow_negative_numbers = true)]
+    pub metrics_port: Option<i64>,
+
+    /// Exit when the health check or metrics server cannot bind its
+    /// port, instead of retrying.
+    #[arg(long)]
+    pub bind_address_hard_fail: Option<bool>,
+
+    /// Feature gates as NAME=BOOL,...: AllowServiceExternalIPs and
+    /// KubeProxyIPVS are understood, any other is warned about.
+    #[arg(long, value_name = "NAME=BOOL,...")]
+    pub feature_gates: Option<String>,
+
+    /// The API server's address, over the kubeconfig's server (as
+    /// upstream, with --config too).
+    #[arg(long, value_name = "URL")]
+    pub master: Option<String>,
+
     /// Path to a kubeconfig file; in-cluster config when unset.
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
@@ -361,10 +388,6 @@ pub struct ConfigArgs {
 #[derive(Debug, Clone, Default, PartialEq, Args)]
 pub struct IgnoredFlags {
     #[arg(long, hide = true)]
-    pub master: Option<String>,
-    #[arg(long, hide = true)]
-    pub feature_gates: Option<String>,
-    #[arg(long, hide = true)]
     pub iptables_sync_period: Option<String>,
     #[arg(long, hide = true)]
     pub iptables_min_sync_period: Option<String>,
@@ -379,10 +402,6 @@ pub struct IgnoredFlags {
     #[arg(long, hide = true)]
     pub show_hidden_metrics_for_version: Option<String>,
     #[arg(long, hide = true)]
-    pub healthz_port: Option<String>,
-    #[arg(long, hide = true)]
-    pub metrics_port: Option<String>,
-    #[arg(long, hide = true)]
     pub proxy_port_range: Option<String>,
     #[arg(long, hide = true)]
     pub log_flush_frequency: Option<String>,
@@ -396,22 +415,12 @@ pub struct IgnoredFlags {
         default_missing_value = "true"
     )]
     pub profiling: Option<String>,
-    #[arg(
-        long,
-        hide = true,
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true"
-    )]
-    pub bind_address_hard_fail: Option<String>,
 }
 
 impl IgnoredFlags {
     /// (flag, value) for each ignored flag that was given.
     pub fn given(&self) -> Vec<(&'static str, &str)> {
         [
-            ("--master", &self.master),
-            ("--feature-gates", &self.feature_gates),
             ("--iptables-sync-period", &self.iptables_sync_period),
             ("--iptables-min-sync-period", &self.iptables_min_sync_period),
             (
@@ -425,13 +434,10 @@ impl IgnoredFlags {
                 "--show-hidden-metrics-for-version",
                 &self.show_hidden_metrics_for_version,
             ),
-            ("--healthz-port", &self.healthz_port),
-            ("--metrics-port", &self.metrics_port),
             ("--proxy-port-range", &self.proxy_port_range),
             ("--log-flush-frequency", &self.log_flush_frequency),
             ("--vmodule", &self.vmodule),
             ("--profiling", &self.profiling),
-            ("--bind-address-hard-fail", &self.bind_address_hard_fail),
         ]
         .into_iter()
         .filter_map(|(flag, value)| value.as_deref().map(|v| (flag, v)))
@@ -467,6 +473,7 @@ impl ConfigArgs {
             api_version: Some(API_VERSION.to_owned()),
             kind: Some(KIND.to_owned()),
             feature_gates: Some(BTreeMap::new()),
+            bind_address_hard_fail: self.bind_address_hard_fail,
             client_connection: Some(ClientConnection {
                 kubeconfig: self
                     .kubeconfig
@@ -520,6 +527,7 @@ impl ConfigArgs {
             conntrack_min, conntrack_tcp_timeout_established,
             conntrack_tcp_timeout_close_wait, conntrack_tcp_be_liberal,
             conntrack_udp_timeout, conntrack_udp_timeout_stream,
+            healthz_port, metrics_port, bind_address_hard_fail, feature_gates,
         )
     }
 }

@@ -289,15 +289,6 @@ impl KubeProxyConfiguration {
                     .to_owned(),
             });
         }
-        for (gate, enabled) in self.feature_gates.iter().flatten() {
-            u.0.push(ConfigWarning {
-                field: format!("featureGates.{gate}"),
-                message: format!(
-                    "feature gates are not implemented; {gate}={enabled} \
-                     ignored"
-                ),
-            });
-        }
         if let Some(c) = &self.client_connection {
             u.check(
                 "clientConnection.acceptContentTypes",
@@ -312,7 +303,6 @@ impl KubeProxyConfiguration {
             u.check("logging.vmodule", &l.vmodule);
             u.check("logging.options", &l.options);
         }
-        u.check("bindAddressHardFail", &self.bind_address_hard_fail);
         u.check("enableProfiling", &self.enable_profiling);
         u.check(
             "showHiddenMetricsForVersion",

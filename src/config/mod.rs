@@ -25,6 +25,8 @@ pub use settings::{
 };
 pub use write::to_yaml;
 
+use std::net::{IpAddr, SocketAddr};
+
 use validate::{to_config, Origin};
 
 /// The exit status of a configuration that is refused: sysexits'
@@ -69,15 +71,42 @@ pub fn resolve(
             config
         }
         None => {
-            let kpc = args.to_kube_proxy_configuration();
+            let mut kpc = args.to_kube_proxy_configuration();
+            kpc.feature_gates = Some(flag_gates(args)?);
+            let ports = [
+                ("--healthz-port", args.healthz_port),
+                ("--metrics-port", args.metrics_port),
+            ]
+            .map(|(flag, port)| deprecated_port(flag, port))
+            .into_iter()
+            .collect::<Result<Vec<_>, _>>()?;
+            let (healthz_port, metrics_port) = (ports[0], ports[1]);
+            // As upstream: a bare IP takes the port flag's port (its
+            // own default otherwise), an IP:port keeps its port.
+            let with_port = |text: &Option<String>, port: Option<u16>| {
+                text.as_deref().map(|t| match (port, t.parse::<IpAddr>()) {
+                    (Some(port), Ok(ip)) if port != 0 => {
+                        SocketAddr::new(ip, port).to_string()
+                    }
+                    _ => t.to_owned(),
+                })
+            };
+            kpc.healthz_bind_address =
+                with_port(&args.healthz_bind_address, healthz_port);
+            kpc.metrics_bind_address =
+                with_port(&args.metrics_bind_address, metrics_port);
             let (mut config, more) = to_config(&kpc, Origin::Flags)?;
             warnings.extend(more);
-            // An empty flag value turns a server off; in the file, empty
-            // means the default address.
-            if args.healthz_bind_address.as_deref() == Some("") {
+            // An empty flag value turns a server off, and so does port 0;
+            // in the file, empty means the default address.
+            if args.healthz_bind_address.as_deref() == Some("")
+                || healthz_port == Some(0)
+            {
                 config.healthz_bind_address = None;
             }
-            if args.metrics_bind_address.as_deref() == Some("") {
+            if args.metrics_bind_address.as_deref() == Some("")
+                || metrics_port == Some(0)
+            {
                 config.metrics_bind_address = None;
             }
             config
@@ -118,6 +147,8 @@ pub fn resolve(
         });
     }
 
+    // Not part of the configuration file: it applies next to one too.
+    config.master = args.master.clone().filter(|m| !m.is_empty());
     config.state_file = args.state.clone();
     config.api_endpoint = args.api_endpoint.clone();
     config.api_tls_dir = args.api_tls_dir.clone();
@@ -125,6 +156,54 @@ pub fn resolve(
     config.service_proxy_name =
         args.service_proxy_name.clone().filter(|n| !n.is_empty());
     Ok(Resolved { config, warnings })
+}
+
+/// `--feature-gates NAME=BOOL,...`, as upstream's map flag reads it
+/// (Go's boolean spellings; spaces around names and values ignored).
+fn flag_gates(
+    args: &ConfigArgs,
+) -> Result<std::collections::BTreeMap<String, bool>, ConfigError> {
+    let invalid = |reason: String| {
+        ConfigError::Invalid(vec![FieldError {
+            field: "--feature-gates".to_owned(),
+            reason,
+        }])
+    };
+    let mut gates = std::collections::BTreeMap::new();
+    let text = args.feature_gates.as_deref().unwrap_or("");
+    for pair in text.split(',').filter(|p| !p.trim().is_empty()) {
+        let Some((name, value)) = pair.split_once('=') else {
+            return Err(invalid(format!("{pair:?} must be NAME=BOOL")));
+        };
+        let enabled = match value.trim() {
+            "1" | "t" | "T" | "true" | "TRUE" | "True" => true,
+            "0" | "f" | "F" | "false" | "FALSE" | "False" => false,
+            other => {
+                return Err(invalid(format!(
+                    "{}: {other:?} is not a boolean",
+                    name.trim()
+                )))
+            }
+        };
+        gates.insert(name.trim().to_owned(), enabled);
+    }
+    Ok(gates)
+}
+
+/// `--healthz-port`, `--metrics-port`: 0 (off) to 65535.
+fn deprecated_port(
+    flag: &str,
+    port: Option<i64>,
+) -> Result<Option<u16>, ConfigError> {
+    port.map(|p| {
+        u16::try_from(p).map_err(|_| {
+            ConfigError::Invalid(vec![FieldError {
+                field: flag.to_owned(),
+                reason: format!("must be in [0, 65535], got {p}"),
+            }])
+        })
+    })
+    .transpose()
 }
 
 #[cfg(test)]

@@ -95,8 +95,12 @@ const FIELDS: &[Field] = &[
         "Empty (kubeadm's default) runs IPVS mode with a warning, since \
          kube-proxy would run iptables mode.",
     ),
-    ignored("featureGates", "{SomeGate: true}")
-        .note("Each gate given is named in its own warning."),
+    applied("featureGates", "{AllowServiceExternalIPs: false}").note(
+        "`AllowServiceExternalIPs: false` serves no Service's external IPs; \
+         `KubeProxyIPVS` is accepted with either value (it only switches \
+         kube-proxy's own IPVS mode). Any other gate is named in a warning \
+         of its own; kube-proxy would refuse one it does not know.",
+    ),
     applied("clientConnection.kubeconfig", "/etc/kube-proxy/kubeconfig")
         .note("Empty: the Pod's in-cluster configuration."),
     ignored("clientConnection.acceptContentTypes", "application/json"),
@@ -125,7 +129,10 @@ const FIELDS: &[Field] = &[
     applied("metricsBindAddress", "127.0.0.1:20249")
         .refused("localhost")
         .note("A bare IP gets port 10249."),
-    ignored("bindAddressHardFail", "true"),
+    applied("bindAddressHardFail", "true").note(
+        "Exit (status 1) when the health check or metrics server cannot \
+         bind its port; otherwise each retries every 5 seconds.",
+    ),
     ignored("enableProfiling", "true"),
     ignored("showHiddenMetricsForVersion", "\"1.33\""),
     applied("iptables.masqueradeBit", "15").refused("32"),
@@ -179,8 +186,10 @@ const FIELDS: &[Field] = &[
     applied("nodePortAddresses", "[primary, 198.18.0.0/16]")
         .refused("[198.18.0.0/33]")
         .note(
-            "Unset: every local address. `localhost` is warned about and \
-             ignored: IPVS mode never serves NodePorts on loopback.",
+            "Unset: every local address. `all` is every address; \
+             `localhost` matches loopback, where IPVS mode never serves \
+             NodePorts (warned about: alone, it serves them nowhere). A \
+             keyword given twice is refused.",
         ),
     applied("oomScoreAdj", "-500").refused("1001"),
     applied("conntrack.maxPerCore", "65536").refused("-1"),

@@ -39,6 +39,14 @@ pub struct Config {
     /// `None` disables the server.
     pub metrics_bind_address: Option<SocketAddr>,
     pub kubeconfig: Option<PathBuf>,
+    /// `--master`: the API server's URL, over the kubeconfig's server.
+    pub master: Option<String>,
+    /// `bindAddressHardFail`: exit when the health check or metrics
+    /// server cannot bind, instead of retrying.
+    pub bind_address_hard_fail: bool,
+    /// The `AllowServiceExternalIPs` gate (GA and on by default since
+    /// 1.36): off, no Service's external IPs are served, bound or tracked.
+    pub allow_service_external_ips: bool,
     /// Read Services, EndpointSlices and Nodes from this file instead of
     /// the API server.
     pub state_file: Option<PathBuf>,
@@ -296,6 +304,9 @@ impl Default for Config {
             healthz_bind_address: Some(default_healthz_address(false)),
             metrics_bind_address: Some(default_metrics_address(false)),
             kubeconfig: None,
+            master: None,
+            bind_address_hard_fail: false,
+            allow_service_external_ips: true,
             state_file: None,
             api_endpoint: None,
             api_tls_dir: None,

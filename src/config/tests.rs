@@ -113,6 +113,9 @@ fn upstream_defaults() -> Config {
         // defaults.go: 127.0.0.1 and ports.ProxyStatusPort, 10249.
         metrics_bind_address: Some(sock("127.0.0.1:10249")),
         kubeconfig: None,
+        master: None,
+        bind_address_hard_fail: false,
+        allow_service_external_ips: true,
         state_file: None,
         api_endpoint: None,
         api_tls_dir: None,
@@ -630,12 +633,12 @@ fn unused_fields_warn_once_each() {
     assert_eq!(
         fields,
         vec![
-            "featureGates.OtherGate",
-            "featureGates.SomeGate",
             "logging.flushFrequency",
             "iptables.syncPeriod",
             "winkernel.networkName",
             "udpIdleTimeout",
+            "featureGates.OtherGate",
+            "featureGates.SomeGate",
         ]
     );
 }
@@ -696,6 +699,9 @@ fn flags_alone_configure_everything() {
         // An empty flag value disables the server.
         metrics_bind_address: None,
         kubeconfig: Some(PathBuf::from("/etc/kube/proxy.conf")),
+        master: None,
+        bind_address_hard_fail: false,
+        allow_service_external_ips: true,
         state_file: Some(PathBuf::from("examples/cluster.yaml")),
         api_endpoint: None,
         api_tls_dir: None,
@@ -786,9 +792,14 @@ fn with_a_config_file_every_configuration_flag_given_is_named() {
         "--conntrack-tcp-be-liberal",
         "--conntrack-udp-timeout=30s",
         "--conntrack-udp-timeout-stream=2m",
+        "--healthz-port=20256",
+        "--metrics-port=20249",
+        "--bind-address-hard-fail",
+        "--feature-gates=AllowServiceExternalIPs=false",
     ];
     let not_replaced = [
         "--config=x",
+        "--master=https://198.18.0.1:6443",
         "--hostname-override=node-c",
         "--state=/tmp/state.yaml",
         "--service-proxy-name=ours",
@@ -920,12 +931,124 @@ fn invalid_flags_name_the_flag() {
 
 #[test]
 fn unimplemented_upstream_flags_are_accepted_with_a_warning() {
-    let a = args(&["--profiling", "--healthz-port=10256", "--kube-api-qps=5"]);
+    let a = args(&["--profiling", "--vmodule=x=4", "--kube-api-qps=5"]);
     let warnings = resolve(&a, None).unwrap().warnings;
     let fields: Vec<&str> = warnings.iter().map(|w| w.field.as_str()).collect();
+    assert_eq!(fields, vec!["--kube-api-qps", "--vmodule", "--profiling"]);
+}
+
+#[test]
+fn port_flags_apply_without_a_file_as_upstreams() {
+    let resolved = |flags: &[&str]| resolve(&args(flags), None).unwrap().config;
+    let off = resolved(&["--healthz-port=0", "--metrics-port=0"]);
+    assert_eq!(off.healthz_bind_address, None, "port 0 turns it off");
+    assert_eq!(off.metrics_bind_address, None);
+    let bare = resolved(&[
+        "--healthz-bind-address=198.18.0.2",
+        "--healthz-port=20256",
+        "--metrics-bind-address=::1",
+        "--metrics-port=20249",
+    ]);
+    assert_eq!(bare.healthz_bind_address, Some(sock("198.18.0.2:20256")));
+    assert_eq!(bare.metrics_bind_address, Some(sock("[::1]:20249")));
+    // An address with a port keeps it, and the default address keeps
+    // its own: upstream's flag defaults carry their ports already.
+    let kept = resolved(&[
+        "--healthz-bind-address=198.18.0.2:30256",
+        "--healthz-port=20256",
+        "--metrics-port=20249",
+    ]);
+    assert_eq!(kept.healthz_bind_address, Some(sock("198.18.0.2:30256")));
+    assert_eq!(kept.metrics_bind_address, Some(sock("127.0.0.1:10249")));
+    let err = resolve(&args(&["--healthz-port=65536"]), None).unwrap_err();
+    assert_eq!(err.fields()[0].field, "--healthz-port", "{err}");
+    // With a file they are ignored, as every flag the file replaces.
+    let with_file = resolve(&args(&["--healthz-port=0"]), Some(KUBEADM));
+    let with_file = with_file.unwrap();
     assert_eq!(
-        fields,
-        vec!["--kube-api-qps", "--healthz-port", "--profiling"]
+        with_file.config.healthz_bind_address,
+        Some(sock("0.0.0.0:10256"))
+    );
+    assert_eq!(with_file.warnings[0].field, "--healthz-port");
+}
+
+#[test]
+fn bind_address_hard_fail_is_applied_from_flag_and_file() {
+    assert!(!from_file(KUBEADM).unwrap().config.bind_address_hard_fail);
+    let text =
+        kubeadm_with("bindAddressHardFail:", "bindAddressHardFail: true");
+    let resolved = from_file(&text).unwrap();
+    assert!(resolved.config.bind_address_hard_fail);
+    assert_eq!(resolved.warnings, []);
+    let flag = resolve(&args(&["--bind-address-hard-fail"]), None).unwrap();
+    assert!(flag.config.bind_address_hard_fail);
+}
+
+#[test]
+fn feature_gates_the_proxy_acts_on_and_the_rest_warned() {
+    let text = kubeadm_with(
+        "featureGates:",
+        "featureGates: {AllowServiceExternalIPs: false, KubeProxyIPVS: false}",
+    );
+    let resolved = from_file(&text).unwrap();
+    assert!(!resolved.config.allow_service_external_ips);
+    assert_eq!(resolved.warnings, [], "KubeProxyIPVS is no warning");
+    assert!(
+        from_file(KUBEADM)
+            .unwrap()
+            .config
+            .allow_service_external_ips
+    );
+
+    let flags = args(&[
+        "--feature-gates=KubeProxyIPVS=true, AllowServiceExternalIPs=F,Foo=1",
+    ]);
+    let resolved = resolve(&flags, None).unwrap();
+    assert!(!resolved.config.allow_service_external_ips);
+    let warned: Vec<&str> =
+        resolved.warnings.iter().map(|w| w.field.as_str()).collect();
+    assert_eq!(warned, ["featureGates.Foo"]);
+    for bad in ["--feature-gates=Foo", "--feature-gates=Foo=maybe"] {
+        let err = resolve(&args(&[bad]), None).unwrap_err();
+        assert_eq!(err.fields()[0].field, "--feature-gates", "{bad}: {err}");
+    }
+}
+
+#[test]
+fn master_applies_next_to_a_file_too() {
+    let a = args(&["--master=https://198.18.0.1:6443", "--config=k.yaml"]);
+    let resolved = resolve(&a, Some(KUBEADM)).unwrap();
+    assert_eq!(
+        resolved.config.master.as_deref(),
+        Some("https://198.18.0.1:6443")
+    );
+    assert_eq!(resolved.warnings, []);
+    let none = resolve(&args(&["--master="]), None).unwrap();
+    assert_eq!(none.config.master, None, "empty: the kubeconfig's server");
+}
+
+#[test]
+fn node_port_address_keywords_as_upstreams() {
+    let addresses = |list: &str| {
+        let text = kubeadm_with("nodePortAddresses:", list);
+        from_file(&text).map(|r| r.config.node_port_addresses)
+    };
+    assert_eq!(
+        addresses("nodePortAddresses: [localhost]").unwrap(),
+        [
+            NodePortAddress::Cidr(net("127.0.0.0/8")),
+            NodePortAddress::Cidr(net("::1/128"))
+        ],
+        "loopback, which IPVS mode never serves: no NodePort anywhere"
+    );
+    for twice in ["[primary, primary]", "[all, 198.18.0.0/16, all]"] {
+        let err = addresses(&format!("nodePortAddresses: {twice}"));
+        let err = err.unwrap_err();
+        assert!(err.to_string().contains("duplicate"), "{twice}: {err}");
+    }
+    assert!(
+        addresses("nodePortAddresses: [198.18.0.0/16, 198.18.0.0/16]").is_ok(),
+        "only keywords are refused twice"
     );
 }
 

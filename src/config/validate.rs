@@ -75,6 +75,13 @@ pub(super) const FLAG_NAMES: &[(&str, &str)] = &[
         "conntrack.udpStreamTimeout",
         "--conntrack-udp-timeout-stream",
     ),
+    // The port flags set part of an address field; names are looked up
+    // by path, first entry first, so the address flags above still name
+    // those fields.
+    ("healthzBindAddress", "--healthz-port"),
+    ("metricsBindAddress", "--metrics-port"),
+    ("bindAddressHardFail", "--bind-address-hard-fail"),
+    ("featureGates", "--feature-gates"),
 ];
 
 impl Origin {
@@ -275,6 +282,7 @@ pub fn to_config(
         );
     }
     let conntrack = conntrack_config(&mut v, kpc);
+    let gates = feature_gates(&mut v, kpc);
 
     if !v.errors.is_empty() {
         return Err(ConfigError::Invalid(v.errors));
@@ -291,6 +299,9 @@ pub fn to_config(
         healthz_bind_address,
         metrics_bind_address,
         kubeconfig,
+        master: None,
+        bind_address_hard_fail: kpc.bind_address_hard_fail.unwrap_or(false),
+        allow_service_external_ips: gates.allow_service_external_ips,
         state_file: None,
         api_endpoint: None,
         api_tls_dir: None,
@@ -301,6 +312,40 @@ pub fn to_config(
         conntrack,
     };
     Ok((config, v.warnings))
+}
+
+/// The gates that change what the proxy does.
+struct Gates {
+    allow_service_external_ips: bool,
+}
+
+/// `featureGates` (`--feature-gates`): the gates an IPVS proxy acts on
+/// are applied, every other is warned about. Upstream refuses a gate it
+/// does not know; this proxy warns, so that a configuration written for
+/// a newer or older kube-proxy still runs.
+fn feature_gates(v: &mut Validator, kpc: &KubeProxyConfiguration) -> Gates {
+    let mut gates = Gates {
+        allow_service_external_ips: true,
+    };
+    for (gate, &enabled) in kpc.feature_gates.iter().flatten() {
+        match gate.as_str() {
+            "AllowServiceExternalIPs" => {
+                gates.allow_service_external_ips = enabled;
+            }
+            // Upstream's switch for its own IPVS mode (false by default
+            // from 1.40): it is why this proxy runs, so either value is
+            // fine here and neither is worth a warning.
+            "KubeProxyIPVS" => {}
+            _ => v.warn(
+                &format!("featureGates.{gate}"),
+                format!(
+                    "not a gate kube-ipvs-proxy acts on; {gate}={enabled} \
+                     ignored"
+                ),
+            ),
+        }
+    }
+    gates
 }
 
 /// `logging.format` and `logging.verbosity` (`--logging-format`, `-v`).
@@ -520,21 +565,38 @@ fn node_port_addresses(
     v: &mut Validator,
     entries: &[String],
 ) -> Vec<NodePortAddress> {
+    let cidrs = |list: [&str; 2]| {
+        list.into_iter()
+            .filter_map(|c| c.parse().ok())
+            .map(NodePortAddress::Cidr)
+            .collect::<Vec<_>>()
+    };
     let mut out = Vec::new();
+    let mut keywords = Vec::new();
     for (i, entry) in entries.iter().enumerate() {
         let path = format!("nodePortAddresses[{i}]");
-        match entry.trim() {
+        let entry = entry.trim();
+        if ["primary", "all", "localhost"].contains(&entry) {
+            if keywords.contains(&entry) {
+                v.err(&path, format!("duplicate value {entry:?}"));
+            }
+            keywords.push(entry);
+        }
+        match entry {
             "primary" => out.push(NodePortAddress::Primary),
-            "all" => out.extend(
-                ["0.0.0.0/0", "::/0"]
-                    .iter()
-                    .filter_map(|c| c.parse().ok())
-                    .map(NodePortAddress::Cidr),
-            ),
-            "localhost" => v.warn(
-                &path,
-                "NodePorts are never served on loopback in IPVS mode; ignored",
-            ),
+            "all" => out.extend(cidrs(["0.0.0.0/0", "::/0"])),
+            // Loopback's own ranges, as upstream (1.37) reads the
+            // keyword; IPVS mode never serves NodePorts on loopback, so
+            // alone it serves them nowhere, where an empty list would
+            // mean every address.
+            "localhost" => {
+                v.warn(
+                    &path,
+                    "NodePorts are never served on loopback in IPVS mode; \
+                     this entry matches no address",
+                );
+                out.extend(cidrs(["127.0.0.0/8", "::1/128"]));
+            }
             text => {
                 if let Some(net) = v.cidr(&path, text) {
                     out.push(NodePortAddress::Cidr(net));

@@ -204,16 +204,43 @@ pub fn spawn_forever(
     address: SocketAddr,
     router: Router,
 ) -> JoinHandle<()> {
-    spawn(Box::pin(retry_forever(name, address, router)))
+    spawn(Box::pin(retry_forever(name, address, router, None)))
+}
+
+/// [`spawn_forever`] for `bindAddressHardFail`: the port is bound here,
+/// and a failure is the caller's to end the process with, as upstream
+/// exits. Only listening can fail: once bound, axum's accept loop rides
+/// out its own errors, so the server never ends.
+pub fn spawn_bound(
+    name: &'static str,
+    address: SocketAddr,
+    router: Router,
+) -> Result<JoinHandle<()>, ServerError> {
+    let listener = listen(address).map_err(|source| ServerError::Listen {
+        server: name,
+        address,
+        source,
+    })?;
+    Ok(spawn(Box::pin(retry_forever(
+        name,
+        address,
+        router,
+        Some(listener),
+    ))))
 }
 
 async fn retry_forever(
     name: &'static str,
     address: SocketAddr,
     router: Router,
+    mut bound: Option<std::net::TcpListener>,
 ) {
     loop {
-        match listen(address).and_then(tokio::net::TcpListener::from_std) {
+        let listener = match bound.take() {
+            Some(listener) => Ok(listener),
+            None => listen(address),
+        };
+        match listener.and_then(tokio::net::TcpListener::from_std) {
             Ok(listener) => {
                 tracing::info!(%address, "{name} server listening");
                 if let Err(source) = axum::serve(listener, router.clone()).await

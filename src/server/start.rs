@@ -1,7 +1,8 @@
 //! Starting the servers a process runs for its life: the node proxy's
 //! healthz, metrics and health check node ports, and the API side's
 //! metrics. A port that is taken is retried in the background
-//! ([`super::spawn_forever`]), never fatal.
+//! ([`super::spawn_forever`]), unless `bindAddressHardFail` makes it
+//! fatal ([`super::spawn_bound`]), as upstream.
 
 use std::{
     net::{IpAddr, SocketAddr},
@@ -10,7 +11,7 @@ use std::{
 };
 
 use super::{
-    healthz, metrics, spawn_forever, ProxyHealth, ServerError,
+    healthz, metrics, spawn_bound, spawn_forever, ProxyHealth, ServerError,
     ServiceHealthServer, SyncReporter,
 };
 use crate::{
@@ -31,11 +32,25 @@ pub enum StartError {
 }
 
 /// Installs the process's metrics recorder and serves it on `address`
-/// (`/metrics`, `/healthz`, `/proxyMode`).
-pub fn metrics(address: SocketAddr) -> Result<(), ExporterError> {
+/// (`/metrics`, `/healthz`, `/proxyMode`); with `hard_fail`, a port that
+/// cannot be bound is an error instead of retried.
+pub fn metrics(address: SocketAddr, hard_fail: bool) -> Result<(), StartError> {
     let handle = exporter::install()?;
     metrics::spawn_upkeep(handle.clone(), METRICS_UPKEEP);
-    spawn_forever("metrics", address, metrics::router(handle));
+    serve("metrics", address, metrics::router(handle), hard_fail)
+}
+
+fn serve(
+    name: &'static str,
+    address: SocketAddr,
+    router: axum::Router,
+    hard_fail: bool,
+) -> Result<(), StartError> {
+    if hard_fail {
+        spawn_bound(name, address, router)?;
+    } else {
+        spawn_forever(name, address, router);
+    }
     Ok(())
 }
 
@@ -50,11 +65,13 @@ pub fn node(
 ) -> Result<SyncReporter, StartError> {
     // Upstream's health timeout: a queued update may wait two periods.
     let health = Arc::new(ProxyHealth::new(2 * config.ipvs.sync_period));
+    let hard_fail = config.bind_address_hard_fail;
     if let Some(address) = config.healthz_bind_address {
-        spawn_forever("healthz", address, healthz::router(Arc::clone(&health)));
+        let router = healthz::router(Arc::clone(&health));
+        serve("healthz", address, router, hard_fail)?;
     }
     if let Some(address) = config.metrics_bind_address {
-        metrics(address)?;
+        metrics(address, hard_fail)?;
     }
     let service_health =
         ServiceHealthServer::new(health_addresses, Arc::clone(&health))?;

@@ -1055,3 +1055,25 @@ async fn a_probe_is_answered_while_the_loop_is_busy() {
     let answer = probe.join().expect("the probe's thread").expect("answered");
     assert!(answer.contains(" 200 "), "{answer}");
 }
+
+/// `bindAddressHardFail`: a port that is taken is the caller's error at
+/// once, naming the server and the address; a free one is served.
+#[tokio::test]
+async fn hard_fail_servers_report_a_taken_port_and_serve_a_free_one() {
+    let taken = std::net::TcpListener::bind(LOOPBACK).unwrap();
+    let address = taken.local_addr().unwrap();
+    let health = health_at(&ManualClock::at(T0));
+    let refused =
+        super::spawn_bound("healthz", address, healthz::router(health.clone()));
+    let message = refused.map(|_| ()).unwrap_err().to_string();
+    assert!(
+        message.starts_with(&format!("healthz server cannot listen on {address}")),
+        "{message}"
+    );
+    drop(taken);
+    let served =
+        super::spawn_bound("healthz", address, healthz::router(health));
+    assert!(served.is_ok(), "{served:?}");
+    let reply = get(address, "/livez").await.unwrap();
+    assert!(reply.status == 200 || reply.status == 503, "{}", reply.status);
+}
