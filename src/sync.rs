@@ -47,6 +47,8 @@ pub struct NodeSettings {
     /// its family, whatever the Node object says (upstream's
     /// `detectNodeIPs`).
     pub primary_ip_override: Option<IpAddr>,
+    /// The `AllowServiceExternalIPs` gate.
+    pub serve_external_ips: bool,
 }
 
 impl NodeSettings {
@@ -57,6 +59,7 @@ impl NodeSettings {
             detect_local_node_cidr: config.detect_local
                 == DetectLocal::NodeCidr,
             primary_ip_override: config.primary_ip_override,
+            serve_external_ips: config.allow_service_external_ips,
         }
     }
 }
@@ -102,6 +105,7 @@ pub fn node_context(
         ipv4: has_v4 || !has_v6,
         ipv6: has_v6,
         pod_cidrs: node.map(|n| n.pod_cidrs.clone()).unwrap_or_default(),
+        without_external_ips: !settings.serve_external_ips,
     }
 }
 

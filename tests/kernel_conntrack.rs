@@ -1,15 +1,20 @@
 //! Conntrack cleanup against the guest's kernel: the contract scenario on
 //! flows inserted with `conntrack -I`, and a real UDP flow through IPVS
-//! whose entry the cleanup removes once its endpoint is gone.
+//! whose entry the cleanup removes once its endpoint is gone, and the
+//! cleanup a sync runs, for a changed endpoint and a Service scaled to
+//! zero.
 
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket},
     process::Command,
-    time::Duration,
+    sync::Arc,
+    time::{Duration, SystemTime},
 };
 
 use anyhow::{bail, Context, Result};
+use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use kube_ipvs_proxy::{
+    backend::{Backend, NoKernel, SyncBatch},
     kernel::{
         addresses::{AddressOp, Addresses, NetlinkAddresses},
         conntrack::{
@@ -19,6 +24,10 @@ use kube_ipvs_proxy::{
         sysctl::{self, ProcSysctls, Sysctls},
     },
     model::{Protocol, ServicePortInfo, ServicePortName},
+    proxier::conntrack::WithConntrack,
+    runner::{SyncReason, SyncTrigger},
+    source::store::ObjectChange,
+    sync::{NodeSettings, SyncState},
 };
 use testkit::{guest, run, run_with_input, start_pods, PodSpec};
 
@@ -232,6 +241,74 @@ async fn removed_endpoint() -> Result<()> {
     Ok(())
 }
 
+/// A UDP Service `ns/{name}` on `cluster_ip:53` (with `node_port` when
+/// not 0) and its slice with `endpoints`, as the API server would list
+/// them.
+fn udp_service(
+    name: &str,
+    cluster_ip: &str,
+    node_port: u16,
+    endpoints: &[&str],
+) -> Result<(Service, EndpointSlice)> {
+    let mut port =
+        serde_json::json!({"name": "dns", "port": 53, "protocol": "UDP"});
+    let mut kind = "ClusterIP";
+    if node_port != 0 {
+        port["nodePort"] = node_port.into();
+        kind = "NodePort";
+    }
+    let service = serde_json::from_value(serde_json::json!({
+        "metadata": {"namespace": "ns", "name": name},
+        "spec": {"clusterIP": cluster_ip, "clusterIPs": [cluster_ip],
+                 "type": kind, "ports": [port]}
+    }))?;
+    let endpoints: Vec<_> = endpoints
+        .iter()
+        .map(|ip| serde_json::json!({"addresses": [ip]}))
+        .collect();
+    let slice = serde_json::from_value(serde_json::json!({
+        "metadata": {"namespace": "ns", "name": format!("{name}-1"),
+                     "labels": {"kubernetes.io/service-name": name}},
+        "addressType": "IPv4",
+        "ports": [{"name": "dns", "port": 5353, "protocol": "UDP"}],
+        "endpoints": endpoints
+    }))?;
+    Ok((service, slice))
+}
+
+fn node_state() -> SyncState {
+    SyncState::new(
+        "node-a",
+        NodeSettings::default(),
+        Some(vec![IpAddr::V4(Ipv4Addr::new(198, 18, 100, 1))]),
+        SystemTime::now(),
+    )
+}
+
+/// One sync of `state` through `backend`, after `changes`.
+async fn sync_with(
+    state: &mut SyncState,
+    backend: &mut WithConntrack<NoKernel, NetlinkConntrack>,
+    changes: &[ObjectChange],
+) -> Result<()> {
+    for change in changes {
+        state.apply_objects(change);
+    }
+    let outcome = state.sync();
+    let batch = SyncBatch {
+        trigger: SyncTrigger {
+            seq: 1,
+            reason: SyncReason::Requested,
+        },
+        outcome: &outcome,
+        state,
+    };
+    backend
+        .apply(batch)
+        .await
+        .map_err(|e| anyhow::anyhow!("apply: {e}"))
+}
+
 /// The sync-time wiring on the real table: after a sync that gave a UDP
 /// service its endpoints, once the inner backend applied, the flow
 /// answered by an endpoint that does not serve is removed and the live
@@ -242,16 +319,6 @@ async fn removed_endpoint() -> Result<()> {
     ignore = "needs the real-kernel guest: run `make vm-test`"
 )]
 async fn with_conntrack_cleans_after_a_sync() -> Result<()> {
-    use std::{sync::Arc, time::SystemTime};
-
-    use kube_ipvs_proxy::{
-        backend::{Backend, NoKernel, SyncBatch},
-        proxier::conntrack::WithConntrack,
-        runner::{SyncReason, SyncTrigger},
-        source::store::ObjectChange,
-        sync::{NodeSettings, SyncState},
-    };
-
     guest::require();
     // Another frontend than the contract's, whose test runs alongside.
     let live = contract::nat_flow(
@@ -269,54 +336,103 @@ async fn with_conntrack_cleans_after_a_sync() -> Result<()> {
     for flow in [live, stale] {
         conntrack_insert(&flow)?;
     }
-    let dns: k8s_openapi::api::core::v1::Service =
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"namespace": "ns", "name": "dns"},
-            "spec": {"clusterIP": "198.18.9.101",
-                     "clusterIPs": ["198.18.9.101"],
-                     "ports": [{"name": "dns", "port": 53,
-                                "protocol": "UDP"}]}
-        }))?;
-    let slice: k8s_openapi::api::discovery::v1::EndpointSlice =
-        serde_json::from_value(serde_json::json!({
-            "metadata": {"namespace": "ns", "name": "dns-1",
-                         "labels": {"kubernetes.io/service-name": "dns"}},
-            "addressType": "IPv4",
-            "ports": [{"name": "dns", "port": 5353, "protocol": "UDP"}],
-            "endpoints": [{"addresses": ["198.19.9.11"]}]
-        }))?;
-    let mut state = SyncState::new(
-        "node-a",
-        NodeSettings::default(),
-        Some(vec![IpAddr::V4(Ipv4Addr::new(198, 18, 100, 1))]),
-        SystemTime::now(),
-    );
-    state.apply_objects(&ObjectChange::Service {
-        previous: None,
-        current: Some(Arc::new(dns)),
-    });
-    state.apply_objects(&ObjectChange::EndpointSlice {
-        previous: None,
-        current: Some(Arc::new(slice)),
-    });
-    let outcome = state.sync();
-    let batch = SyncBatch {
-        trigger: SyncTrigger {
-            seq: 1,
-            reason: SyncReason::Requested,
-        },
-        outcome: &outcome,
-        state: &state,
-    };
+    let (dns, slice) = udp_service("dns", "198.18.9.101", 0, &["198.19.9.11"])?;
+    let mut state = node_state();
     let mut backend = WithConntrack::new(NoKernel, ct);
-    let applied = backend.apply(batch).await;
+    let applied = sync_with(
+        &mut state,
+        &mut backend,
+        &[
+            ObjectChange::Service {
+                previous: None,
+                current: Some(Arc::new(dns)),
+            },
+            ObjectChange::EndpointSlice {
+                previous: None,
+                current: Some(Arc::new(slice)),
+            },
+        ],
+    )
+    .await;
     let mut ct = NetlinkConntrack::new()?;
     let dumped = ct.dump_udp().await?;
     let _ = ct.delete(&[live]).await;
-    if let Err(e) = applied {
-        bail!("apply: {e}");
-    }
+    applied?;
     assert!(dumped.contains(&live), "{live} missing from {dumped:?}");
     assert!(!dumped.contains(&stale), "{stale} still in {dumped:?}");
+    Ok(())
+}
+
+/// A UDP Service scaled to zero (kube-proxy since 1.37): every flow to
+/// its cluster IP goes, though no endpoint is left to serve it, so that a
+/// one-way sender stops feeding a gone Pod; the flows to its node port
+/// stay, since they match by port alone.
+#[tokio::test]
+#[cfg_attr(
+    not(feature = "kernel-tests"),
+    ignore = "needs the real-kernel guest: run `make vm-test`"
+)]
+async fn a_udp_service_scaled_to_zero_loses_its_cluster_ip_flows() -> Result<()>
+{
+    guest::require();
+    let to_cluster_ip = contract::nat_flow(
+        "198.18.9.2:40021",
+        "198.18.9.102:53",
+        "198.19.9.21:5353",
+    );
+    let to_node_port = contract::nat_flow(
+        "198.18.9.2:40022",
+        "198.18.100.1:30153",
+        "198.19.9.21:5353",
+    );
+    let flows = [to_cluster_ip, to_node_port];
+    let mut ct = NetlinkConntrack::new()?;
+    let _ = ct.delete(&flows).await;
+    let (svc, serving) =
+        udp_service("statsd", "198.18.9.102", 30153, &["198.19.9.21"])?;
+    let (_, empty) = udp_service("statsd", "198.18.9.102", 30153, &[])?;
+    let (svc, serving, empty) =
+        (Arc::new(svc), Arc::new(serving), Arc::new(empty));
+    let mut state = node_state();
+    let mut backend = WithConntrack::new(NoKernel, ct);
+    sync_with(
+        &mut state,
+        &mut backend,
+        &[
+            ObjectChange::Service {
+                previous: None,
+                current: Some(svc),
+            },
+            ObjectChange::EndpointSlice {
+                previous: None,
+                current: Some(Arc::clone(&serving)),
+            },
+        ],
+    )
+    .await?;
+    for flow in &flows {
+        conntrack_insert(flow)?;
+    }
+    let scaled = sync_with(
+        &mut state,
+        &mut backend,
+        &[ObjectChange::EndpointSlice {
+            previous: Some(serving),
+            current: Some(empty),
+        }],
+    )
+    .await;
+    let mut ct = NetlinkConntrack::new()?;
+    let dumped = ct.dump_udp().await?;
+    let _ = ct.delete(&flows).await;
+    scaled?;
+    assert!(
+        !dumped.contains(&to_cluster_ip),
+        "{to_cluster_ip} still in {dumped:?}"
+    );
+    assert!(
+        dumped.contains(&to_node_port),
+        "{to_node_port} missing from {dumped:?}"
+    );
     Ok(())
 }

@@ -96,7 +96,11 @@ impl Family<'_> {
             );
         }
 
-        for &ip in svc.external_ips.iter().filter(|ip| ip.is_ipv6() == ipv6) {
+        let external_ips = match self.ctx.without_external_ips {
+            false => svc.external_ips.as_slice(),
+            true => &[],
+        };
+        for &ip in external_ips.iter().filter(|ip| ip.is_ipv6() == ipv6) {
             self.virtual_server(
                 VirtualServerKind::ExternalIp,
                 ip,

@@ -118,6 +118,10 @@ pub struct NodeContext {
     /// The node's `spec.podCIDRs`: local-traffic detection under
     /// `detectLocalMode: NodeCIDR` reads them.
     pub pod_cidrs: Vec<ipnet::IpNet>,
+    /// The `AllowServiceExternalIPs` gate turned off: Services' external
+    /// IPs get no virtual server, address or set entry (their traffic
+    /// policies still count them, as upstream's do).
+    pub without_external_ips: bool,
 }
 
 impl NodeContext {

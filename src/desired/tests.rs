@@ -36,6 +36,7 @@ fn ctx(f: impl FnOnce(&mut NodeContext)) -> NodeContext {
         ipv4: true,
         ipv6: false,
         pod_cidrs: vec![],
+        without_external_ips: false,
     };
     f(&mut c);
     c
@@ -157,6 +158,38 @@ fn external_ips_are_bound_unless_already_local() {
             "KUBE-EXTERNAL-IP",
             &["198.18.50.1,tcp:80", "198.18.100.1,tcp:80"]
         )
+    );
+}
+
+#[test]
+fn allow_service_external_ips_off_serves_none_and_keeps_their_policy() {
+    let service = svc(|s| {
+        s.external_ips = vec![ip("198.18.50.1")];
+        s.load_balancer_vips = vec![ip("198.18.60.1")];
+        // Set from the external IP, as upstream counts it whatever the
+        // gate: the load balancer keeps the local policy.
+        s.external_policy_local = true;
+    });
+    let endpoints = vec![
+        ep("198.19.0.5", |e| e.is_local = true),
+        ep("198.19.0.6", |_| {}),
+    ];
+    let plan = plan_of(
+        ctx(|c| c.without_external_ips = true),
+        &[("ext", service, endpoints)],
+    );
+    assert_eq!(
+        vs_lines(&plan),
+        [
+            "TCP 198.18.0.10:80 -> 198.19.0.5:8080,198.19.0.6:8080",
+            "TCP 198.18.60.1:80 -> 198.19.0.5:8080",
+        ]
+    );
+    assert!(!plan.bound_addresses.contains(&ip("198.18.50.1")));
+    let names: Vec<String> = sets(&plan).into_iter().map(|(n, _)| n).collect();
+    assert!(
+        !names.iter().any(|n| n.starts_with("KUBE-EXTERNAL-IP")),
+        "{names:?}"
     );
 }
 

@@ -255,6 +255,9 @@ impl Sysctls for ProcSysctls {
 pub struct SysctlsModel {
     pub values: std::collections::BTreeMap<String, String>,
     pub writes: Vec<(String, String)>,
+    /// Every write fails with EROFS, as in a container whose `/sys` or
+    /// `/proc/sys` is mounted read-only.
+    pub read_only: bool,
 }
 
 #[cfg(any(test, feature = "test-support"))]
@@ -268,6 +271,7 @@ impl SysctlsModel {
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect(),
             writes: Vec::new(),
+            read_only: false,
         }
     }
 
@@ -290,6 +294,10 @@ impl Sysctls for SysctlsModel {
             .values
             .get_mut(path)
             .ok_or_else(|| Self::missing(path))?;
+        if self.read_only {
+            let e = io::Error::from_raw_os_error(libc::EROFS);
+            return Err(io_error(path, "open", e));
+        }
         value.clone_into(slot);
         self.writes.push((path.to_owned(), value.to_owned()));
         Ok(())

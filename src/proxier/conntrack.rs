@@ -15,7 +15,7 @@ use crate::{
         conntrack::{clean_stale_udp_flows, Conntrack, Flow, UdpServing},
         KernelError,
     },
-    model::{IpFamily, Protocol},
+    model::{IpFamily, Protocol, ServicePortInfo},
     sync::SyncOutcome,
     telemetry::events::{ConntrackReconciled, InternalEvent},
 };
@@ -75,10 +75,19 @@ impl<B, C> WithConntrack<B, C> {
             .filter(|name| name.protocol == Protocol::Udp);
         let (services, endpoints) =
             (batch.state.service_map(), batch.state.endpoints());
+        let gated = batch.state.desired().context().without_external_ips;
         for name in changed {
+            let service = services.get(name).map(|s| &**s);
+            // External IPs the gate keeps off the node are no frontends.
+            let without_external_ips = service
+                .filter(|s| gated && !s.external_ips.is_empty())
+                .map(|s| ServicePortInfo {
+                    external_ips: Vec::new(),
+                    ..s.clone()
+                });
             self.serving.update(
                 name,
-                services.get(name).map(|s| &**s),
+                without_external_ips.as_ref().or(service),
                 &endpoints.serving_addresses(name),
             );
         }

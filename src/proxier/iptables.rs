@@ -50,7 +50,7 @@ pub struct RulesSettings {
     pub masquerade_bit: u8,
     pub detect_local: DetectLocal,
     pub cluster_cidrs: Vec<IpNet>,
-    /// Whether MASQUERADE gets `--random-fully` (the binary supports it).
+    /// Whether MASQUERADE gets `--random-fully`: always on a node.
     pub random_fully: bool,
 }
 

@@ -68,11 +68,12 @@ async fn open_with(
         warn!(%error, "start-up");
     }
     let iptables = RealIptables::new(Variant::detect().await);
-    let random_fully = iptables.supports_random_fully().await;
+    // Unconditional, as kube-proxy since 1.37: every iptables of a
+    // supported node (1.6.2 and later) has it.
     let with_rules = WithIptables::new(
         proxier,
         iptables,
-        RulesSettings::from_config(config, random_fully),
+        RulesSettings::from_config(config, true),
     );
     Ok(WithConntrack::new(with_rules, conntrack))
 }

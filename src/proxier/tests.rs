@@ -108,6 +108,7 @@ fn ctx() -> NodeContext {
         ipv4: true,
         ipv6: false,
         pod_cidrs: vec![],
+        without_external_ips: false,
     }
 }
 
@@ -731,7 +732,9 @@ fn backend_apply_reconciles_fully_first_then_follows_the_deltas() {
         Arc::new(fixtures::slice("ns", "web-1", "web", |s| {
             fixtures::add_slice_port(s, "http", 8080, "TCP");
             for a in addresses {
-                s.endpoints.push(fixtures::endpoint(a, |_| {}));
+                s.endpoints
+                    .get_or_insert_default()
+                    .push(fixtures::endpoint(a, |_| {}));
             }
         }))
     };

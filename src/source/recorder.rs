@@ -94,14 +94,13 @@ impl EventSink {
     }
 }
 
-/// How upstream refers to a Service in its events: `namespace/name` as
-/// the UID.
+/// How upstream refers to a Service in its events (since 1.35): the
+/// API version, kind, namespace and name, no UID.
 pub fn service_reference(service: &NamespacedName) -> ObjectReference {
     ObjectReference {
         kind: Some("Service".to_owned()),
         namespace: Some(service.namespace.clone()),
         name: Some(service.name.clone()),
-        uid: Some(format!("{}/{}", service.namespace, service.name)),
         api_version: Some("v1".to_owned()),
         ..ObjectReference::default()
     }
@@ -127,13 +126,12 @@ pub fn health_check_failed_event(
     }
 }
 
-/// How upstream refers to its Node: the name, with the name as UID too
-/// (kube-proxy does not read the Node's real UID for this).
+/// How upstream refers to its Node (since 1.35): the API version, kind
+/// and name, no UID (kube-proxy does not read the Node's).
 pub fn node_reference(node_name: &str) -> ObjectReference {
     ObjectReference {
         kind: Some("Node".to_owned()),
         name: Some(node_name.to_owned()),
-        uid: Some(node_name.to_owned()),
         api_version: Some("v1".to_owned()),
         ..ObjectReference::default()
     }

@@ -12,9 +12,10 @@
 //! load-balancer IP with the service port, or any address with the node
 //! port) but whose reply source is not one of that service's serving
 //! endpoints. It needs no memory of what was removed, so a flow missed
-//! once (a failed delete, a restart) is caught by the next cleanup, and
-//! it leaves alone services without serving endpoints, whose flows have
-//! nowhere better to go. The proxier runs it only after a sync that
+//! once (a failed delete, a restart) is caught by the next cleanup. A
+//! service without serving endpoints loses every flow to its addresses,
+//! as since kube-proxy 1.37 (its node port's flows stay: they match by
+//! port alone). The proxier runs it only after a sync that
 //! changed UDP endpoints or removed a UDP service, which keeps the dump
 //! off the steady-state path, and it keeps the serving endpoints per
 //! service port, updated from the ports each sync changed. With `net/ipv4/vs/conntrack=1` IPVS writes
@@ -136,8 +137,8 @@ impl UdpServing {
     }
 
     /// Sets one service port to `service` with the addresses of its
-    /// serving endpoints, or forgets it (`None`). Only UDP ports with
-    /// serving endpoints are kept. Serving, not ready: a terminating
+    /// serving endpoints, or forgets it (`None`). Only UDP ports are
+    /// kept. Serving, not ready: a terminating
     /// endpoint still serving keeps its flows, as a TCP connection to it
     /// would keep going.
     pub fn update(
@@ -159,9 +160,16 @@ impl UdpServing {
             return;
         };
         let serving: HashSet<IpAddr> = serving.iter().copied().collect();
-        if serving.is_empty() {
-            return;
-        }
+        // A port with no serving endpoint keeps its address frontends,
+        // every flow to them stale (kube-proxy since 1.37): a one-way
+        // sender refreshes its entry forever, towards an endpoint that is
+        // gone. Not its node port, which matches any address, flows of
+        // other hosts on the same port too, as upstream leaves it.
+        let node_port = if serving.is_empty() {
+            0
+        } else {
+            service.node_port
+        };
         let frontends: Vec<SocketAddr> = service
             .cluster_ips
             .iter()
@@ -175,9 +183,9 @@ impl UdpServing {
                 .or_default()
                 .insert(name.clone());
         }
-        if service.node_port != 0 {
+        if node_port != 0 {
             self.by_node_port
-                .entry(service.node_port)
+                .entry(node_port)
                 .or_default()
                 .insert(name.clone());
         }
@@ -185,7 +193,7 @@ impl UdpServing {
             name.clone(),
             UdpPort {
                 frontends,
-                node_port: service.node_port,
+                node_port,
                 serving,
             },
         );

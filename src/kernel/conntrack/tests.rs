@@ -81,8 +81,9 @@ fn stale_flows_follow_upstream() {
     ];
     let mut serving = UdpServing::new();
     serving.update(&port_name("dns"), Some(&dns), &self::serving(&eps));
-    // Same addresses over TCP, and a UDP service without serving
-    // endpoints: neither makes a flow stale.
+    // Same addresses over TCP: no flow of it is stale. A UDP service
+    // without serving endpoints: every flow to its addresses is, none to
+    // its node port (kube-proxy since 1.37).
     serving.update(
         &port_name("web"),
         Some(&service(Protocol::Tcp, |s| s.port = 80)),
@@ -91,7 +92,9 @@ fn stale_flows_follow_upstream() {
     serving.update(
         &port_name("idle"),
         Some(&service(Protocol::Udp, |s| {
-            s.cluster_ips = vec![ip("198.18.0.11")]
+            s.cluster_ips = vec![ip("198.18.0.11")];
+            s.external_ips = vec![ip("198.18.1.11")];
+            s.node_port = 30054;
         })),
         &self::serving(&[endpoint("198.19.0.9", false)]),
     );
@@ -144,8 +147,18 @@ fn stale_flows_follow_upstream() {
             false,
         ),
         (
-            "service without serving endpoints",
-            nat_flow(c, "198.18.0.11:53", "198.19.0.7:5353"),
+            "service without serving endpoints, its cluster IP",
+            nat_flow(c, "198.18.0.11:53", "198.19.0.9:5353"),
+            true,
+        ),
+        (
+            "service without serving endpoints, its external IP",
+            nat_flow(c, "198.18.1.11:53", "198.19.0.9:5353"),
+            true,
+        ),
+        (
+            "service without serving endpoints, its node port",
+            nat_flow(c, "198.18.7.7:30054", "198.19.0.9:5353"),
             false,
         ),
         (

@@ -93,23 +93,6 @@ fn choose(nft: Option<&str>, legacy: Option<&str>) -> Variant {
     }
 }
 
-/// Whether `iptables --version` output names a release with
-/// `MASQUERADE --random-fully` (1.6.2 and later), upstream's
-/// `HasRandomFully`.
-fn version_has_random_fully(version: &str) -> bool {
-    let Some(v) = version.split_whitespace().find_map(|w| w.strip_prefix('v'))
-    else {
-        return false;
-    };
-    let mut parts = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    let triple = (
-        parts.next().unwrap_or(0),
-        parts.next().unwrap_or(0),
-        parts.next().unwrap_or(0),
-    );
-    triple >= (1, 6, 2)
-}
-
 /// The restore tools of one variant.
 #[derive(Debug, Clone)]
 pub struct RealIptables {
@@ -119,18 +102,6 @@ pub struct RealIptables {
 impl RealIptables {
     pub fn new(variant: Variant) -> Self {
         Self { variant }
-    }
-
-    /// Whether this iptables supports `--random-fully` (for
-    /// [`RulesSettings::random_fully`]); runs `iptables --version` once.
-    ///
-    /// [`RulesSettings::random_fully`]: crate::proxier::iptables::RulesSettings::random_fully
-    pub async fn supports_random_fully(&self) -> bool {
-        let program = self.variant.binary(IpFamily::V4, "");
-        match run_async(program, vec!["--version".into()], None).await {
-            Ok(out) if out.ok => version_has_random_fully(&out.stdout),
-            _ => false,
-        }
     }
 }
 
@@ -349,20 +320,6 @@ mod tests {
         ];
         for (name, nft, legacy, want) in cases {
             assert_eq!(choose(nft, legacy), want, "{name}");
-        }
-    }
-
-    #[test]
-    fn random_fully_needs_1_6_2() {
-        let cases = [
-            ("iptables v1.8.9 (nf_tables)", true),
-            ("iptables v1.6.2", true),
-            ("iptables v1.6.1", false),
-            ("iptables v1.4.21", false),
-            ("garbage", false),
-        ];
-        for (version, want) in cases {
-            assert_eq!(version_has_random_fully(version), want, "{version}");
         }
     }
 

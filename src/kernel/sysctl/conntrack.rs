@@ -2,10 +2,12 @@
 //! when it starts, before its proxier (cmd/kube-proxy/app, `setupConntrack`
 //! and its `Conntracker`):
 //!
-//! - `nf_conntrack_max` to `maxPerCore` × the node's CPUs, or `min` if
-//!   that is more, unless `maxPerCore` is 0; then the hash table
-//!   (the nf_conntrack module's `hashsize` parameter, in sysfs) grows to a
-//!   quarter of that when it has fewer buckets;
+//! - `nf_conntrack_max` to `maxPerCore` × the node's CPUs capped at
+//!   [`MAX_TABLE_SIZE`], or `min` if that is more, unless `maxPerCore` is
+//!   0; only ever raised, never lowered (kube-proxy since 1.37); then the
+//!   hash table (the nf_conntrack module's `hashsize` parameter, in
+//!   sysfs) grows to a quarter of that when it has fewer buckets, whether
+//!   or not the table size itself had to change;
 //! - the established and close-wait TCP timeouts, and the two UDP ones,
 //!   each only if positive; `tcp_be_liberal` only to turn it on.
 //!
@@ -13,6 +15,11 @@
 //! defaults (32768 per core, at least 131072; 24 hours established, one
 //! hour close-wait) apply on most clusters. Each value is written only
 //! when it differs, as upstream does.
+//!
+//! Where upstream (since 1.36) exits on a failed write, a failure here is
+//! reported and the rest still set: an unprivileged container with a
+//! read-only `/sys` whose hash table is already big enough writes nothing
+//! there, and one whose table is too small still runs, with a warning.
 
 use super::{write_if_differs, Change, Sysctls};
 use crate::kernel::KernelError;
@@ -47,13 +54,23 @@ pub struct ConntrackSettings {
     pub udp_stream_timeout: u64,
 }
 
-/// Upstream's table size: `max_per_core` × `cpus`, at least `min`; 0
-/// (leave it) when `max_per_core` is 0.
+/// The most `maxPerCore` × CPUs may ask for (kube-proxy since 1.36): a
+/// many-core node would otherwise reserve a table of millions of entries.
+pub const MAX_TABLE_SIZE: u64 = 1 << 20;
+
+/// Upstream's table size: `max_per_core` × `cpus`, capped at
+/// [`MAX_TABLE_SIZE`] when above it, else at least `min`; 0 (leave it)
+/// when `max_per_core` is 0. The cap comes first, as upstream's does: a
+/// `min` above it applies only while the scaled value is below the cap.
 pub fn table_size(max_per_core: u32, min: u32, cpus: u32) -> u64 {
     if max_per_core == 0 {
         return 0;
     }
-    (u64::from(max_per_core) * u64::from(cpus)).max(u64::from(min))
+    let scaled = u64::from(max_per_core) * u64::from(cpus);
+    if scaled > MAX_TABLE_SIZE {
+        return MAX_TABLE_SIZE;
+    }
+    scaled.max(u64::from(min))
 }
 
 /// The number of CPUs in a kernel CPU list (`0-3,6,8-9` is 7); `None` if
@@ -74,7 +91,8 @@ pub fn count_cpus(list: &str) -> Option<u32> {
     Some(count)
 }
 
-/// The sysctls to set, in upstream's order (the hash table aside).
+/// The sysctls to set exactly, in upstream's order; the table size and
+/// the hash table, which only grow, are [`ensure`]'s own.
 pub fn wanted(settings: &ConntrackSettings) -> Vec<(&'static str, String)> {
     let mut out = Vec::new();
     let mut positive = |path, value: u64| {
@@ -82,7 +100,6 @@ pub fn wanted(settings: &ConntrackSettings) -> Vec<(&'static str, String)> {
             out.push((path, value.to_string()));
         }
     };
-    positive(MAX, settings.max);
     positive(TCP_TIMEOUT_ESTABLISHED, settings.tcp_established_timeout);
     positive(TCP_TIMEOUT_CLOSE_WAIT, settings.tcp_close_wait_timeout);
     positive(TCP_BE_LIBERAL, u64::from(settings.tcp_be_liberal));
@@ -91,43 +108,54 @@ pub fn wanted(settings: &ConntrackSettings) -> Vec<(&'static str, String)> {
     out
 }
 
-/// Writes each wanted value that differs, and grows the hash table
-/// (through `module`, the module's parameters) after the table size.
-/// One result per write or failure; a second run on the same kernel
-/// returns nothing.
+/// Raises the table size and grows the hash table (through `module`, the
+/// module's parameters) when they are smaller than asked, then writes
+/// each other wanted value that differs. One result per write or
+/// failure; a second run on the same kernel returns nothing.
 pub fn ensure(
     sysctls: &mut impl Sysctls,
     module: &mut impl Sysctls,
     settings: &ConntrackSettings,
 ) -> Vec<Result<Change, KernelError>> {
     let mut results = Vec::new();
-    for (path, value) in wanted(settings) {
-        let result = write_if_differs(sysctls, path, &value);
-        let failed = matches!(result, Some(Err(_)));
-        results.extend(result);
-        // As upstream, the table grows only once its size is set.
-        if path == MAX && !failed {
-            results.extend(grow_hash_table(module, settings.max));
+    if settings.max > 0 {
+        let raised = raise(sysctls, MAX, settings.max);
+        let failed = matches!(raised, Some(Err(_)));
+        results.extend(raised);
+        // As upstream, whose failed write ends the process before it.
+        if !failed {
+            results.extend(raise(module, HASHSIZE, settings.max / 4));
         }
+    }
+    for (path, value) in wanted(settings) {
+        results.extend(write_if_differs(sysctls, path, &value));
     }
     results
 }
 
-/// Upstream leaves a hash table of at least max/4 buckets alone, and
-/// otherwise sets it to exactly that.
-fn grow_hash_table(
-    module: &mut impl Sysctls,
-    max: u64,
+/// Writes `value` where the kernel has less, and leaves a bigger value
+/// alone: an operator's (or another agent's) larger table stays. A value
+/// that cannot be read is written, as upstream does; a hash table that
+/// cannot be read is a failure, since growing it blind could shrink it.
+fn raise(
+    sysctls: &mut impl Sysctls,
+    path: &'static str,
+    value: u64,
 ) -> Option<Result<Change, KernelError>> {
-    let buckets = max / 4;
-    let current = match module.read(HASHSIZE) {
+    let current = match sysctls.read(path) {
         Ok(text) => text,
-        Err(e) => return Some(Err(e)),
+        Err(e) if path == HASHSIZE => return Some(Err(e)),
+        Err(_) => String::new(),
     };
-    match current.trim().parse::<u64>() {
-        Ok(size) if size >= buckets => None,
-        _ => write_if_differs(module, HASHSIZE, &buckets.to_string()),
+    if current.trim().parse::<u64>().is_ok_and(|now| now >= value) {
+        return None;
     }
+    let to = value.to_string();
+    Some(sysctls.write(path, &to).map(|()| Change {
+        path,
+        from: current,
+        to,
+    }))
 }
 
 #[cfg(test)]
@@ -141,6 +169,54 @@ mod tests {
         assert_eq!(table_size(32768, 131072, 8), 262144, "per core wins");
         assert_eq!(table_size(32768, 0, 1), 32768);
         assert_eq!(table_size(0, 131072, 64), 0, "0 per core: leave it");
+        assert_eq!(table_size(32768, 131072, 64), MAX_TABLE_SIZE, "capped");
+        assert_eq!(
+            table_size(32768, 4 << 20, 64),
+            MAX_TABLE_SIZE,
+            "the cap before the minimum"
+        );
+        assert_eq!(
+            table_size(32768, 4 << 20, 2),
+            4 << 20,
+            "a minimum above the cap while the scaled value is under it"
+        );
+    }
+
+    #[test]
+    fn a_bigger_table_is_never_lowered_and_the_hash_table_still_grows() {
+        let mut k = kernel();
+        k.values.insert(MAX.to_owned(), "262144".to_owned());
+        let mut module = SysctlsModel::new([(HASHSIZE, "16384")]);
+        let changes: Vec<_> = ensure(&mut k, &mut module, &DEFAULTS)
+            .into_iter()
+            .map(|c| c.map(|c| (c.path, c.from, c.to)))
+            .collect();
+        assert_eq!(k.values[MAX], "262144", "left as the node has it");
+        assert_eq!(
+            changes[0],
+            Ok((HASHSIZE, "16384".to_owned(), "32768".to_owned())),
+            "a quarter of what was asked, not of what the node has"
+        );
+        assert_eq!(changes.len(), 3, "{changes:?}");
+    }
+
+    #[test]
+    fn a_read_only_sys_with_a_big_enough_hash_table_writes_nothing_there() {
+        let mut module = SysctlsModel::new([(HASHSIZE, "32768")]);
+        module.read_only = true;
+        let results = ensure(&mut kernel(), &mut module, &DEFAULTS);
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+        assert_eq!(module.writes, []);
+    }
+
+    #[test]
+    fn a_read_only_sys_with_a_small_hash_table_is_reported_not_fatal() {
+        let mut k = kernel();
+        let mut module = SysctlsModel::new([(HASHSIZE, "1024")]);
+        module.read_only = true;
+        let results = ensure(&mut k, &mut module, &DEFAULTS);
+        assert!(results[1].is_err(), "{results:?}");
+        assert_eq!(k.values[TCP_TIMEOUT_CLOSE_WAIT], "3600", "the rest set");
     }
 
     #[test]

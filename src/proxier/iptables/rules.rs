@@ -437,8 +437,8 @@ pub struct RulesInput {
     pub masquerade_all: bool,
     /// `0..=31`; the mark is `1 << masquerade_bit` (0x4000 by default).
     pub masquerade_bit: u8,
-    /// Whether the MASQUERADE rule gets `--random-fully` (upstream adds it
-    /// when the iptables binary supports it, i.e. 1.6.2 and later).
+    /// Whether the MASQUERADE rule gets `--random-fully`: always on a node
+    /// (kube-proxy since 1.37); off only in tests of the rule's shape.
     pub random_fully: bool,
     /// One entry per family the proxy serves, in order.
     pub families: Vec<FamilyInput>,

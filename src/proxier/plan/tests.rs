@@ -42,6 +42,7 @@ fn ctx(f: impl FnOnce(&mut NodeContext)) -> NodeContext {
         ipv4: true,
         ipv6: false,
         pod_cidrs: vec![],
+        without_external_ips: false,
     };
     f(&mut c);
     c

@@ -69,7 +69,9 @@ async fn the_start_up_event_is_upstreams_on_the_node() {
     assert_eq!(event["reportingInstance"], "kube-proxy-node-a");
     assert_eq!(event["regarding"]["kind"], "Node");
     assert_eq!(event["regarding"]["name"], "node-a");
-    assert_eq!(event["regarding"]["uid"], "node-a");
+    // As upstream since 1.35: the API version, and no UID.
+    assert_eq!(event["regarding"]["apiVersion"], "v1");
+    assert!(event["regarding"].get("uid").is_none(), "{event}");
     let note = event["note"].as_str().unwrap_or_default();
     assert!(note.starts_with("kube-ipvs-proxy v"), "{note}");
 }
@@ -89,7 +91,9 @@ async fn a_health_check_that_cannot_listen_is_a_warning_on_its_service() {
     assert_eq!(event["reason"], "FailedToStartServiceHealthcheck");
     assert_eq!(event["action"], "Listen");
     assert_eq!(event["regarding"]["kind"], "Service");
-    assert_eq!(event["regarding"]["uid"], "shop/web");
+    assert_eq!(event["regarding"]["apiVersion"], "v1");
+    assert_eq!(event["regarding"]["namespace"], "shop");
+    assert!(event["regarding"].get("uid").is_none(), "{event}");
     assert_eq!(
         event["note"],
         "node node-a failed to start healthcheck \"shop/web\" on port \
