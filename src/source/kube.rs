@@ -2,9 +2,11 @@
 //! EndpointSlices and our own Node, merged into one stream of
 //! [`SourceEvent`]s.
 //!
-//! The selectors are upstream kube-proxy's: Services and EndpointSlices
-//! that belong to another service proxy, or to a headless Service, are
-//! filtered out by the API server, so they never reach the proxy at all.
+//! The selectors are upstream kube-proxy's of the API server's release:
+//! Services that belong to another service proxy, and EndpointSlices of
+//! headless Services, are filtered out by the API server, so they never
+//! reach the proxy at all. Before 1.36 kube-proxy put both labels on both
+//! kinds, and that release's own e2e suite expects it.
 
 use std::borrow::Cow;
 
@@ -73,6 +75,111 @@ pub fn label_selector(
     }
 }
 
+/// A Kubernetes release, major.minor, as the API server's `/version`
+/// gives it: what upstream's kube-proxy of that release would do, where
+/// releases differ in what a proxy can observe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Release {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl Release {
+    /// The newest release this proxy follows: what it does when no API
+    /// server says otherwise.
+    pub const NEWEST: Release = Release::new(1, 37);
+    /// Services and EndpointSlices got selectors of their own.
+    const SPLIT_SELECTORS: Release = Release::new(1, 36);
+    const BEFORE_SPLIT: Release = Release::new(1, 35);
+
+    pub const fn new(major: u32, minor: u32) -> Self {
+        Self { major, minor }
+    }
+
+    /// `/version`'s fields, which managed clusters suffix (`"37+"`).
+    pub fn parse(major: &str, minor: &str) -> Option<Self> {
+        let number = |text: &str| {
+            let digits: String =
+                text.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<u32>().ok()
+        };
+        Some(Self::new(number(major)?, number(minor)?))
+    }
+}
+
+impl std::fmt::Display for Release {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+/// The label selectors of the two watched kinds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selectors {
+    pub services: String,
+    pub endpoint_slices: String,
+}
+
+/// Upstream's selectors at `release`: from 1.36 Services by the service
+/// proxy name only and EndpointSlices by the headless label only (a
+/// Service labelled headless with a cluster IP is proxied, a slice of
+/// another proxy's Service is read and unused); before, the
+/// [`label_selector`] of both on both.
+pub fn selectors(
+    service_proxy_name: Option<&str>,
+    release: Release,
+) -> Result<Selectors, SelectorError> {
+    let both = label_selector(service_proxy_name)?;
+    if release < Release::SPLIT_SELECTORS {
+        return Ok(Selectors {
+            services: both.clone(),
+            endpoint_slices: both,
+        });
+    }
+    let services = match service_proxy_name {
+        None | Some("") => format!("!{SERVICE_PROXY_NAME_LABEL}"),
+        Some(name) => format!("{SERVICE_PROXY_NAME_LABEL}={name}"),
+    };
+    Ok(Selectors {
+        services,
+        endpoint_slices: format!("!{HEADLESS_LABEL}"),
+    })
+}
+
+/// The API server's release, asked until it answers: the proxy can do
+/// nothing without it anyway, and the kernel keeps the last state
+/// meanwhile. One that cannot be read as a release is taken as the
+/// newest.
+pub async fn release(client: &Client) -> Release {
+    let mut delay = std::time::Duration::from_millis(500);
+    loop {
+        match client.apiserver_version().await {
+            Ok(info) => {
+                return Release::parse(&info.major, &info.minor)
+                    .unwrap_or_else(|| {
+                        tracing::warn!(
+                            major = %info.major,
+                            minor = %info.minor,
+                            newest = %Release::NEWEST,
+                            "the API server's version is not a release; \
+                             behaving as the newest"
+                        );
+                        Release::NEWEST
+                    });
+            }
+            Err(error) => {
+                tracing::warn!(
+                    %error,
+                    "cannot read the API server's version; retrying in {:?}",
+                    delay
+                );
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_secs(30));
+            }
+        }
+    }
+}
+
 /// The field selector for our own Node.
 pub fn node_field_selector(node_name: &str) -> Result<String, SelectorError> {
     if node_name.is_empty() {
@@ -114,13 +221,16 @@ fn escape_field_value(value: &str) -> String {
 /// ends: watcher errors are logged and retried with kube-runtime's default
 /// backoff, and each watcher restarts with a relist (`Init` … `InitDone`)
 /// that the store turns into a diff.
+///
+/// The API server's release ([`release`]) is asked first, inside the
+/// stream, so that the servers a caller starts meanwhile already answer.
 pub fn watch(
     client: Client,
     node_name: &str,
     service_proxy_name: Option<&str>,
 ) -> Result<impl Stream<Item = SourceEvent> + Send + 'static, SelectorError> {
     let fields = node_field_selector(node_name)?;
-    watch_nodes(client, Some(&fields), service_proxy_name)
+    watch_nodes(client, Some(fields), service_proxy_name)
 }
 
 /// As [`watch`], with every Node: the API side's, which serves them all.
@@ -133,42 +243,65 @@ pub fn watch_cluster(
 
 fn watch_nodes(
     client: Client,
-    node_fields: Option<&str>,
+    node_fields: Option<String>,
     service_proxy_name: Option<&str>,
 ) -> Result<impl Stream<Item = SourceEvent> + Send + 'static, SelectorError> {
-    let labels = label_selector(service_proxy_name)?;
+    // Both kinds of selector made now, so that a bad name is refused at
+    // once rather than when the API server answers.
+    let newest = selectors(service_proxy_name, Release::NEWEST)?;
+    let before_split = selectors(service_proxy_name, Release::BEFORE_SPLIT)?;
+    Ok(stream::once(async move {
+        let release = release(&client).await;
+        let labels = if release < Release::SPLIT_SELECTORS {
+            before_split
+        } else {
+            newest
+        };
+        watch_release(client, node_fields, labels, release)
+    })
+    .flatten())
+}
+
+fn watch_release(
+    client: Client,
+    node_fields: Option<String>,
+    labels: Selectors,
+    release: Release,
+) -> impl Stream<Item = SourceEvent> + Send + 'static {
     let fields = node_fields.unwrap_or_default();
     tracing::info!(
-        label_selector = %labels,
+        kubernetes = %release,
+        service_selector = %labels.services,
+        endpoint_slice_selector = %labels.endpoint_slices,
         field_selector = %fields,
         "watching the API server"
     );
 
     let services = watcher(
         Api::<WatchedService>::all(client.clone()),
-        watcher::Config::default().labels(&labels),
+        watcher::Config::default().labels(&labels.services),
     )
     .default_backoff()
     .map(|event| event.map(|event| map_event(event, |svc| svc.0)));
     let slices = watcher(
         Api::<EndpointSlice>::all(client.clone()),
-        watcher::Config::default().labels(&labels),
+        watcher::Config::default().labels(&labels.endpoint_slices),
     )
     .default_backoff();
     let mut node_config = watcher::Config::default();
     if !fields.is_empty() {
-        node_config = node_config.fields(fields);
+        node_config = node_config.fields(&fields);
     }
     let nodes =
         watcher(Api::<Node>::all(client), node_config).default_backoff();
 
-    Ok(stream::select(
+    stream::select(
         log_errors("Service", services).map(SourceEvent::Service),
         stream::select(
             log_errors("EndpointSlice", slices).map(SourceEvent::EndpointSlice),
             log_errors("Node", nodes).map(SourceEvent::Node),
         ),
-    ))
+    )
 }
 
 /// A Service as the proxy reads it: without `status.conditions`, which no

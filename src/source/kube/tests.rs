@@ -6,6 +6,40 @@ use pretty_assertions::assert_eq;
 use super::*;
 
 #[test]
+fn selectors_follow_the_api_servers_release() {
+    let split = selectors(None, Release::new(1, 36)).unwrap();
+    assert_eq!(split.services, "!service.kubernetes.io/service-proxy-name");
+    assert_eq!(split.endpoint_slices, "!service.kubernetes.io/headless");
+    assert_eq!(selectors(None, Release::NEWEST).unwrap(), split);
+    let named = selectors(Some("ours"), Release::new(1, 37)).unwrap();
+    assert_eq!(
+        named.services,
+        "service.kubernetes.io/service-proxy-name=ours"
+    );
+    assert_eq!(named.endpoint_slices, "!service.kubernetes.io/headless");
+    // 1.35 and before: both labels on both kinds, as that release's own
+    // e2e suite expects of a headless-labelled Service.
+    let combined = selectors(None, Release::new(1, 35)).unwrap();
+    assert_eq!(combined.services, label_selector(None).unwrap());
+    assert_eq!(combined.endpoint_slices, label_selector(None).unwrap());
+    assert_eq!(
+        selectors(Some("a,b"), Release::NEWEST),
+        Err(SelectorError::InvalidServiceProxyName("a,b".into()))
+    );
+}
+
+#[test]
+fn releases_read_as_the_api_server_writes_them() {
+    assert_eq!(Release::parse("1", "37"), Some(Release::new(1, 37)));
+    assert_eq!(Release::parse("1", "35+"), Some(Release::new(1, 35)));
+    assert_eq!(Release::parse("1", ""), None);
+    assert_eq!(Release::parse("", "37"), None);
+    assert!(Release::new(1, 35) < Release::new(1, 36));
+    assert!(Release::new(2, 0) > Release::NEWEST);
+    assert_eq!(Release::new(1, 37).to_string(), "1.37");
+}
+
+#[test]
 fn label_selector_follows_upstream() {
     let long = "a".repeat(64);
     let max = "a".repeat(63);
