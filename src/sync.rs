@@ -16,8 +16,8 @@ use crate::{
     config::{Config, DetectLocal, NodePortAddress},
     desired::{DesiredState, NodeContext, Plan, ServiceDelta},
     model::{
-        EndpointsMap, NamespacedName, NodeInfo, Protocol, ServicePortMap,
-        ServicePortName,
+        EndpointsMap, IpFamily, NamespacedName, NodeInfo, Protocol,
+        ServicePortMap, ServicePortName,
     },
     nodeview::{Change, Key, Received, Update},
     selection::EndpointsView,
@@ -91,8 +91,7 @@ pub fn node_context(
         &settings.node_port_addresses,
     );
 
-    let has_v6 = local.iter().any(IpAddr::is_ipv6);
-    let has_v4 = local.iter().any(IpAddr::is_ipv4);
+    let families = families_of(&local);
     NodeContext {
         node_name: node_name.to_string(),
         zone: node.map(|n| n.zone.clone()).unwrap_or_default(),
@@ -100,13 +99,27 @@ pub fn node_context(
         primary_ips,
         local_addresses: local.iter().copied().collect(),
         scheduler: settings.scheduler.clone(),
-        // A node with no known address is taken to be IPv4-only, the
-        // common case; dual-stack needs the node's addresses.
-        ipv4: has_v4 || !has_v6,
-        ipv6: has_v6,
+        ipv4: families.contains(&IpFamily::V4),
+        ipv6: families.contains(&IpFamily::V6),
         pod_cidrs: node.map(|n| n.pod_cidrs.clone()).unwrap_or_default(),
         without_external_ips: !settings.serve_external_ips,
     }
+}
+
+/// The families a node with these addresses runs, IPv4 first. A node
+/// with no known address is taken to be IPv4-only, the common case;
+/// dual-stack needs the node's addresses.
+pub fn families_of(local: &[IpAddr]) -> Vec<IpFamily> {
+    let has_v6 = local.iter().any(IpAddr::is_ipv6);
+    let has_v4 = local.iter().any(IpAddr::is_ipv4);
+    let mut families = Vec::with_capacity(2);
+    if has_v4 || !has_v6 {
+        families.push(IpFamily::V4);
+    }
+    if has_v6 {
+        families.push(IpFamily::V6);
+    }
+    families
 }
 
 /// Upstream's node IPs, one per family: the bind address for its family,

@@ -15,7 +15,7 @@ use crate::{
     proxier::{host, stack},
     server::{service_health, start},
     source::{self, recorder::EventSink},
-    sync::{NodeSettings, SyncState},
+    sync::{self, NodeSettings, SyncState},
     version::BUILD,
 };
 
@@ -116,11 +116,11 @@ pub async fn serve<B: Backend>(
             daemon::Source::Objects(watch)
         }
     };
-    let health_addresses = service_health::listen_addresses(
-        &config.node_port_addresses,
-        &backend.local_addresses().await.unwrap_or_default(),
-    );
-    let reporter = start::node(config, health_addresses, events)
+    let local = backend.local_addresses().await.unwrap_or_default();
+    let health_addresses =
+        service_health::listen_addresses(&config.node_port_addresses, &local);
+    let families = sync::families_of(&local);
+    let reporter = start::node(config, health_addresses, families, events)
         .map_err(anyhow::Error::from)?;
     let state = SyncState::new(
         node_name,

@@ -284,7 +284,7 @@ pub(crate) fn listen(address: SocketAddr) -> io::Result<std::net::TcpListener> {
     listen_exactly(address, true)
 }
 
-fn listen_exactly(
+pub(crate) fn listen_exactly(
     address: SocketAddr,
     only_v6: bool,
 ) -> io::Result<std::net::TcpListener> {

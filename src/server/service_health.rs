@@ -3,6 +3,11 @@
 //! balancer probes each node on the service's `healthCheckNodePort` and
 //! sends traffic only to nodes that answer 200, i.e. that have a local
 //! endpoint (and a healthy proxy).
+//!
+//! As kube-proxy since 1.36, each IP family the node runs has its own
+//! listener (`0.0.0.0:P` for IPv4 alone, `[::]:P` for IPv6 alone), which
+//! counts that family's local endpoints: upstream runs one proxier, and
+//! so one health check server, per family.
 
 use std::{
     collections::HashMap,
@@ -20,10 +25,10 @@ use axum::{
     Router,
 };
 
-use super::{health::ProxyHealth, listen, Server, ServerError};
+use super::{health::ProxyHealth, listen_exactly, Server, ServerError};
 use crate::{
     config::NodePortAddress,
-    model::{NamespacedName, ServicePortMap, ServicePortName},
+    model::{IpFamily, NamespacedName, ServicePortMap, ServicePortName},
     selection::EndpointsView,
     source::recorder::EventSink,
     telemetry::events::{HealthCheckListenFailed, InternalEvent},
@@ -34,14 +39,45 @@ use crate::{
 const ENDPOINT_WEIGHT: HeaderName =
     HeaderName::from_static("x-load-balancing-endpoint-weight");
 
+/// A service's local ready endpoints, per family.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LocalCounts {
+    pub ipv4: usize,
+    pub ipv6: usize,
+}
+
+impl LocalCounts {
+    pub fn of(self, family: IpFamily) -> usize {
+        match family {
+            IpFamily::V4 => self.ipv4,
+            IpFamily::V6 => self.ipv6,
+        }
+    }
+
+    fn add(&mut self, family: IpFamily) {
+        match family {
+            IpFamily::V4 => self.ipv4 += 1,
+            IpFamily::V6 => self.ipv6 += 1,
+        }
+    }
+}
+
 /// One open health check: its port, its listeners and the endpoint
-/// count the handlers read.
+/// counts the handlers read, one per family.
 #[derive(Debug)]
 struct Instance {
     port: u16,
-    local_endpoints: Arc<AtomicUsize>,
+    ipv4: Arc<AtomicUsize>,
+    ipv6: Arc<AtomicUsize>,
     /// Held for their `Drop`, which stops them with the instance.
     _servers: Vec<Server>,
+}
+
+impl Instance {
+    fn store(&self, counts: LocalCounts) {
+        self.ipv4.store(counts.ipv4, Ordering::SeqCst);
+        self.ipv6.store(counts.ipv6, Ordering::SeqCst);
+    }
 }
 
 #[derive(Debug, Default)]
@@ -49,12 +85,15 @@ struct Services {
     open: HashMap<NamespacedName, Instance>,
     /// The last counts given, so that a health check opened late (after
     /// a failed listen) starts from the right count.
-    endpoints: HashMap<NamespacedName, usize>,
+    endpoints: HashMap<NamespacedName, LocalCounts>,
 }
 
 #[derive(Debug)]
 struct Inner {
     addresses: Vec<IpAddr>,
+    /// The families the node runs, each with its wildcard listener when
+    /// no addresses are given.
+    families: Vec<IpFamily>,
     health: Arc<ProxyHealth>,
     services: Mutex<Services>,
     retry_pending: AtomicBool,
@@ -98,9 +137,10 @@ pub struct ServiceHealthServer {
 impl ServiceHealthServer {
     /// `addresses` are where each health check listens (upstream: the
     /// node port addresses when `nodePortAddresses` is set); empty means
-    /// every address (dual-stack where the host has IPv6).
+    /// every address of each of `families` (IPv4 alone when none).
     pub fn new(
         addresses: Vec<IpAddr>,
+        families: Vec<IpFamily>,
         health: Arc<ProxyHealth>,
     ) -> Result<Self, ServerError> {
         // Its servers run on the servers' runtime, or on this one if that
@@ -110,6 +150,7 @@ impl ServiceHealthServer {
         Ok(Self {
             inner: Arc::new(Inner {
                 addresses,
+                families,
                 health,
                 services: Mutex::new(Services::default()),
                 retry_pending: AtomicBool::new(false),
@@ -159,8 +200,8 @@ impl ServiceHealthServer {
             if services.open.contains_key(name) {
                 continue;
             }
-            let count = services.endpoints.get(name).copied().unwrap_or(0);
-            match self.open(name, port, count) {
+            let count = services.endpoints.get(name).copied();
+            match self.open(name, port, count.unwrap_or_default()) {
                 Ok(instance) => {
                     tracing::info!(
                         namespace = %name.namespace,
@@ -188,13 +229,12 @@ impl ServiceHealthServer {
         failed
     }
 
-    /// Sets each open health check's local endpoint count; services
+    /// Sets each open health check's local endpoint counts; services
     /// missing from `counts` have none.
-    pub fn sync_endpoints(&self, counts: &HashMap<NamespacedName, usize>) {
+    pub fn sync_endpoints(&self, counts: &HashMap<NamespacedName, LocalCounts>) {
         let mut services = self.services();
         for (name, instance) in &services.open {
-            let count = counts.get(name).copied().unwrap_or(0);
-            instance.local_endpoints.store(count, Ordering::SeqCst);
+            instance.store(counts.get(name).copied().unwrap_or_default());
         }
         services.endpoints = counts.clone();
     }
@@ -233,24 +273,33 @@ impl ServiceHealthServer {
         &self,
         name: &NamespacedName,
         port: u16,
-        count: usize,
+        counts: LocalCounts,
     ) -> Result<Instance, (SocketAddr, std::io::Error)> {
-        let local_endpoints = Arc::new(AtomicUsize::new(count));
-        let handler = Handler {
-            service: Arc::new(name.clone()),
-            local_endpoints: Arc::clone(&local_endpoints),
-            health: Arc::clone(&self.inner.health),
+        let instance = Instance {
+            port,
+            ipv4: Arc::new(AtomicUsize::new(counts.ipv4)),
+            ipv6: Arc::new(AtomicUsize::new(counts.ipv6)),
+            _servers: Vec::new(),
         };
-        let router = Router::new().fallback(answer).with_state(handler);
+        let service = Arc::new(name.clone());
         let mut servers = Vec::new();
-        for listener in self.listen(port)? {
+        for (family, listener) in self.listen(port)? {
             let address = listener.local_addr().unwrap_or_else(|_| {
                 SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), port)
             });
+            let handler = Handler {
+                service: Arc::clone(&service),
+                local_endpoints: Arc::clone(match family {
+                    IpFamily::V4 => &instance.ipv4,
+                    IpFamily::V6 => &instance.ipv6,
+                }),
+                health: Arc::clone(&self.inner.health),
+            };
+            let router = Router::new().fallback(answer).with_state(handler);
             let server = Server::serve(
                 "health check",
                 listener,
-                router.clone(),
+                router,
                 address,
             )
             .map_err(|e| match e {
@@ -260,21 +309,32 @@ impl ServiceHealthServer {
             servers.push(server);
         }
         Ok(Instance {
-            port,
-            local_endpoints,
             _servers: servers,
+            ..instance
         })
     }
 
+    /// One listener per family (its wildcard, IPv6 without IPv4) unless
+    /// addresses are given, as upstream's `tcp4` and `tcp6` servers.
     fn listen(
         &self,
         port: u16,
-    ) -> Result<Vec<std::net::TcpListener>, (SocketAddr, std::io::Error)> {
-        // Like upstream: "0.0.0.0" unless addresses are given, which
-        // listen() turns into a dual-stack socket where it can.
-        let wildcard = [IpAddr::V4(Ipv4Addr::UNSPECIFIED)];
+    ) -> Result<
+        Vec<(IpFamily, std::net::TcpListener)>,
+        (SocketAddr, std::io::Error),
+    > {
+        let wildcards: Vec<IpAddr> = match self.inner.families.as_slice() {
+            [] => vec![Ipv4Addr::UNSPECIFIED.into()],
+            families => families
+                .iter()
+                .map(|family| match family {
+                    IpFamily::V4 => Ipv4Addr::UNSPECIFIED.into(),
+                    IpFamily::V6 => std::net::Ipv6Addr::UNSPECIFIED.into(),
+                })
+                .collect(),
+        };
         let addresses = if self.inner.addresses.is_empty() {
-            &wildcard[..]
+            &wildcards[..]
         } else {
             &self.inner.addresses[..]
         };
@@ -282,7 +342,9 @@ impl ServiceHealthServer {
             .iter()
             .map(|ip| {
                 let address = SocketAddr::new(*ip, port);
-                listen(address).map_err(|e| (address, e))
+                listen_exactly(address, true)
+                    .map(|l| (IpFamily::of(*ip), l))
+                    .map_err(|e| (address, e))
             })
             .collect()
     }
@@ -409,13 +471,17 @@ impl HealthCheckIndex {
             .collect()
     }
 
-    /// Local ready endpoints of the services that have a health check:
-    /// the only counts the servers show.
-    pub fn local_counts(&self) -> HashMap<NamespacedName, usize> {
+    /// Local ready endpoints of the services that have a health check,
+    /// per family: the only counts the servers show.
+    pub fn local_counts(&self) -> HashMap<NamespacedName, LocalCounts> {
         self.ports
             .keys()
             .map(|name| {
-                (name.clone(), self.local.get(name).map_or(0, HashMap::len))
+                let mut counts = LocalCounts::default();
+                for addr in self.local.get(name).into_iter().flat_map(HashMap::keys) {
+                    counts.add(IpFamily::of(addr.ip()));
+                }
+                (name.clone(), counts)
             })
             .collect()
     }
@@ -470,7 +536,7 @@ pub fn health_check_node_ports(
 /// service's ports.
 pub fn local_ready_endpoints(
     endpoints: &crate::model::EndpointsMap,
-) -> HashMap<NamespacedName, usize> {
+) -> HashMap<NamespacedName, LocalCounts> {
     let mut seen: HashMap<
         &NamespacedName,
         std::collections::HashSet<SocketAddr>,
@@ -483,6 +549,12 @@ pub fn local_ready_endpoints(
         }
     }
     seen.into_iter()
-        .map(|(name, eps)| (name.clone(), eps.len()))
+        .map(|(name, eps)| {
+            let mut counts = LocalCounts::default();
+            for ep in eps {
+                counts.add(IpFamily::of(ep.ip()));
+            }
+            (name.clone(), counts)
+        })
         .collect()
 }

@@ -16,6 +16,7 @@ use super::{
 };
 use crate::{
     config::Config,
+    model::IpFamily,
     source::recorder::EventSink,
     telemetry::exporter::{self, ExporterError},
 };
@@ -56,11 +57,13 @@ fn serve(
 
 /// The node proxy's servers: healthz and metrics where the configuration
 /// puts them (no address: not served), and the health check node ports
-/// on `health_addresses`. `events`, when the proxy records Events, hears
-/// of the health check servers' failures.
+/// on `health_addresses`, or on each of `families`' wildcard address.
+/// `events`, when the proxy records Events, hears of the health check
+/// servers' failures.
 pub fn node(
     config: &Config,
     health_addresses: Vec<IpAddr>,
+    families: Vec<IpFamily>,
     events: Option<EventSink>,
 ) -> Result<SyncReporter, StartError> {
     // Upstream's health timeout: a queued update may wait two periods.
@@ -74,7 +77,7 @@ pub fn node(
         metrics(address, hard_fail)?;
     }
     let service_health =
-        ServiceHealthServer::new(health_addresses, Arc::clone(&health))?;
+        ServiceHealthServer::new(health_addresses, families, Arc::clone(&health))?;
     if let Some(events) = events {
         service_health.record_events_to(events);
     }

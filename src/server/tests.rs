@@ -13,6 +13,7 @@ use super::{
     healthz,
     service_health::{
         health_check_node_ports, listen_addresses, local_ready_endpoints,
+        LocalCounts,
     },
     timestamp::rfc3339_nano,
     Server, ServiceHealthServer,
@@ -486,9 +487,15 @@ async fn assert_closes(addr: SocketAddr) {
     panic!("{addr} still accepts connections");
 }
 
+/// IPv4 local endpoints only.
+fn v4(ipv4: usize) -> LocalCounts {
+    LocalCounts { ipv4, ipv6: 0 }
+}
+
 fn service_health(health: &Arc<ProxyHealth>) -> ServiceHealthServer {
     ServiceHealthServer::new(
         vec![Ipv4Addr::LOCALHOST.into()],
+        vec![IpFamily::V4],
         Arc::clone(health),
     )
     .expect("inside the runtime")
@@ -522,7 +529,7 @@ async fn service_health_answers_with_the_local_endpoint_count() {
     );
     assert_eq!(none.header("x-load-balancing-endpoint-weight"), Some("0"));
 
-    server.sync_endpoints(&HashMap::from([(web.clone(), 2)]));
+    server.sync_endpoints(&HashMap::from([(web.clone(), v4(2))]));
     let two = get(addr, "/healthz").await.expect("probe");
     assert_eq!(two.status, 200);
     assert_eq!(
@@ -600,7 +607,7 @@ async fn service_health_listen_failure_is_counted_and_retried() {
     assert_eq!(server.local_addrs(&web), None);
     // The other service opened regardless.
     assert!(server.local_addrs(&api).is_some());
-    server.sync_endpoints(&HashMap::from([(web.clone(), 1)]));
+    server.sync_endpoints(&HashMap::from([(web.clone(), v4(1))]));
     let text = metrics.render();
     assert!(
         text.lines()
@@ -660,7 +667,7 @@ fn health_check_ports_and_local_endpoints_come_from_the_maps() {
     ]);
     assert_eq!(
         local_ready_endpoints(&endpoints),
-        HashMap::from([(nsn("web"), 3)])
+        HashMap::from([(nsn("web"), v4(3))])
     );
 }
 
@@ -700,9 +707,9 @@ fn the_health_check_index_follows_changed_ports_like_a_full_walk() {
                 e: &crate::model::EndpointsMap| {
         let wanted = health_check_node_ports(s);
         let local = local_ready_endpoints(e);
-        let counts: HashMap<NamespacedName, usize> = wanted
+        let counts: HashMap<NamespacedName, LocalCounts> = wanted
             .keys()
-            .map(|n| (n.clone(), local.get(n).copied().unwrap_or(0)))
+            .map(|n| (n.clone(), local.get(n).copied().unwrap_or_default()))
             .collect();
         (wanted, counts)
     };
@@ -714,7 +721,7 @@ fn the_health_check_index_follows_changed_ports_like_a_full_walk() {
         (index.wanted(), index.local_counts()),
         full(&services, &endpoints)
     );
-    assert_eq!(index.local_counts(), HashMap::from([(nsn("web"), 3)]));
+    assert_eq!(index.local_counts(), HashMap::from([(nsn("web"), v4(3))]));
 
     // Nothing new for these ports: nothing moves.
     assert!(!index.update(&all, &services, &endpoints));
@@ -728,7 +735,7 @@ fn the_health_check_index_follows_changed_ports_like_a_full_walk() {
         (index.wanted(), index.local_counts()),
         full(&services, &endpoints)
     );
-    assert_eq!(index.local_counts(), HashMap::from([(nsn("web"), 1)]));
+    assert_eq!(index.local_counts(), HashMap::from([(nsn("web"), v4(1))]));
 
     // The last port with a health check goes: none is wanted any more.
     services.remove(&port("web", "http"));
@@ -1076,4 +1083,85 @@ async fn hard_fail_servers_report_a_taken_port_and_serve_a_free_one() {
     assert!(served.is_ok(), "{served:?}");
     let reply = get(address, "/livez").await.unwrap();
     assert!(reply.status == 200 || reply.status == 503, "{}", reply.status);
+}
+
+/// kube-proxy since 1.36: each family's health check listens on its own
+/// wildcard and counts its own family's local endpoints.
+#[tokio::test]
+async fn each_family_has_its_own_health_check_listener_and_count() {
+    let clock = ManualClock::at(T0);
+    let health = health_at(&clock);
+    health.updated();
+    let web = nsn("web");
+    // A free port for both families: bound on IPv4 here, then freed.
+    let port = std::net::TcpListener::bind("0.0.0.0:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+
+    // An IPv4-only node listens on IPv4 alone, as upstream's tcp4 server.
+    let v4_only =
+        ServiceHealthServer::new(vec![], vec![IpFamily::V4], Arc::clone(&health))
+            .unwrap();
+    assert_eq!(v4_only.sync_services(&HashMap::from([(web.clone(), port)])), 0);
+    assert_eq!(
+        v4_only.local_addrs(&web).unwrap(),
+        [SocketAddr::from((Ipv4Addr::UNSPECIFIED, port))]
+    );
+
+    // Dual-stack needs the IPv6 stack, which the guest has. A port free
+    // on both (Linux binds `[::]` for both families), since the IPv4-only
+    // server's port closes only once its task is dropped.
+    let Ok(port) = std::net::TcpListener::bind("[::]:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+    else {
+        eprintln!("no IPv6 here: the dual-stack half is the guest's");
+        return;
+    };
+    let both = ServiceHealthServer::new(
+        vec![],
+        vec![IpFamily::V4, IpFamily::V6],
+        Arc::clone(&health),
+    )
+    .unwrap();
+    assert_eq!(both.sync_services(&HashMap::from([(web.clone(), port)])), 0);
+    let mut addrs = both.local_addrs(&web).unwrap();
+    addrs.sort();
+    assert_eq!(
+        addrs,
+        [
+            SocketAddr::from((Ipv4Addr::UNSPECIFIED, port)),
+            SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)),
+        ]
+    );
+    both.sync_endpoints(&HashMap::from([(
+        web.clone(),
+        LocalCounts { ipv4: 0, ipv6: 2 },
+    )]));
+    let over_v4 = get(SocketAddr::from((Ipv4Addr::LOCALHOST, port)), "/")
+        .await
+        .unwrap();
+    assert_eq!(over_v4.status, 503, "no IPv4 endpoint: {}", over_v4.body);
+    assert!(over_v4.body.contains("\"localEndpoints\": 0"), "{}", over_v4.body);
+    let over_v6 =
+        get(SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port)), "/")
+            .await
+            .unwrap();
+    assert_eq!(over_v6.status, 200, "{}", over_v6.body);
+    assert!(over_v6.body.contains("\"localEndpoints\": 2"), "{}", over_v6.body);
+}
+
+#[test]
+fn local_counts_split_by_family() {
+    let port = ServicePortName::new("shop", "web", "http", Protocol::Tcp);
+    let local = |ip: &str| ep(ip, 80, |e| e.is_local = true);
+    let endpoints = HashMap::from([(
+        port,
+        vec![local("198.19.0.1"), local("2001:db8::1"), local("2001:db8::2")],
+    )]);
+    assert_eq!(
+        local_ready_endpoints(&endpoints),
+        HashMap::from([(nsn("web"), LocalCounts { ipv4: 1, ipv6: 2 })])
+    );
 }
