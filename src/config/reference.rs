@@ -505,7 +505,7 @@ fn markdown() -> String {
          ## Exit status\n\n\
          | status | when |\n|---|---|\n\
          | 0 | stopped by SIGTERM or SIGINT; `--cleanup`, `--init-only`, `--write-config-to`, `--version` or `--help` done |\n\
-         | 1 | a step that retrying would not mend failed: the kubeconfig cannot be loaded, the kernel's facilities cannot be opened, the health or metrics address cannot be bound, `--cleanup` or `--write-config-to` failed; the reason is the last log line and, in a Pod, its termination message |\n",
+         | 1 | a step that retrying would not mend failed: the kubeconfig cannot be loaded, the kernel's facilities cannot be opened (`--cleanup` too: a removal that fails is logged, and the rest still removed), `--write-config-to` cannot write, or, with `bindAddressHardFail`, the health or metrics address cannot be bound (without it, each server retries every 5 seconds); the reason is the last log line and, in a Pod, its termination message |\n",
     );
     let _ = writeln!(
         out,

@@ -872,7 +872,7 @@ fn a_migration_from_kube_proxy_and_back_loses_no_request() -> Result<()> {
             &|c| {
                 c.env.kubectl(
                 &["-n", "kube-system", "patch", "daemonset", "kube-proxy", "--type=merge", "-p",
-                  r#"{"spec":{"template":{"spec":{"nodeSelector":{"kube-ipvs-proxy/replaced":"true"}}}}}"#],
+                  r#"{"spec":{"template":{"spec":{"nodeSelector":{"kube-ipvs-proxy/run-kube-proxy":"true"}}}}}"#],
                 None,
             )?;
                 c.poll("kube-proxy's Pod gone", || c.upstream().gone())?;
@@ -891,7 +891,7 @@ fn a_migration_from_kube_proxy_and_back_loses_no_request() -> Result<()> {
             c.poll("our proxy's Pod gone", || c.proxy().gone())?;
             c.env.kubectl(
                 &["-n", "kube-system", "patch", "daemonset", "kube-proxy", "--type=json", "-p",
-                  r#"[{"op":"remove","path":"/spec/template/spec/nodeSelector/kube-ipvs-proxy~1replaced"}]"#],
+                  r#"[{"op":"remove","path":"/spec/template/spec/nodeSelector/kube-ipvs-proxy~1run-kube-proxy"}]"#],
                 None,
             )?;
             c.wait_rolled_out(&c.upstream(), &c.env.upstream_image)

@@ -152,3 +152,16 @@ fn the_api_side_may_read_what_it_serves_and_review_tokens() {
         pod_spec(deployment)["serviceAccountName"]
     );
 }
+
+/// The split's DaemonSet is kube-ipvs-proxy.yaml's with a view source:
+/// its proxies are judged alive the same way, with the same patience.
+#[test]
+fn the_nodes_liveness_probe_is_the_single_manifests() {
+    let probe = |docs: &[Value]| {
+        pod_spec(object(docs, "DaemonSet"))["containers"][0]["livenessProbe"]
+            .clone()
+    };
+    let split = probe(&documents());
+    assert!(split.is_object(), "the split's nodes have a liveness probe");
+    assert_eq!(split, probe(&super::documents()));
+}
