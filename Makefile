@@ -3,7 +3,7 @@
 
 .PHONY: e2e demo test fmt-check lint dead-code unit bench bench-ipsets bench-ipvs bench-vs-upstream bench-split bench-api-side-attack vm-test vm-shell vm-kernel \
 	e2e-k8s e2e-control-plane e2e-guest-smoke kind-e2e node-e2e conformance k8s-e2e k8s-e2e-compare k8s-e2e-ci \
-	conformance-random fuzz
+	conformance-random fuzz chart-test
 
 # Crates whose kernel tests vm-test runs; empty means every workspace crate
 # with a `kernel-tests` feature. VM_TEST_ARGS go to each test binary (a name
@@ -234,6 +234,15 @@ conformance-random:
 # no more, stops (tests/e2e/control-plane.sh).
 e2e-control-plane:
 	tests/e2e/control-plane.sh smoke
+
+# The Helm chart (deploy/chart/kube-ipvs-proxy), so that it cannot drift
+# from the plain manifests it mirrors: lint and render every profile of
+# tests/chart/profiles/, hold the renderings to deploy/'s manifests, unit-test
+# the alerts with promtool, then a server-side dry run of each against a
+# loopback kube-apiserver (tests/chart/test.sh; helm and the upstream
+# binaries are built on first use).
+chart-test:
+	tests/chart/test.sh
 
 # The proxy in the real-kernel guest against that control plane, through
 # guestfwd with its ServiceAccount's token: one Service, one ready Pod, the
