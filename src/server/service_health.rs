@@ -47,13 +47,6 @@ pub struct LocalCounts {
 }
 
 impl LocalCounts {
-    pub fn of(self, family: IpFamily) -> usize {
-        match family {
-            IpFamily::V4 => self.ipv4,
-            IpFamily::V6 => self.ipv6,
-        }
-    }
-
     fn add(&mut self, family: IpFamily) {
         match family {
             IpFamily::V4 => self.ipv4 += 1,
@@ -231,7 +224,10 @@ impl ServiceHealthServer {
 
     /// Sets each open health check's local endpoint counts; services
     /// missing from `counts` have none.
-    pub fn sync_endpoints(&self, counts: &HashMap<NamespacedName, LocalCounts>) {
+    pub fn sync_endpoints(
+        &self,
+        counts: &HashMap<NamespacedName, LocalCounts>,
+    ) {
         let mut services = self.services();
         for (name, instance) in &services.open {
             instance.store(counts.get(name).copied().unwrap_or_default());
@@ -296,16 +292,14 @@ impl ServiceHealthServer {
                 health: Arc::clone(&self.inner.health),
             };
             let router = Router::new().fallback(answer).with_state(handler);
-            let server = Server::serve(
-                "health check",
-                listener,
-                router,
-                address,
-            )
-            .map_err(|e| match e {
-                ServerError::Listen { source, .. } => (address, source),
-                other => (address, std::io::Error::other(other.to_string())),
-            })?;
+            let server =
+                Server::serve("health check", listener, router, address)
+                    .map_err(|e| match e {
+                        ServerError::Listen { source, .. } => (address, source),
+                        other => {
+                            (address, std::io::Error::other(other.to_string()))
+                        }
+                    })?;
             servers.push(server);
         }
         Ok(Instance {
@@ -478,7 +472,9 @@ impl HealthCheckIndex {
             .keys()
             .map(|name| {
                 let mut counts = LocalCounts::default();
-                for addr in self.local.get(name).into_iter().flat_map(HashMap::keys) {
+                for addr in
+                    self.local.get(name).into_iter().flat_map(HashMap::keys)
+                {
                     counts.add(IpFamily::of(addr.ip()));
                 }
                 (name.clone(), counts)

@@ -76,8 +76,11 @@ pub fn node(
     if let Some(address) = config.metrics_bind_address {
         metrics(address, hard_fail)?;
     }
-    let service_health =
-        ServiceHealthServer::new(health_addresses, families, Arc::clone(&health))?;
+    let service_health = ServiceHealthServer::new(
+        health_addresses,
+        families,
+        Arc::clone(&health),
+    )?;
     if let Some(events) = events {
         service_health.record_events_to(events);
     }

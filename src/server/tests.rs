@@ -1074,7 +1074,8 @@ async fn hard_fail_servers_report_a_taken_port_and_serve_a_free_one() {
         super::spawn_bound("healthz", address, healthz::router(health.clone()));
     let message = refused.map(|_| ()).unwrap_err().to_string();
     assert!(
-        message.starts_with(&format!("healthz server cannot listen on {address}")),
+        message
+            .starts_with(&format!("healthz server cannot listen on {address}")),
         "{message}"
     );
     drop(taken);
@@ -1082,7 +1083,11 @@ async fn hard_fail_servers_report_a_taken_port_and_serve_a_free_one() {
         super::spawn_bound("healthz", address, healthz::router(health));
     assert!(served.is_ok(), "{served:?}");
     let reply = get(address, "/livez").await.unwrap();
-    assert!(reply.status == 200 || reply.status == 503, "{}", reply.status);
+    assert!(
+        reply.status == 200 || reply.status == 503,
+        "{}",
+        reply.status
+    );
 }
 
 /// kube-proxy since 1.36: each family's health check listens on its own
@@ -1100,10 +1105,16 @@ async fn each_family_has_its_own_health_check_listener_and_count() {
         .port();
 
     // An IPv4-only node listens on IPv4 alone, as upstream's tcp4 server.
-    let v4_only =
-        ServiceHealthServer::new(vec![], vec![IpFamily::V4], Arc::clone(&health))
-            .unwrap();
-    assert_eq!(v4_only.sync_services(&HashMap::from([(web.clone(), port)])), 0);
+    let v4_only = ServiceHealthServer::new(
+        vec![],
+        vec![IpFamily::V4],
+        Arc::clone(&health),
+    )
+    .unwrap();
+    assert_eq!(
+        v4_only.sync_services(&HashMap::from([(web.clone(), port)])),
+        0
+    );
     assert_eq!(
         v4_only.local_addrs(&web).unwrap(),
         [SocketAddr::from((Ipv4Addr::UNSPECIFIED, port))]
@@ -1143,13 +1154,21 @@ async fn each_family_has_its_own_health_check_listener_and_count() {
         .await
         .unwrap();
     assert_eq!(over_v4.status, 503, "no IPv4 endpoint: {}", over_v4.body);
-    assert!(over_v4.body.contains("\"localEndpoints\": 0"), "{}", over_v4.body);
+    assert!(
+        over_v4.body.contains("\"localEndpoints\": 0"),
+        "{}",
+        over_v4.body
+    );
     let over_v6 =
         get(SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, port)), "/")
             .await
             .unwrap();
     assert_eq!(over_v6.status, 200, "{}", over_v6.body);
-    assert!(over_v6.body.contains("\"localEndpoints\": 2"), "{}", over_v6.body);
+    assert!(
+        over_v6.body.contains("\"localEndpoints\": 2"),
+        "{}",
+        over_v6.body
+    );
 }
 
 #[test]
@@ -1158,7 +1177,11 @@ fn local_counts_split_by_family() {
     let local = |ip: &str| ep(ip, 80, |e| e.is_local = true);
     let endpoints = HashMap::from([(
         port,
-        vec![local("198.19.0.1"), local("2001:db8::1"), local("2001:db8::2")],
+        vec![
+            local("198.19.0.1"),
+            local("2001:db8::1"),
+            local("2001:db8::2"),
+        ],
     )]);
     assert_eq!(
         local_ready_endpoints(&endpoints),
