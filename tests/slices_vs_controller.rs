@@ -249,6 +249,7 @@ fn slice_view(slice: &EndpointSlice) -> Result<(Value, Vec<Value>)> {
     let mut endpoints: Vec<Value> = slice
         .endpoints
         .iter()
+        .flatten()
         .map(|e| {
             let mut v = serde_json::to_value(e)?;
             if let Some(target) =
