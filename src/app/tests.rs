@@ -430,3 +430,30 @@ async fn cleanup_removes_what_a_proxy_programmed_and_nothing_else() {
     assert!(!nat.contains("KUBE-SERVICES"), "{nat}");
     assert!(nat.contains("-A PREROUTING -j FOREIGN"), "{nat}");
 }
+
+/// `--master` as client-go reads a server: a scheme kept, none made
+/// https with a kubeconfig's TLS settings and http without; alone, the
+/// address with no credentials.
+#[tokio::test]
+async fn master_overrides_the_server_as_client_go_does() {
+    use super::clients::{kube_config, master_url};
+
+    let url = |m: &str, tls: bool| master_url(m, tls).map(|u| u.to_string());
+    assert_eq!(
+        url("https://198.18.0.1:6443", false).unwrap(),
+        "https://198.18.0.1:6443/"
+    );
+    assert_eq!(
+        url("198.18.0.1:6443", true).unwrap(),
+        "https://198.18.0.1:6443/"
+    );
+    assert_eq!(
+        url("198.18.0.1:8080", false).unwrap(),
+        "http://198.18.0.1:8080/"
+    );
+    assert!(url("", false).is_err());
+
+    let alone = kube_config(None, Some("198.18.0.1:8080")).await.unwrap();
+    assert_eq!(alone.cluster_url.to_string(), "http://198.18.0.1:8080/");
+    assert!(alone.auth_info.token.is_none());
+}
