@@ -13,6 +13,7 @@ use k8s_openapi::{
 
 use super::{
     address::AddressType,
+    endpoints,
     hints::HintPolicy,
     ports::{Fnv1a, PortMapKey},
     CONTROLLER_NAME, LABEL_HEADLESS, LABEL_MANAGED_BY, LABEL_SERVICE_NAME,
@@ -144,7 +145,9 @@ impl ServiceRef {
             && owners(slice) == owners(placeholder)
             && ports(slice) == ports(placeholder)
             && slice.address_type == placeholder.address_type
-            && slice.endpoints == placeholder.endpoints
+            // The API server returns the placeholder's empty list as
+            // null (protobuf cannot tell them apart): the same slice.
+            && endpoints(slice) == endpoints(placeholder)
     }
 }
 

@@ -1195,6 +1195,10 @@ fn service_without_pods_gets_one_empty_placeholder_per_family() {
     assert_eq!(placeholder.ports, Some(vec![]));
     // It is stable: the next run leaves it alone.
     assert!(run(&svc, &[], &r.to_create).is_noop());
+    // So it is when the API server gives it back with a null list.
+    let mut read_back = placeholder.clone();
+    read_back.endpoints = None;
+    assert!(run(&svc, &[], &[read_back]).is_noop());
 }
 
 #[test]
