@@ -226,7 +226,7 @@ fn conditions(e: &Endpoint) -> (bool, bool, bool) {
 /// The only endpoint of the only slice created.
 fn only_endpoint(r: &Reconciled) -> Endpoint {
     assert_eq!(r.to_create.len(), 1, "{r:#?}");
-    let eps = r.to_create[0].endpoints.as_deref().unwrap_or_default();
+    let eps = endpoints(&r.to_create[0]);
     assert_eq!(eps.len(), 1, "{eps:#?}");
     eps[0].clone()
 }
@@ -824,10 +824,8 @@ fn removed_family_slices_are_deleted() {
 fn more_than_100_pods_fill_slices_of_100() {
     let pods = many_pods(250);
     let slices = desired(&service(|_| {}), &pods);
-    let mut sizes: Vec<usize> = slices
-        .iter()
-        .map(|s| s.endpoints.as_deref().unwrap_or_default().len())
-        .collect();
+    let mut sizes: Vec<usize> =
+        slices.iter().map(|s| endpoints(s).len()).collect();
     sizes.sort();
     assert_eq!(sizes, vec![50, 100, 100]);
     let all: BTreeSet<&str> = slices.iter().flat_map(addresses).collect();
@@ -841,10 +839,8 @@ fn max_endpoints_per_slice_is_configurable() {
     let pods = many_pods(7);
     let (slices, _) =
         desired_slices(&service(|_| {}), &pods, &nodes(), &[], &config(3));
-    let mut sizes: Vec<usize> = slices
-        .iter()
-        .map(|s| s.endpoints.as_deref().unwrap_or_default().len())
-        .collect();
+    let mut sizes: Vec<usize> =
+        slices.iter().map(|s| endpoints(s).len()).collect();
     sizes.sort();
     assert_eq!(sizes, vec![1, 3, 3]);
     // Zero cannot hold anything; it is treated as one rather than looping.
@@ -905,7 +901,7 @@ fn existing_slice_is_updated_not_replaced() {
         addresses(updated),
         vec!["198.19.0.1", "198.19.0.2", "198.19.0.4"]
     );
-    let b = &updated.endpoints.as_deref().unwrap_or_default()[1];
+    let b = &endpoints(updated)[1];
     assert_eq!(conditions(b), (false, false, false));
 }
 
@@ -939,14 +935,7 @@ fn endpoints_stay_in_their_slices_and_new_ones_fill_the_written_slice() {
     assert_eq!((r.to_create.len(), r.to_delete.len()), (0, 0), "{r:#?}");
     assert_eq!(r.to_update.len(), 1);
     assert_eq!(name_of(&r.to_update[0]), touched);
-    assert_eq!(
-        r.to_update[0]
-            .endpoints
-            .as_deref()
-            .unwrap_or_default()
-            .len(),
-        4
-    );
+    assert_eq!(endpoints(&r.to_update[0]).len(), 4);
     assert!(addresses(&r.to_update[0]).contains(&"198.19.5.5"));
 }
 
@@ -983,14 +972,7 @@ fn leftover_endpoints_go_to_the_untouched_slice_closest_to_full() {
         r.to_update.iter().map(name_of).collect::<Vec<_>>(),
         vec!["web-half"]
     );
-    assert_eq!(
-        r.to_update[0]
-            .endpoints
-            .as_deref()
-            .unwrap_or_default()
-            .len(),
-        9
-    );
+    assert_eq!(endpoints(&r.to_update[0]).len(), 9);
 }
 
 #[test]
@@ -1130,7 +1112,7 @@ fn traffic_distribution_hints_ready_endpoints_for_their_zone_and_node() {
             pod("b", &["198.19.0.2"], |p| set_ready(p, false)),
         ];
         let slices = desired(&with_distribution(distribution), &pods);
-        let eps = slices[0].endpoints.as_deref().unwrap_or_default();
+        let eps = endpoints(&slices[0]);
         assert_eq!(hint_names(&eps[0]), want, "{distribution}");
         assert_eq!(hint_names(&eps[1]), none, "{distribution}: not ready");
     }
@@ -1144,10 +1126,7 @@ fn topology_annotation_disables_traffic_distribution_hints() {
             labels(&[("service.kubernetes.io/topology-mode", "Auto")]);
     });
     let slices = desired(&svc, &[pod("a", &["198.19.0.1"], |_| {})]);
-    assert_eq!(
-        slices[0].endpoints.as_deref().unwrap_or_default()[0].hints,
-        None
-    );
+    assert_eq!(endpoints(&slices[0])[0].hints, None);
 }
 
 #[test]
@@ -1159,7 +1138,7 @@ fn untouched_slices_get_hints_when_traffic_distribution_is_set() {
     assert!(r.to_create.is_empty() && r.to_delete.is_empty(), "{r:#?}");
     assert_eq!(name_of(&r.to_update[0]), name_of(&existing[0]));
     assert_eq!(
-        hint_names(&r.to_update[0].endpoints.as_deref().unwrap_or_default()[0]),
+        hint_names(&endpoints(&r.to_update[0])[0]),
         (vec!["zone-a".to_owned()], vec![])
     );
     assert!(run(&svc, &pods, &r.to_update).is_noop());
@@ -1169,17 +1148,12 @@ fn untouched_slices_get_hints_when_traffic_distribution_is_set() {
 fn hints_are_removed_when_traffic_distribution_is_unset() {
     let pods = [pod("a", &["198.19.0.1"], |_| {})];
     let hinted = desired(&with_distribution("PreferClose"), &pods);
-    assert!(hinted[0].endpoints.as_deref().unwrap_or_default()[0]
-        .hints
-        .is_some());
+    assert!(endpoints(&hinted[0])[0].hints.is_some());
     let plain = service(|_| {});
     let r = run(&plain, &pods, &hinted);
     assert!(r.to_create.is_empty() && r.to_delete.is_empty(), "{r:#?}");
     assert_eq!(name_of(&r.to_update[0]), name_of(&hinted[0]));
-    assert_eq!(
-        r.to_update[0].endpoints.as_deref().unwrap_or_default()[0].hints,
-        None
-    );
+    assert_eq!(endpoints(&r.to_update[0])[0].hints, None);
     assert!(run(&plain, &pods, &r.to_update).is_noop());
 }
 
@@ -1421,8 +1395,8 @@ mod props {
             want.sort();
             prop_assert_eq!(seen, want);
             for s in &slices {
-                prop_assert!(s.endpoints.as_deref().unwrap_or_default().len() <= max);
-                let port = if s.endpoints.as_deref().unwrap_or_default().is_empty() {
+                prop_assert!(endpoints(s).len() <= max);
+                let port = if endpoints(s).is_empty() {
                     None
                 } else {
                     port_numbers(s).first().map(|(_, n)| *n)

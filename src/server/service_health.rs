@@ -47,6 +47,7 @@ pub struct LocalCounts {
 }
 
 impl LocalCounts {
+    #[cfg(test)]
     fn add(&mut self, family: IpFamily) {
         match family {
             IpFamily::V4 => self.ipv4 += 1,
@@ -400,8 +401,10 @@ pub struct HealthCheckIndex {
     /// Per service: how many of its ports name each health check port
     /// (all of them name the same one; counted so removal is exact).
     ports: HashMap<NamespacedName, HashMap<u16, usize>>,
-    /// Per service: how many of its ports list each local endpoint.
-    local: HashMap<NamespacedName, HashMap<SocketAddr, usize>>,
+    /// Per service: how many of its ports list each local endpoint, one
+    /// map per family, so that a family's count is a map's length.
+    local_v4: HashMap<NamespacedName, HashMap<SocketAddr, usize>>,
+    local_v6: HashMap<NamespacedName, HashMap<SocketAddr, usize>>,
 }
 
 impl HealthCheckIndex {
@@ -443,10 +446,10 @@ impl HealthCheckIndex {
                 moved = true;
             }
             for addr in &old {
-                release(&mut self.local, &name.service, addr);
+                release(self.local_mut(addr), &name.service, addr);
             }
             for addr in &local {
-                acquire(&mut self.local, &name.service, *addr);
+                acquire(self.local_mut(addr), &name.service, *addr);
             }
             if !local.is_empty() {
                 self.local_of.insert(name.clone(), local);
@@ -471,15 +474,26 @@ impl HealthCheckIndex {
         self.ports
             .keys()
             .map(|name| {
-                let mut counts = LocalCounts::default();
-                for addr in
-                    self.local.get(name).into_iter().flat_map(HashMap::keys)
-                {
-                    counts.add(IpFamily::of(addr.ip()));
-                }
+                let count = |local: &HashMap<_, HashMap<_, _>>| {
+                    local.get(name).map_or(0, HashMap::len)
+                };
+                let counts = LocalCounts {
+                    ipv4: count(&self.local_v4),
+                    ipv6: count(&self.local_v6),
+                };
                 (name.clone(), counts)
             })
             .collect()
+    }
+
+    fn local_mut(
+        &mut self,
+        addr: &SocketAddr,
+    ) -> &mut HashMap<NamespacedName, HashMap<SocketAddr, usize>> {
+        match IpFamily::of(addr.ip()) {
+            IpFamily::V4 => &mut self.local_v4,
+            IpFamily::V6 => &mut self.local_v6,
+        }
     }
 }
 
