@@ -1,5 +1,13 @@
 # Entry points. The guest targets are self-contained: each installs what it
 # needs (tests/vm/deps.sh) and caches the kernel under target/vm/.
+#
+# Every target that starts Kubernetes (e2e, e2e-k8s, e2e-control-plane,
+# e2e-guest-smoke, conformance, conformance-random, node-e2e, k8s-e2e,
+# k8s-e2e-compare, k8s-e2e-ci, chart-test, bench-vs-upstream,
+# bench-split-vs-direct) runs the release K8S_VERSION names: v1.37.2 (the
+# default), v1.36.3 or v1.35.4, any other refused with that list
+# (tests/kubernetes/release.sh). Each release is built, cached and reported
+# apart: $(E2E_K8S_DIR or target/k8s)/K8S_VERSION, target/k8s-e2e/K8S_VERSION.
 
 .PHONY: e2e demo test fmt-check lint dead-code unit bench bench-ipsets bench-ipvs bench-vs-upstream bench-split bench-api-side-attack vm-test vm-shell vm-kernel \
 	e2e-k8s e2e-control-plane e2e-guest-smoke kind-e2e node-e2e conformance k8s-e2e k8s-e2e-compare k8s-e2e-ci \
@@ -127,9 +135,9 @@ vm-kernel:
 	tests/vm/prepare
 
 # Upstream kube-apiserver, kube-controller-manager, kube-scheduler, kubectl,
-# kube-proxy, kubelet and etcd, built from the k8s.io/kubernetes Go module
-# into target/k8s/bin (the first build takes about 4 minutes on 2 cores;
-# then nothing).
+# kube-proxy, kubelet and etcd of K8S_VERSION, built from the
+# k8s.io/kubernetes Go module into target/k8s/K8S_VERSION/bin (the first
+# build takes 10 to 20 minutes on 2 cores; then nothing).
 e2e-k8s:
 	tests/e2e/build-k8s.sh
 
@@ -260,7 +268,7 @@ e2e-guest-smoke:
 # installs kube-proxy, CoreDNS as cluster DNS (tests/k8s-e2e/run.sh).
 # PROXY=ours|upstream; FOCUS and SKIP replace the default selection
 # (upstream's IPVS job's, limited to networking). Results under
-# target/k8s-e2e/results/PROXY/; RESULT lines at the end.
+# target/k8s-e2e/K8S_VERSION/results/PROXY/; RESULT lines at the end.
 # (FOCUS and SKIP given on make's command line reach the script through
 # the environment.)
 PROXY ?= ours
@@ -274,8 +282,7 @@ k8s-e2e:
 k8s-e2e-compare:
 	tests/k8s-e2e/run.sh upstream
 	tests/k8s-e2e/run.sh ours
-	tests/k8s-e2e/junit.py compare target/k8s-e2e/results/ours \
-		target/k8s-e2e/results/upstream
+	tests/k8s-e2e/run.sh compare
 
 # CI's subset, against ours: four Services conformance-style tests and
 # one that needs two nodes (externalTrafficPolicy=Local seen from the node

@@ -1,28 +1,29 @@
 #!/usr/bin/env bash
 # Builds the upstream binaries the e2e tests run against (kube-apiserver,
 # kube-controller-manager, kube-scheduler, kubectl, kube-proxy, kubelet and
-# etcd) from the Go module in
-# tests/e2e/k8s, into $TARGET/k8s/bin ($TARGET is CARGO_TARGET_DIR, else
-# target/ in the repository).
+# etcd) of one Kubernetes release (K8S_VERSION, tests/kubernetes/release.sh)
+# from its Go module in tests/kubernetes/K8S_VERSION, into
+# $E2E_K8S_DIR/K8S_VERSION/bin ($E2E_K8S_DIR defaults to $TARGET/k8s,
+# $TARGET being CARGO_TARGET_DIR, else target/ in the repository).
 #
 # The first build compiles most of Kubernetes and takes many minutes; the
 # binaries are kept and the build is skipped while the module's files (and
 # this script) are unchanged, so later runs cost nothing. The module and build caches live
-# under $E2E_K8S_DIR as well, so CI needs to cache that one folder (bin/ alone
-# is enough to skip the build).
+# under $E2E_K8S_DIR as well (the module cache shared, the build cache per
+# release), so CI needs to cache that one folder (a release's bin/ alone is
+# enough to skip its build).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-module="$here/k8s"
-target=${CARGO_TARGET_DIR:-$repo/target}
-out=${E2E_K8S_DIR:-$target/k8s}
-bin="$out/bin"
+# shellcheck source=../kubernetes/release.sh
+source "$repo/tests/kubernetes/release.sh"
+module=$k8s_module
+bin=$k8s_bin
 
 tools=(kube-apiserver kube-controller-manager kube-scheduler kubectl kube-proxy
     kubelet etcd)
-inputs=("$module/go.mod" "$module/go.sum" "$module/etcd/main.go"
-    "$here/build-k8s.sh")
+inputs=("$module/go.mod" "$module/go.sum" "$here/build-k8s.sh")
 
 log() { printf '%s build-k8s: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
@@ -45,8 +46,8 @@ fi
 
 command -v go >/dev/null || { log "go is not installed"; exit 1; }
 
-export GOMODCACHE="$out/gomod"
-export GOCACHE="$out/gocache"
+export GOMODCACHE="$k8s_root/gomod"
+export GOCACHE="$k8s_dir/gocache"
 # A newer toolchain than the installed one must not be fetched behind our
 # back, and the committed go.sum is the only source of checksums.
 export GOTOOLCHAIN=local
@@ -78,6 +79,8 @@ go build -ldflags="$ldflags" -o "$bin/" \
     k8s.io/kubernetes/cmd/kubectl \
     k8s.io/kubernetes/cmd/kube-proxy \
     k8s.io/kubernetes/cmd/kubelet \
-    ./etcd
+    go.etcd.io/etcd/server/v3
+# The etcd module's main package is its root: go names it after "server".
+mv "$bin/server" "$bin/etcd"
 inputs_hash >"$bin/.inputs"
 log "built ${tools[*]} into $bin in $((SECONDS - start))s"

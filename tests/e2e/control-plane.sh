@@ -71,7 +71,9 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$repo/target}
-bin="${E2E_K8S_DIR:-$target/k8s}/bin"
+# shellcheck source=../kubernetes/release.sh
+source "$repo/tests/kubernetes/release.sh"
+bin=$k8s_bin
 run=${E2E_RUN_DIR:-$target/e2e/control-plane}
 
 api_port=${E2E_APISERVER_PORT:-6443}

@@ -4,26 +4,32 @@
 # GitHub downloads are reachable here, only the Go module proxy and Debian's
 # mirror):
 #
-#   bin/e2e.test   upstream's specs and framework (k8s.io/kubernetes, the
-#                  control plane's version) behind a test main of our own
-#                  that links only the network tests (suite/): upstream's
-#                  main does not build here, see suite/e2e_test.go
+#   bin/e2e.test   upstream's specs and framework (k8s.io/kubernetes at
+#                  K8S_VERSION, the control plane's) behind a test main of
+#                  our own that links only the network tests
+#                  (suite/e2e_test.go in the release's module,
+#                  suite/K8S_VERSION): upstream's main does not build here
 #   bin/ginkgo     the ginkgo CLI at the version the suite links, for
 #                  parallel runs (e2e.test alone runs specs one at a time)
 #   bin/agnhost, bin/regression-issue-74839
 #                  the test images' programs, from the same module
-#   bin/coredns    cluster DNS (coredns/), as kubeadm deploys it: many specs
-#                  reach Services by name
+#   bin/coredns    cluster DNS (coredns/main.go at the version kubeadm of
+#                  the release deploys, coredns/VERSION), as kubeadm deploys
+#                  it: many specs reach Services by name
 #   bin/pause      the project's own pause (testkit), as node-e2e's
 #   images/*.tar   the images the specs' Pods run, as Docker archives that
 #                  `ctr images import` reads, named exactly as the suite
 #                  asks for them: Pods pull IfNotPresent, so no registry is
-#                  involved. Built with buildah on a Debian base made from
+#                  involved; each tag is the one `--list-images` gives.
+#                  Built with buildah on a Debian base made from
 #                  Debian's packages, as tests/node-e2e/images.sh does.
 #   images.txt     NAME=ARCHIVE, one line per image, for the nodes to import
 #   list-images.txt  `e2e.test --list-images`, the names the suite uses
 #
-#   tests/k8s-e2e/build.sh OUT_DIR
+#   tests/k8s-e2e/build.sh OUT_DIR [--go-only]
+#
+# --go-only stops after the Go programs (no cargo, no images), so that CI
+# can build them beside other work.
 #
 # K8S_E2E_IMAGES_ONLY="agnhost pause ...": build only these images (by
 # archive name) and list only them in images.txt, for a run whose tests
@@ -31,26 +37,25 @@
 #
 # Each part is skipped while the content it is made from (and how) is
 # unchanged, so a second run costs seconds. Go's module and build caches are
-# build-k8s.sh's ($E2E_K8S_DIR, else target/k8s), which already hold most of
-# Kubernetes compiled.
+# build-k8s.sh's for the release (tests/kubernetes/release.sh), which
+# already hold most of Kubernetes compiled. OUT_DIR is the release's own.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$repo/target}
 case $target in /*) ;; *) target=$repo/$target ;; esac
-k8s_dir=${E2E_K8S_DIR:-$target/k8s}
-out=${1:?usage: $0 OUT_DIR}
+out=${1:?usage: $0 OUT_DIR [--go-only]}
+go_only=${2:-}
 mkdir -p "$out/bin" "$out/images"
 out=$(cd "$out" && pwd)
 
-# The Kubernetes version of the suite and of the agnhost tag it asks for;
-# suite/go.mod pins the module.
-k8s_version=v1.34.10
-agnhost_version=2.56
+# shellcheck source=../kubernetes/release.sh
+source "$repo/tests/kubernetes/release.sh"
+k8s_version=$K8S_VERSION
 base=docker.io/library/debian:bookworm-slim
 
-export GOMODCACHE="$k8s_dir/gomod"
+export GOMODCACHE="$k8s_root/gomod"
 export GOCACHE="$k8s_dir/gocache"
 # As build-k8s.sh: no toolchain fetched behind our back, and the committed
 # go.sum is the only source of checksums.
@@ -91,7 +96,27 @@ fresh() { [[ -e $1 && "$(cat "$1.inputs" 2>/dev/null)" == "$2" ]]; }
 
 command -v go >/dev/null || die "go is not installed"
 go_version=$(go env GOVERSION)
-suite_inputs=("$here/suite/go.mod" "$here/suite/go.sum" "$go_version" "$GOFLAGS")
+
+# module DIR FILE...: DIR made a module of FILEs (shared sources and one
+# release's go.mod/go.sum), rewritten only when a file differs, so Go's
+# cache keeps seeing the same sources.
+module() {
+    local dir=$1 f
+    shift
+    mkdir -p "$dir"
+    for f in "$@"; do
+        [[ -f $f ]] || die "$f is missing: tests/kubernetes/new-release.sh $k8s_version writes it"
+        cmp -s "$f" "$dir/${f##*/}" || cp "$f" "$dir/"
+    done
+}
+suite_files=("$here/suite/e2e_test.go" "$here/suite/$k8s_version/go.mod"
+    "$here/suite/$k8s_version/go.sum" "$here/suite/$k8s_version/format_test.go")
+module "$out/src/suite" "${suite_files[@]}"
+coredns_files=("$here/coredns/main.go" "$here/coredns/$coredns_version/go.mod"
+    "$here/coredns/$coredns_version/go.sum")
+module "$out/src/coredns" "${coredns_files[@]}"
+suite=$out/src/suite
+suite_inputs=("${suite_files[@]}" "$go_version" "$GOFLAGS")
 
 # go_part NAME FILE HASH DIR COMMAND...: runs COMMAND in module DIR unless
 # FILE is fresh.
@@ -116,37 +141,40 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     version_ldflags+=" -X $pkg.gitTreeState=clean"
 done
 
-[[ $(cd "$here/suite" && go list -m -f '{{.Version}}' k8s.io/kubernetes) == "$k8s_version" ]] ||
-    die "suite/go.mod does not pin k8s.io/kubernetes $k8s_version"
+[[ $(cd "$suite" && go list -m -f '{{.Version}}' k8s.io/kubernetes) == "$k8s_version" ]] ||
+    die "suite/$k8s_version/go.mod does not pin k8s.io/kubernetes $k8s_version"
 
 # One Go build at a time: the machine's cores are shared, and the builds
 # share most packages through GOCACHE anyway.
 timed e2e.test go_part e2e.test "$out/bin/e2e.test" \
-    "$(hash_of "${suite_inputs[@]}" "$here/suite/e2e_test.go" "$version_ldflags")" \
-    "$here/suite" go test -c -ldflags="$version_ldflags" -o "$out/bin/e2e.test" .
+    "$(hash_of "${suite_inputs[@]}" "$version_ldflags")" \
+    "$suite" go test -c -ldflags="$version_ldflags" -o "$out/bin/e2e.test" .
 timed ginkgo go_part ginkgo "$out/bin/ginkgo" \
     "$(hash_of "${suite_inputs[@]}" ginkgo)" \
-    "$here/suite" go build -ldflags="-s -w" -o "$out/bin/ginkgo" github.com/onsi/ginkgo/v2/ginkgo
+    "$suite" go build -ldflags="-s -w" -o "$out/bin/ginkgo" github.com/onsi/ginkgo/v2/ginkgo
 timed agnhost go_part agnhost "$out/bin/agnhost" \
     "$(hash_of "${suite_inputs[@]}" agnhost "$agnhost_version")" \
-    "$here/suite" go build -ldflags="-s -w -X main.Version=$agnhost_version" \
+    "$suite" go build -ldflags="-s -w -X main.Version=$agnhost_version" \
     -o "$out/bin/agnhost" k8s.io/kubernetes/test/images/agnhost
 wanted() { [[ -z ${K8S_E2E_IMAGES_ONLY:-} || " $K8S_E2E_IMAGES_ONLY " == *" $1 "* ]]; }
 
 if wanted regression-issue-74839; then
     timed regression-issue-74839 go_part regression-issue-74839 "$out/bin/regression-issue-74839" \
         "$(hash_of "${suite_inputs[@]}" regression-issue-74839)" \
-        "$here/suite" go build -ldflags="-s -w" \
+        "$suite" go build -ldflags="-s -w" \
         -o "$out/bin/regression-issue-74839" k8s.io/kubernetes/test/images/regression-issue-74839
 fi
 timed coredns go_part coredns "$out/bin/coredns" \
-    "$(hash_of "$here/coredns/go.mod" "$here/coredns/go.sum" "$here/coredns/main.go" \
-        "$go_version" "$GOFLAGS")" \
-    "$here/coredns" go build -ldflags="-s -w" -o "$out/bin/coredns" .
+    "$(hash_of "${coredns_files[@]}" "$go_version" "$GOFLAGS")" \
+    "$out/src/coredns" go build -ldflags="-s -w" -o "$out/bin/coredns" .
 
 # The names come from the suite itself, so a version bump cannot leave an
 # image under a tag nobody asks for unnoticed (checked below).
 "$out/bin/e2e.test" --list-images | sort >"$out/list-images.txt"
+if [[ $go_only == --go-only ]]; then
+    log "times: ${timings[*]}"
+    exit 0
+fi
 
 # The pause image's program is the project's own (testkit), as node-e2e's,
 # built static so the image holds that one file. Checked by content before
@@ -178,6 +206,15 @@ timed pause-binary pause_part
 # node-e2e's Debian base, made once and kept in buildah's storage.
 timed base "$repo/tests/node-e2e/base-image.sh" "$out" >/dev/null
 base_id=$(buildah images --no-trunc --format '{{.ID}}' "$base")
+
+# listed REPOSITORY: the name, with its tag, under which the suite asks for
+# an image of that repository (the last if it asks for several).
+listed() {
+    local name
+    name=$(grep -E "^[^ ]*/$1:[^/]*\$" "$out/list-images.txt" | tail -1)
+    [[ -n $name ]] || die "the suite asks for no $1 image; it lists: $(tr '\n' ' ' <"$out/list-images.txt")"
+    printf '%s\n' "$name"
+}
 
 built=()
 # image FILE NAME [CONTEXT_FILE...] < CONTAINERFILE: builds NAME from the
@@ -239,7 +276,7 @@ EOF
 
 # Upstream's is Docker's busybox: the static binary with every applet
 # linked in /bin, and `sh` as its command. Debian's build of it, alone.
-timed busybox-image image busybox registry.k8s.io/e2e-test-images/busybox:1.37.0-1 <<EOF
+timed busybox-image image busybox "$(listed e2e-test-images/busybox)" <<EOF
 FROM $base AS debian
 RUN apt-get update \\
     && apt-get install -y --no-install-recommends busybox-static
@@ -255,8 +292,10 @@ EOF
 
 # Upstream's is Docker's nginx: the default page on port 80, nginx in the
 # foreground, its logs on the container's output. Our own site file
-# listens on IPv4 only, so a Pod without IPv6 starts too.
-timed nginx-image image nginx registry.k8s.io/e2e-test-images/nginx:1.14-4 <<EOF
+# listens on IPv4 only, so a Pod without IPv6 starts too. One image under
+# each tag the suite names (1.37 has a second, "new" one).
+for nginx in $(grep -E '^[^ ]*/e2e-test-images/nginx:' "$out/list-images.txt"); do
+timed "nginx-${nginx##*:}-image" image "nginx-${nginx##*:}" "$nginx" <<EOF
 FROM $base
 RUN apt-get update \\
     && apt-get install -y --no-install-recommends nginx-light \\
@@ -269,9 +308,14 @@ EXPOSE 80
 STOPSIGNAL SIGQUIT
 CMD ["nginx", "-g", "daemon off;"]
 EOF
+done
 
-# The DNS specs' second prober (after agnhost): dig, in a Debian image.
-timed jessie-dnsutils-image image jessie-dnsutils registry.k8s.io/e2e-test-images/jessie-dnsutils:1.7 \
+# The DNS specs' second prober (after agnhost): dig, in a Debian image;
+# jessie-dnsutils until 1.36, glibc-dns-testing (the same content) since.
+prober=$(grep -oE '/e2e-test-images/(jessie-dnsutils|glibc-dns-testing):' "$out/list-images.txt" |
+    head -1 | cut -d/ -f3 | tr -d :)
+[[ -n $prober ]] || die "the suite asks for no DNS prober image (jessie-dnsutils, glibc-dns-testing)"
+timed dns-prober-image image "$prober" "$(listed "e2e-test-images/$prober")" \
     "$out/bin/coredns" <<EOF
 FROM $base
 RUN apt-get update \\
@@ -281,7 +325,7 @@ COPY coredns /coredns
 EOF
 
 timed regression-issue-74839-image image regression-issue-74839 \
-    registry.k8s.io/e2e-test-images/regression-issue-74839:1.2 \
+    "$(listed e2e-test-images/regression-issue-74839)" \
     "$out/bin/regression-issue-74839" <<EOF
 FROM $base
 COPY regression-issue-74839 /regression-issue-74839
@@ -291,7 +335,7 @@ EOF
 # The CLOSE_WAIT spec runs `conntrack -L` (and sh, grep, sleep) in it on a
 # node's network.
 timed distroless-iptables-image image distroless-iptables \
-    registry.k8s.io/build-image/distroless-iptables:v0.8.14 <<EOF
+    "$(listed build-image/distroless-iptables)" <<EOF
 FROM $base
 RUN apt-get update \\
     && apt-get install -y --no-install-recommends iptables conntrack ipset \\
@@ -299,7 +343,7 @@ RUN apt-get update \\
 EOF
 
 # Sandbox and a service-latency spec's Pods. Upstream's runs as 65535 too.
-timed pause-image image pause registry.k8s.io/pause:3.10.1 "$out/bin/pause" <<'EOF'
+timed pause-image image pause "$(listed pause)" "$out/bin/pause" <<'EOF'
 FROM scratch
 COPY pause /pause
 USER 65535:65535
@@ -309,7 +353,7 @@ EOF
 # As kubeadm's Deployment runs it (-conf /etc/coredns/Corefile), as root:
 # the Deployment grants NET_BIND_SERVICE for port 53, which a non-root
 # process would only get from a file capability.
-timed coredns-image image coredns registry.k8s.io/coredns/coredns:v1.12.1 "$out/bin/coredns" <<'EOF'
+timed coredns-image image coredns "registry.k8s.io/coredns/coredns:$coredns_version" "$out/bin/coredns" <<'EOF'
 FROM scratch
 COPY coredns /coredns
 EXPOSE 53 53/udp

@@ -36,7 +36,8 @@
 #
 # Environment: E2E_K8S_DIR (tests/e2e/build-k8s.sh), K8S_E2E_IMAGES (a
 # folder of image archives every node imports besides node-e2e's; default:
-# the archives build.sh last built, listed in $TARGET/k8s-e2e/images.txt),
+# the archives build.sh last built, listed in
+# $TARGET/k8s-e2e/K8S_VERSION/images.txt),
 # K8S_E2E_PROXY (ours or upstream: the nodes import only that proxy's
 # image; default both), NODE_E2E_PROFILE (the proxy image's build, dev
 # here), VM_MEM (3072 per node), VM_SMP (1 per node: two guests share a
@@ -48,9 +49,10 @@ repo=$(cd "$here/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$repo/target}
 case $target in /*) ;; *) target=$repo/$target ;; esac
 run=$target/k8s-e2e/cluster
-k8s_bin="${E2E_K8S_DIR:-$target/k8s}/bin"
+# shellcheck source=../kubernetes/release.sh
+source "$repo/tests/kubernetes/release.sh"
 node_images=$target/node-e2e/images
-built_images=$target/k8s-e2e/images.txt
+built_images=$target/k8s-e2e/$K8S_VERSION/images.txt
 
 nodes=(node-a node-b)
 node_ips=(198.18.128.11 198.18.128.12)
@@ -222,7 +224,9 @@ cmd_proxy() {
 }
 
 cmd_dns() {
-    kubectl apply -f "$here/coredns.yaml" >&2
+    # The image kubeadm of the release deploys (build.sh made it).
+    sed "s|registry.k8s.io/coredns/coredns:[^[:space:]]*|registry.k8s.io/coredns/coredns:$coredns_version|" \
+        "$here/coredns.yaml" | kubectl apply -f - >&2
     kubectl -n kube-system rollout status deployment/coredns --timeout=600s >&2
     log "CoreDNS ready"
 }

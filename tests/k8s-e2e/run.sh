@@ -4,6 +4,7 @@
 # one proxy on a fresh two-node cluster (cluster.sh).
 #
 #   tests/k8s-e2e/run.sh ours|upstream
+#   tests/k8s-e2e/run.sh compare    the table of both proxies' runs so far
 #
 # The default focus and skip are upstream's kube-proxy IPVS job's
 # (ci-kubernetes-kind-network-ipvs), limited to networking, plus the
@@ -16,7 +17,8 @@
 # than a session may run, and its shards, run one after another on fresh
 # clusters, add up to the whole.
 #
-# Writes $TARGET/k8s-e2e/results/PROXY/RUN/ (RUN is `all`, `custom` for
+# Writes $TARGET/k8s-e2e/K8S_VERSION/results/PROXY/RUN/ (one folder per
+# Kubernetes release, tests/kubernetes/release.sh; RUN is `all`, `custom` for
 # another FOCUS or SKIP, with -shard-I-of-N for a shard; replaced by a new
 # run of the same): junit.xml, e2e.log and pods.txt
 # (`kubectl get pods -A -o wide` before the suite); then, from every RUN
@@ -25,8 +27,9 @@
 # skipped: selected, and skipped by the test itself). Its last lines are
 # machine-readable, for this run:
 #   RESULT k8s-e2e PROXY passed N | failed N | skipped N | minutes N
+#   RESULT k8s-e2e PROXY kubernetes K8S_VERSION
 #
-# Environment: FOCUS, SKIP, K8S_E2E_SHARD, K8S_E2E_PROCS (ginkgo
+# Environment: K8S_VERSION, FOCUS, SKIP, K8S_E2E_SHARD, K8S_E2E_PROCS (ginkgo
 # processes, 4), K8S_E2E_TIMEOUT (ginkgo's for the whole suite, 24h),
 # K8S_E2E_KEEP=1 (leave the cluster up afterwards;
 # `cluster.sh down` stops it), K8S_E2E_EXPECT=N (fail unless exactly N
@@ -39,9 +42,15 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$repo/target}
 case $target in /*) ;; *) target=$repo/$target ;; esac
-proxy=${1:?usage: $0 ours|upstream}
+# shellcheck source=../kubernetes/release.sh
+source "$repo/tests/kubernetes/release.sh"
+proxy=${1:?usage: $0 ours|upstream|compare}
+if [[ $proxy == compare ]]; then
+    exec python3 "$here/junit.py" compare "$target/k8s-e2e/$K8S_VERSION/results/ours" \
+        "$target/k8s-e2e/$K8S_VERSION/results/upstream"
+fi
 [[ $proxy == ours || $proxy == upstream ]] || {
-    echo "usage: $0 ours|upstream" >&2
+    echo "usage: $0 ours|upstream|compare" >&2
     exit 2
 }
 
@@ -55,7 +64,7 @@ default_skip+='|\[Feature:.+\]'
 focus=${FOCUS:-$default_focus}
 skip=${SKIP:-$default_skip}
 
-out=$target/k8s-e2e
+out=$target/k8s-e2e/$K8S_VERSION
 # A run of another selection is kept apart from the default's, which the
 # comparison reads.
 run_name=all
@@ -144,6 +153,7 @@ for kind in passed failed skipped; do
     echo "RESULT k8s-e2e $proxy $kind $(wc -l <"$results/$kind.txt")"
 done
 echo "RESULT k8s-e2e $proxy minutes $minutes"
+echo "RESULT k8s-e2e $proxy kubernetes $K8S_VERSION"
 
 if [[ -n ${K8S_E2E_EXPECT:-} ]]; then
     passed=$(wc -l <"$results/passed.txt")

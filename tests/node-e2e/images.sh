@@ -31,7 +31,8 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 target=${CARGO_TARGET_DIR:-$repo/target}
 case $target in /*) ;; *) target=$repo/$target ;; esac
-k8s_bin="${E2E_K8S_DIR:-$target/k8s}/bin"
+# shellcheck source=../kubernetes/release.sh
+source "$repo/tests/kubernetes/release.sh"
 out=${1:?usage: $0 OUT_DIR}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)

@@ -48,8 +48,9 @@ step() {
 "$repo/tests/vm/deps.sh" containerd runc containernetworking-plugins \
     buildah mmdebstrap util-linux
 export E2E_KUBELET=1
+# shellcheck source=../kubernetes/release.sh
+source "$repo/tests/kubernetes/release.sh"
 "$repo/tests/e2e/build-k8s.sh"
-k8s_bin="${E2E_K8S_DIR:-$target/k8s}/bin"
 
 step "building the images"
 images=$target/node-e2e/images

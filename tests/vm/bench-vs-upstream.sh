@@ -39,6 +39,8 @@ proxies=${BENCH_PROXIES:-upstream ours}
 target=${CARGO_TARGET_DIR:-$VM_REPO/target}
 out=$target/bench/vs-upstream
 export E2E_K8S_DIR=${E2E_K8S_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kube-ipvs-proxy/k8s}
+# shellcheck source=../kubernetes/release.sh
+source "$VM_REPO/tests/kubernetes/release.sh"
 
 "$VM_SRC/deps.sh" gnuplot-nox
 tests/e2e/build-k8s.sh
@@ -53,7 +55,7 @@ exe=$(cargo bench --no-run --features guest-bench --bench vs_upstream \
 rm -rf "$out/bin" && mkdir -p "$out/bin"
 cp "$exe" "$out/bin/vs_upstream"
 cp "$(dirname "$(dirname "$exe")")/kube-ipvs-proxy" "$out/bin/kube-ipvs-proxy"
-cp "$E2E_K8S_DIR/bin/kube-proxy" "$out/bin/kube-proxy"
+cp "$k8s_bin/kube-proxy" "$out/bin/kube-proxy"
 bench=$out/bin/vs_upstream
 
 # BENCH_KEEP_RESULTS=1 keeps the other sizes' and proxies' results of

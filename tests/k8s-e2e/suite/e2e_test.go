@@ -5,7 +5,7 @@
 // upstream's; only the choice of test packages and the suite's pre-flight
 // are ours.
 //
-//	go test -c -o e2e.test .
+//	go test -c -o e2e.test .   (in a module of suite/vX.Y.Z with this file)
 package suite
 
 import (
@@ -36,11 +36,11 @@ import (
 	_ "k8s.io/component-base/logs/testinit"
 
 	// The framework as upstream's suite configures it: debug dumps on
-	// failure, metrics gathering, node checks, gomega's object formatting.
+	// failure, metrics gathering, node checks (and gomega's object
+	// formatting, whose package moved: each release's format_test.go).
 	_ "k8s.io/kubernetes/test/e2e/framework/debug/init"
 	_ "k8s.io/kubernetes/test/e2e/framework/metrics/init"
 	_ "k8s.io/kubernetes/test/e2e/framework/node/init"
-	_ "k8s.io/kubernetes/test/utils/format"
 
 	// The tests: every [sig-network] spec of upstream's suite lives in one
 	// of these two (common/ holds the ones node conformance shares, the
