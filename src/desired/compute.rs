@@ -197,6 +197,13 @@ impl Family<'_> {
             .copied()
             .filter(|ip| ip.is_ipv6() == self.ipv6)
             .collect();
+        // A family with no address to serve node ports on (nodePortAddresses
+        // matching only loopback, as `[localhost]` does, or nothing) gets
+        // none of its node port configuration, set members included, as
+        // upstream skips it.
+        if addresses.is_empty() {
+            return;
+        }
         for &ip in &addresses {
             self.virtual_server(
                 VirtualServerKind::NodePort,

@@ -387,6 +387,38 @@ fn node_ports_per_protocol_use_the_matching_set() {
 }
 
 #[test]
+fn no_node_port_address_means_no_node_port_at_all() {
+    for proto in [Protocol::Tcp, Protocol::Udp, Protocol::Sctp] {
+        for local in [false, true] {
+            let plan = plan_of(
+                ctx(|c| c.node_port_addresses = vec![]),
+                &[(
+                    "np",
+                    svc(|s| {
+                        s.protocol = proto;
+                        s.node_port = 30080;
+                        s.external_policy_local = local;
+                    }),
+                    vec![ep("198.19.0.1", |_| {})],
+                )],
+            );
+            let node_port_sets: Vec<_> = sets(&plan)
+                .into_iter()
+                .filter(|(name, _)| name.starts_with("KUBE-NODE-PORT"))
+                .collect();
+            assert_eq!(node_port_sets, [], "{proto}, local {local}");
+            assert!(
+                plan.virtual_servers.iter().all(|vs| vs.port != 30080),
+                "{proto}: {:?}",
+                plan.virtual_servers
+            );
+            // The cluster IP is served all the same.
+            assert!(!plan.virtual_servers.is_empty(), "{proto}");
+        }
+    }
+}
+
+#[test]
 fn dual_stack_service_uses_kube_6_sets_with_kernel_length_names() {
     let plan = plan_of(
         ctx(|c| {
