@@ -25,7 +25,11 @@ use crate::{
     config::{ApiServerArgs, Config, ConfigArgs},
     nodeview::endpoint::{ApiEndpoint, TlsFiles},
     server::start,
-    source::{self, SourceEvent},
+    source::{
+        self,
+        kube::{Admission, Release},
+        SourceEvent,
+    },
 };
 
 /// Where the API side serves its metrics without
@@ -84,9 +88,15 @@ impl Settings {
 /// the source's feeding.
 pub async fn run(config: Config, settings: Settings) -> Result<(), Failure> {
     let source = match Source::of(&config)? {
-        Source::StateFile(path) => {
-            source::file::watch(path, STATE_FILE_POLL).boxed()
-        }
+        Source::StateFile(path) => source::file::watch(
+            path,
+            STATE_FILE_POLL,
+            Admission::new(
+                config.service_proxy_name.as_deref(),
+                Release::NEWEST,
+            ),
+        )
+        .boxed(),
         Source::ApiServer { kubeconfig, master } => {
             let client =
                 clients::kube_client(kubeconfig.as_deref(), master.as_deref())
@@ -106,7 +116,7 @@ pub async fn run(config: Config, settings: Settings) -> Result<(), Failure> {
         }
     };
     if let Some(address) = settings.metrics {
-        start::metrics(address, config.bind_address_hard_fail)
+        start::metrics(address, config.bind_address_hard_fail, None)
             .map_err(anyhow::Error::from)?;
     }
     serve(&config, &settings, source).await

@@ -14,7 +14,11 @@ use crate::{
     oom,
     proxier::{host, stack},
     server::{service_health, start},
-    source::{self, recorder::EventSink},
+    source::{
+        self,
+        kube::{Admission, Release},
+        recorder::EventSink,
+    },
     sync::{self, NodeSettings, SyncState},
     version::BUILD,
 };
@@ -85,7 +89,14 @@ pub async fn serve<B: Backend>(
             .boxed(),
         ),
         Source::StateFile(path) => {
-            daemon::Source::objects(source::file::watch(path, STATE_FILE_POLL))
+            daemon::Source::objects(source::file::watch(
+                path,
+                STATE_FILE_POLL,
+                Admission::new(
+                    config.service_proxy_name.as_deref(),
+                    Release::NEWEST,
+                ),
+            ))
         }
         Source::ApiServer { kubeconfig, master } => {
             let kube_config =

@@ -8,7 +8,10 @@ use crate::{
     config::{Config, OutputFormat, PlanArgs},
     desired::Plan,
     nodeview::endpoint::{ApiEndpoint, Credentials},
-    source,
+    source::{
+        self,
+        kube::{Admission, Release},
+    },
     sync::{self, NodeSettings},
 };
 
@@ -26,8 +29,16 @@ pub fn run(
     let settings = NodeSettings::from_config(config);
     let plan = match source {
         Source::StateFile(path) => {
-            let snapshot =
-                source::file::load(&path).map_err(anyhow::Error::from)?;
+            let release = args
+                .kubernetes_version
+                .map_or(Release::NEWEST, |(major, minor)| {
+                    Release::new(major, minor)
+                });
+            let admission =
+                Admission::new(config.service_proxy_name.as_deref(), release);
+            let snapshot = source::file::load(&path)
+                .map_err(anyhow::Error::from)?
+                .admitted(&admission);
             let Some(node) =
                 sync::plan_node_name(&snapshot, args.node.as_deref())
             else {

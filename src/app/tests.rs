@@ -16,7 +16,10 @@ use crate::{
     backend::{Backend, BackendError, Observation, RepairStep, SyncBatch},
     config::{Cli, Command, Config, PlanArgs, EXIT_BAD_CONFIG},
     nodeview::endpoint::{ApiEndpoint, Credentials},
-    source::file,
+    source::{
+        file,
+        kube::{Admission, Release},
+    },
     sync::{self, NodeSettings},
 };
 
@@ -177,7 +180,12 @@ fn serve_file(
     socket: &Path,
 ) -> tokio::task::JoinHandle<Result<(), Failure>> {
     let settings = api_side_settings(&format!("unix://{}", socket.display()));
-    let source = file::watch(state.to_owned(), STATE_FILE_POLL).boxed();
+    let source = file::watch(
+        state.to_owned(),
+        STATE_FILE_POLL,
+        Admission::new(None, Release::NEWEST),
+    )
+    .boxed();
     tokio::spawn(async move {
         api_side::serve(&quiet_config(), &settings, source).await
     })
@@ -259,6 +267,61 @@ fn plan_prints_the_plan_of_the_named_node_and_asks_for_one_when_unnamed() {
             assert!(failure.to_string().contains("--node"), "{failure}");
         }
         other => panic!("{other:?}"),
+    }
+}
+
+/// `plan --state` reads the file as a proxy of the newest release is given
+/// it by the API server, or of the release it is told.
+#[test]
+fn plan_reads_the_state_file_through_a_releases_selectors() {
+    let scratch = TempDir::new();
+    let state = scratch.0.join("cluster.yaml");
+    // svc-0 labelled headless (with a cluster IP), svc-1's slice labelled.
+    let yaml = cluster(2)
+        .replacen(
+            "metadata: {name: svc-0, namespace: default}",
+            "metadata: {name: svc-0, namespace: default, \
+             labels: {service.kubernetes.io/headless: ''}}",
+            1,
+        )
+        .replacen(
+            "labels: {kubernetes.io/service-name: svc-1}",
+            "labels: {kubernetes.io/service-name: svc-1, \
+             service.kubernetes.io/headless: ''}",
+            1,
+        );
+    write_state(&state, &yaml);
+    let plan_of = |args: &[&str]| {
+        let mut printed = Vec::new();
+        let args = plan_args(args);
+        plan::run(
+            &quiet_config(),
+            Source::StateFile(state.clone()),
+            &args,
+            &mut printed,
+        )
+        .unwrap();
+        String::from_utf8(printed).unwrap()
+    };
+    let newest = plan_of(&["--state", "x", "--node", "node-a"]);
+    assert!(newest.contains("198.18.1.0:80"), "{newest}");
+    assert!(newest.contains("198.19.0.0:8080"), "{newest}");
+    assert!(newest.contains("198.18.1.1:80"), "{newest}");
+    assert!(!newest.contains("198.19.0.1:8080"), "{newest}");
+    let told = ["--state", "x", "--node", "node-a", "--kubernetes-version"];
+    assert_eq!(plan_of(&[&told[..], &["v1.37.2"]].concat()), newest);
+    let old = plan_of(&[&told[..], &["1.35"]].concat());
+    assert!(!old.contains("198.18.1.0:80"), "{old}");
+    assert!(old.contains("198.18.1.1:80"), "{old}");
+    assert!(!old.contains("198.19.0.1:8080"), "{old}");
+    for bad in ["1", "v1.x", "1.35.4.1", "one.two"] {
+        let refused = Cli::try_parse_from([
+            "kube-ipvs-proxy",
+            "plan",
+            "--kubernetes-version",
+            bad,
+        ]);
+        assert!(refused.is_err(), "{bad} accepted");
     }
 }
 

@@ -119,6 +119,29 @@ pub struct PlanArgs {
     /// How the plan is printed.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
+    /// With --state: read the file as a proxy of this Kubernetes release
+    /// would be given it (MAJOR.MINOR, or vX.Y.Z), where releases select
+    /// Services and EndpointSlices differently; the newest by default.
+    #[arg(long, value_name = "VERSION", value_parser = kubernetes_release)]
+    pub kubernetes_version: Option<(u32, u32)>,
+}
+
+/// `1.35`, `v1.35` or `v1.35.4`: the release, major and minor.
+fn kubernetes_release(text: &str) -> Result<(u32, u32), String> {
+    let bare = text.strip_prefix('v').unwrap_or(text);
+    let mut parts = bare.split('.');
+    let number = |part: Option<&str>| part.and_then(|p| p.parse::<u32>().ok());
+    match (number(parts.next()), number(parts.next()), parts.next()) {
+        (Some(major), Some(minor), patch)
+            if patch.is_none_or(|p| p.parse::<u32>().is_ok())
+                && parts.next().is_none() =>
+        {
+            Ok((major, minor))
+        }
+        _ => Err(format!(
+            "{text:?} is not a Kubernetes release (1.37, v1.37.2)"
+        )),
+    }
 }
 
 /// `api-server`: the sources of the proxy (`--kubeconfig`, `--state`,

@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{duration::GoDuration, ConfigError, ConfigWarning};
 
+/// The API group, which names the configuration on `/configz`.
+pub const GROUP: &str = "kubeproxy.config.k8s.io";
 pub const API_VERSION: &str = "kubeproxy.config.k8s.io/v1alpha1";
 pub const KIND: &str = "KubeProxyConfiguration";
 

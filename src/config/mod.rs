@@ -23,7 +23,7 @@ pub use flags::{
 pub use settings::{
     Config, DetectLocal, LogFormat, LoggingConfig, NodePortAddress,
 };
-pub use write::to_yaml;
+pub use write::{to_configz, to_yaml};
 
 use std::net::{IpAddr, SocketAddr};
 

@@ -21,6 +21,16 @@ pub fn to_yaml(config: &Config) -> Result<String, serde_saphyr::ser::Error> {
     serde_saphyr::to_string(&to_kube_proxy_configuration(config))
 }
 
+/// What `/configz` serves: the same object, versioned (`apiVersion`,
+/// `kind`) as kube-proxy serves it since 1.36, as JSON under its group's
+/// name.
+pub fn to_configz(config: &Config) -> String {
+    serde_json::json!({
+        super::kubeproxy::GROUP: to_kube_proxy_configuration(config),
+    })
+    .to_string()
+}
+
 fn zero() -> Option<GoDuration> {
     Some(GoDuration::default())
 }

@@ -1,5 +1,6 @@
 //! The metrics server: `/metrics` renders the Prometheus recorder,
-//! `/healthz` says the process is up, `/proxyMode` names the mode.
+//! `/healthz` says the process is up, `/proxyMode` names the mode, and a
+//! node proxy's `/configz` gives its effective configuration.
 
 use std::time::Duration;
 
@@ -20,13 +21,38 @@ pub const PROXY_MODE: &str = "ipvs";
 const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
 
-/// Any method is answered, as Go's handlers ignore it.
-pub fn router(handle: PrometheusHandle) -> Router {
-    Router::new()
+/// Any method is answered, as Go's handlers ignore it. `configz` is the
+/// JSON `/configz` answers; without it there is no such page.
+pub fn router(handle: PrometheusHandle, configz: Option<String>) -> Router {
+    let router = Router::new()
         .route("/metrics", any(render))
         .route("/healthz", any(|| async { text("ok") }))
-        .route("/proxyMode", any(|| async { text(PROXY_MODE) }))
-        .with_state(handle)
+        .route("/proxyMode", any(|| async { text(PROXY_MODE) }));
+    let router = match configz {
+        Some(body) => {
+            let body: std::sync::Arc<str> = body.into();
+            router.route(
+                "/configz",
+                any(move || {
+                    let body = std::sync::Arc::clone(&body);
+                    async move { json(body) }
+                }),
+            )
+        }
+        None => router,
+    };
+    router.with_state(handle)
+}
+
+fn json(body: std::sync::Arc<str>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 async fn render(State(handle): State<PrometheusHandle>) -> Response {

@@ -33,12 +33,22 @@ pub enum StartError {
 }
 
 /// Installs the process's metrics recorder and serves it on `address`
-/// (`/metrics`, `/healthz`, `/proxyMode`); with `hard_fail`, a port that
-/// cannot be bound is an error instead of retried.
-pub fn metrics(address: SocketAddr, hard_fail: bool) -> Result<(), StartError> {
+/// (`/metrics`, `/healthz`, `/proxyMode`, and `/configz` when given);
+/// with `hard_fail`, a port that cannot be bound is an error instead of
+/// retried.
+pub fn metrics(
+    address: SocketAddr,
+    hard_fail: bool,
+    configz: Option<String>,
+) -> Result<(), StartError> {
     let handle = exporter::install()?;
     metrics::spawn_upkeep(handle.clone(), METRICS_UPKEEP);
-    serve("metrics", address, metrics::router(handle), hard_fail)
+    serve(
+        "metrics",
+        address,
+        metrics::router(handle, configz),
+        hard_fail,
+    )
 }
 
 fn serve(
@@ -74,7 +84,7 @@ pub fn node(
         serve("healthz", address, router, hard_fail)?;
     }
     if let Some(address) = config.metrics_bind_address {
-        metrics(address, hard_fail)?;
+        metrics(address, hard_fail, Some(crate::config::to_configz(config)))?;
     }
     let service_health = ServiceHealthServer::new(
         health_addresses,

@@ -379,7 +379,7 @@ async fn healthz_reports_each_family_and_forgets_removed_ones() {
 }
 
 #[tokio::test]
-async fn metrics_server_answers_metrics_healthz_and_proxy_mode() {
+async fn metrics_server_answers_metrics_healthz_proxy_mode_and_configz() {
     let recorder = exporter::recorder().expect("buckets are not empty");
     metrics::with_local_recorder(&recorder, || {
         exporter::describe();
@@ -395,11 +395,25 @@ async fn metrics_server_answers_metrics_healthz_and_proxy_mode() {
     let server = Server::bind(
         "metrics",
         LOOPBACK,
-        super::metrics::router(recorder.handle()),
+        super::metrics::router(
+            recorder.handle(),
+            Some(crate::config::to_configz(&crate::config::Config::default())),
+        ),
     )
     .await
     .expect("loopback port");
     let addr = server.local_addr();
+
+    let configz = get(addr, "/configz").await.expect("/configz");
+    assert_eq!(configz.status, 200);
+    assert_eq!(configz.header("content-type"), Some("application/json"));
+    let configz: serde_json::Value =
+        serde_json::from_str(&configz.body).expect("/configz is JSON");
+    let served = &configz["kubeproxy.config.k8s.io"];
+    assert_eq!(served["apiVersion"], "kubeproxy.config.k8s.io/v1alpha1");
+    assert_eq!(served["kind"], "KubeProxyConfiguration");
+    assert_eq!(served["mode"], "ipvs");
+    assert_eq!(served["ipvs"]["scheduler"], "rr", "{served}");
 
     let mode = get(addr, "/proxyMode").await.expect("/proxyMode");
     assert_eq!((mode.status, mode.body.as_str()), (200, "ipvs"));

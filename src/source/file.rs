@@ -21,7 +21,7 @@ use k8s_openapi::api::{
     discovery::v1::EndpointSlice,
 };
 
-use super::SourceEvent;
+use super::{kube::Admission, SourceEvent};
 
 mod parse;
 #[cfg(test)]
@@ -57,6 +57,25 @@ impl Snapshot {
             .chain(one(&self.endpoint_slices, SourceEvent::EndpointSlice))
             .chain(one(&self.nodes, SourceEvent::Node))
             .collect()
+    }
+
+    /// The Services and EndpointSlices `admission` lets through, as an
+    /// API server with the proxy's selectors would list them.
+    pub fn admitted(&self, admission: &Admission) -> Snapshot {
+        Snapshot {
+            services: (self.services.iter())
+                .filter(|s| admission.service(s.metadata.labels.as_ref()))
+                .cloned()
+                .collect(),
+            endpoint_slices: (self.endpoint_slices.iter())
+                .filter(|s| {
+                    admission.endpoint_slice(s.metadata.labels.as_ref())
+                })
+                .cloned()
+                .collect(),
+            nodes: self.nodes.clone(),
+            others: self.others.clone(),
+        }
     }
 }
 

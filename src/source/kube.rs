@@ -146,6 +146,49 @@ pub fn selectors(
     })
 }
 
+/// Which objects a proxy at a release reads, for objects that reach it
+/// without an API server to filter them (a state file): exactly what
+/// [`selectors`] let through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    service_proxy_name: Option<String>,
+    release: Release,
+}
+
+type Labels = std::collections::BTreeMap<String, String>;
+
+impl Admission {
+    pub fn new(service_proxy_name: Option<&str>, release: Release) -> Self {
+        Self {
+            service_proxy_name: service_proxy_name
+                .filter(|n| !n.is_empty())
+                .map(str::to_owned),
+            release,
+        }
+    }
+
+    pub fn service(&self, labels: Option<&Labels>) -> bool {
+        self.proxy_named(labels)
+            && (self.release >= Release::SPLIT_SELECTORS || !headless(labels))
+    }
+
+    pub fn endpoint_slice(&self, labels: Option<&Labels>) -> bool {
+        !headless(labels)
+            && (self.release >= Release::SPLIT_SELECTORS
+                || self.proxy_named(labels))
+    }
+
+    /// `!service-proxy-name`, or `service-proxy-name=NAME`.
+    fn proxy_named(&self, labels: Option<&Labels>) -> bool {
+        let value = labels.and_then(|l| l.get(SERVICE_PROXY_NAME_LABEL));
+        value.map(String::as_str) == self.service_proxy_name.as_deref()
+    }
+}
+
+fn headless(labels: Option<&Labels>) -> bool {
+    labels.is_some_and(|l| l.contains_key(HEADLESS_LABEL))
+}
+
 /// The API server's release, asked until it answers: the proxy can do
 /// nothing without it anyway, and the kernel keeps the last state
 /// meanwhile. One that cannot be read as a release is taken as the

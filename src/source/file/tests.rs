@@ -6,7 +6,10 @@ use pretty_assertions::assert_eq;
 use super::{watch::WatchState, *};
 use crate::{
     model::fixtures::TempDir,
-    source::store::{RecordChange, Stores},
+    source::{
+        kube::Release,
+        store::{RecordChange, Stores},
+    },
 };
 
 const SERVICE_A: &str = "\
@@ -448,7 +451,11 @@ async fn watch_relists_on_change_and_keeps_the_last_good_state() {
     let dir = TempDir::new();
     let path = dir.0.join("state.yaml");
     std::fs::write(&path, format!("{SERVICE_A}---\n{NODE}")).unwrap();
-    let mut events = pin!(watch(path.clone(), POLL));
+    let mut events = pin!(watch(
+        path.clone(),
+        POLL,
+        Admission::new(None, Release::NEWEST)
+    ));
     let mut stores = Stores::new("node-1");
 
     let first = next_relist(&mut events).await;
@@ -502,7 +509,11 @@ async fn watch_relists_on_change_and_keeps_the_last_good_state() {
 async fn watch_follows_replacement_by_rename_and_waits_for_the_file() {
     let dir = TempDir::new();
     let path = dir.0.join("state.yaml");
-    let mut events = pin!(watch(path.clone(), POLL));
+    let mut events = pin!(watch(
+        path.clone(),
+        POLL,
+        Admission::new(None, Release::NEWEST)
+    ));
 
     // No file yet: nothing, and no end of the stream either.
     assert_quiet(&mut events).await;
@@ -543,7 +554,11 @@ async fn a_file_being_written_is_read_once_it_holds_still() {
     let dir = TempDir::new();
     let path = dir.0.join("state.yaml");
     std::fs::write(&path, NODE).unwrap();
-    let mut state = WatchState::new(path.clone(), POLL);
+    let mut state = WatchState::new(
+        path.clone(),
+        POLL,
+        Admission::new(None, Release::NEWEST),
+    );
     let mut polls = Vec::new();
     let poll = |state: &mut WatchState| {
         let events: Vec<SourceEvent> = state.queue.drain(..).collect();

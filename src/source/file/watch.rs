@@ -13,7 +13,7 @@ use std::{
 use futures::{stream, Stream};
 
 use super::{parse, FileError, ParseError};
-use crate::source::SourceEvent;
+use crate::source::{kube::Admission, SourceEvent};
 
 /// What tells one version of the file from another without reading it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,12 +56,19 @@ pub(super) struct WatchState {
     /// The slices derived from Pods for the last good version, fed back so
     /// that an edit moves only what changed.
     derived: Vec<k8s_openapi::api::discovery::v1::EndpointSlice>,
+    /// What an API server's selectors would have let through.
+    admission: Admission,
     pub(super) queue: VecDeque<SourceEvent>,
 }
 
 impl WatchState {
-    pub(super) fn new(path: PathBuf, poll: Duration) -> Self {
+    pub(super) fn new(
+        path: PathBuf,
+        poll: Duration,
+        admission: Admission,
+    ) -> Self {
         WatchState {
+            admission,
             path,
             poll,
             started: false,
@@ -135,7 +142,8 @@ impl WatchState {
                     others = snapshot.others.len(),
                     "state file loaded"
                 );
-                self.queue.extend(snapshot.relist());
+                self.queue
+                    .extend(snapshot.admitted(&self.admission).relist());
             }
             Err(e) => tracing::error!(
                 "{}; keeping the last good state",
@@ -162,13 +170,15 @@ impl WatchState {
 }
 
 /// Watches the file by polling every `poll`: first a relist of its
-/// contents, then a relist whenever its contents change and parse. The
-/// stream never ends.
+/// contents (what `admission` lets through), then a relist whenever its
+/// contents change and parse. The stream never ends.
 pub fn watch(
     path: PathBuf,
     poll: Duration,
+    admission: Admission,
 ) -> impl Stream<Item = SourceEvent> + Send + 'static {
-    stream::unfold(WatchState::new(path, poll), |mut state| async move {
+    let state = WatchState::new(path, poll, admission);
+    stream::unfold(state, |mut state| async move {
         loop {
             if let Some(event) = state.queue.pop_front() {
                 return Some((event, state));

@@ -28,6 +28,75 @@ fn selectors_follow_the_api_servers_release() {
     );
 }
 
+/// A label selector of `!key` and `key=value` terms, as the API server
+/// reads the ones [`selectors`] writes.
+fn selects(selector: &str, labels: &Labels) -> bool {
+    selector
+        .split(',')
+        .all(|term| match term.strip_prefix('!') {
+            Some(key) => !labels.contains_key(key),
+            None => {
+                let (key, value) = term.split_once('=').unwrap();
+                labels.get(key).map(String::as_str) == Some(value)
+            }
+        })
+}
+
+#[test]
+fn admission_lets_through_what_the_selectors_would() {
+    let label_sets: Vec<Labels> = [
+        vec![],
+        vec![(HEADLESS_LABEL, "")],
+        vec![(SERVICE_PROXY_NAME_LABEL, "ours")],
+        vec![(SERVICE_PROXY_NAME_LABEL, "other")],
+        vec![(SERVICE_PROXY_NAME_LABEL, "ours"), (HEADLESS_LABEL, "")],
+        vec![("app", "web")],
+    ]
+    .into_iter()
+    .map(|pairs| {
+        pairs
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    })
+    .collect();
+    let mut admitted = 0;
+    for release in [Release::new(1, 35), Release::new(1, 36), Release::NEWEST] {
+        for name in [None, Some(""), Some("ours")] {
+            let admission = Admission::new(name, release);
+            let selectors = selectors(name, release).unwrap();
+            for labels in &label_sets {
+                let service = admission.service(Some(labels));
+                let slice = admission.endpoint_slice(Some(labels));
+                assert_eq!(
+                    service,
+                    selects(&selectors.services, labels),
+                    "Service at {release}, name {name:?}, {labels:?}"
+                );
+                assert_eq!(
+                    slice,
+                    selects(&selectors.endpoint_slices, labels),
+                    "EndpointSlice at {release}, name {name:?}, {labels:?}"
+                );
+                admitted += usize::from(service) + usize::from(slice);
+            }
+            assert_eq!(
+                admission.service(None),
+                selects(&selectors.services, &Labels::new())
+            );
+        }
+    }
+    // Neither everything nor nothing.
+    assert!(admitted > 0 && admitted < 3 * 3 * label_sets.len() * 2);
+    // The split as upstream's 1.36: a headless-labelled Service is read,
+    // its slices are not.
+    let newest = Admission::new(None, Release::NEWEST);
+    assert!(newest.service(Some(&label_sets[1])));
+    assert!(!newest.endpoint_slice(Some(&label_sets[1])));
+    let old = Admission::new(None, Release::new(1, 35));
+    assert!(!old.service(Some(&label_sets[1])));
+}
+
 #[test]
 fn releases_read_as_the_api_server_writes_them() {
     assert_eq!(Release::parse("1", "37"), Some(Release::new(1, 37)));
