@@ -76,8 +76,9 @@
 # Differences chosen on purpose are listed, with their reason and the
 # lines they excuse, in differences.md; the diff ignores exactly those.
 # Prints, per run, "identical" or the differences, then a summary; exits 1
-# if any run differs or fails. Environment: E2E_UPSTREAM_PROXY (the
-# kube-proxy binary, E2E_K8S_DIR/bin/kube-proxy), CONFORMANCE_SYNC_TIMEOUT
+# if any run differs or fails. Environment: K8S_VERSION (the release of the
+# control plane and of upstream's kube-proxy, tests/kubernetes/release.sh),
+# E2E_UPSTREAM_PROXY (the kube-proxy binary, that release's), CONFORMANCE_SYNC_TIMEOUT
 # (60 seconds per step), CONFORMANCE_FAMILIES (the IP families both proxies
 # must have synced, 2), CONFORMANCE_CLEANUP_UPSTREAM and
 # CONFORMANCE_CLEANUP_OURS (whose --cleanup runs after upstream and after
@@ -1322,4 +1323,6 @@ done
 failed=$((failed + ${#runs[@]} - done_runs))
 echo "=== conformance: ${#runs[@]} runs in $((SECONDS - start))s, $failed not identical"
 cat "$results"
+# Which kube-proxy every run above was held to, once.
+echo "RESULT conformance upstream_version $("$upstream" --version 2>/dev/null | awk '{ print $2 }')"
 ((failed == 0))

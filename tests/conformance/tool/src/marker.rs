@@ -91,6 +91,17 @@ pub struct MarkerState {
     pub others: [bool; 2],
 }
 
+impl MarkerState {
+    /// Step `step`'s marker is in, and the last step's gone, in the
+    /// first `families` families (IPv4 first): a node without IPv6 has
+    /// one.
+    pub fn marked(&self, step: u32, families: usize) -> bool {
+        let n = families.min(2);
+        self.present[..n].iter().all(|p| *p)
+            && (step == 0 || self.others[..n].iter().all(|o| !o))
+    }
+}
+
 pub fn state(proc_ip_vs: &str, step: u32) -> MarkerState {
     let vips = [proc_v4(VIP4, port(step)), proc_v6(VIP6, port(step))];
     let reals = [proc_v4(REAL4, target(step)), proc_v6(REAL6, target(step))];
@@ -126,6 +137,16 @@ fn last_syncs(metrics: &str) -> Vec<f64> {
         })
         .filter_map(|l| l.split_whitespace().last()?.parse().ok())
         .collect()
+}
+
+/// Every family has synced; with one family (a node without IPv6) the one
+/// that can: a proxy may still export the other's series at 0.
+fn synced_families(last_syncs: &[f64], families: usize) -> bool {
+    if families < 2 {
+        last_syncs.iter().any(|t| *t > 0.0)
+    } else {
+        last_syncs.len() >= families && last_syncs.iter().all(|t| *t > 0.0)
+    }
 }
 
 fn metrics() -> Option<String> {
@@ -180,11 +201,10 @@ pub fn wait(w: &Wait) -> Result<()> {
         let text =
             std::fs::read_to_string("/proc/net/ip_vs").unwrap_or_default();
         let s = state(&text, w.step);
-        let marked =
-            s.present == [true; 2] && (w.step == 0 || s.others == [false; 2]);
+        let marked = s.marked(w.step, w.families);
         let synced = !w.fresh || {
             let syncs = metrics().map(|m| last_syncs(&m)).unwrap_or_default();
-            syncs.len() >= w.families && syncs.iter().all(|t| *t > 0.0)
+            synced_families(&syncs, w.families)
         };
         if marked && synced {
             break;
@@ -266,6 +286,27 @@ mod tests {
     }
 
     #[test]
+    fn one_family_needs_only_the_ipv4_marker() {
+        let v4_only = MarkerState {
+            present: [true, false],
+            others: [false, true],
+        };
+        assert!(!v4_only.marked(2, 2));
+        assert!(v4_only.marked(2, 1));
+        let both = MarkerState {
+            present: [true, true],
+            others: [false, false],
+        };
+        assert!(both.marked(2, 2) && both.marked(2, 1));
+        // The last step's marker still there: not yet.
+        let stale = MarkerState {
+            present: [true, true],
+            others: [true, false],
+        };
+        assert!(!stale.marked(2, 1) && stale.marked(0, 1));
+    }
+
+    #[test]
     fn a_marker_without_its_real_server_is_not_there_yet() {
         let vs_only = "TCP  C612FFFE:03EA rr\nTCP  C6120A01:0050 rr\n";
         assert_eq!(state(vs_only, 2).present, [false, false]);
@@ -277,6 +318,11 @@ mod tests {
                  kubeproxy_sync_proxy_rules_last_timestamp_seconds{ip_family=\"IPv6\"} 0\n\
                  kubeproxy_sync_proxy_rules_last_queued_timestamp_seconds 5\n";
         assert_eq!(last_syncs(m), [1.7e9, 0.0]);
+        assert!(!synced_families(&last_syncs(m), 2));
+        assert!(synced_families(&last_syncs(m), 1));
+        assert!(synced_families(&[1.7e9, 1.8e9], 2));
+        assert!(!synced_families(&[1.7e9], 2));
+        assert!(!synced_families(&[0.0], 1));
     }
 
     #[test]

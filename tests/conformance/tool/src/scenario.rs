@@ -6,7 +6,8 @@
 //! - at most one `Guest` document: shell commands run in the guest before
 //!   each proxy starts (`setup`) and after it is cleaned up (`teardown`),
 //!   for kernel state that is not the proxy's (a foreign virtual server, an
-//!   address on the node);
+//!   address on the node), and `families: 1` for a node whose IPv6 the
+//!   setup turns off (both proxies then sync IPv4 only);
 //! - at most one `Traffic` document: the virtual server a takeover run
 //!   sends traffic through (`target`, IP:port) and the pods that serve it
 //!   (`pods`, IP:port each, started in network namespaces of the guest);
@@ -93,6 +94,9 @@ pub struct Scenario {
     pub config: Map<String, Value>,
     pub setup: Vec<String>,
     pub teardown: Vec<String>,
+    /// How many IP families both proxies sync (IPv4 first): 2 unless the
+    /// Guest document says 1.
+    pub families: Option<u8>,
     pub traffic: Option<Traffic>,
     /// Step 0: the initial objects (and their deletions).
     pub initial: Step,
@@ -295,9 +299,24 @@ pub fn parse(text: &str) -> Result<Scenario> {
                     .collect();
             }
             GUEST_KIND => {
-                only_fields(map, "Guest", &["kind", "setup", "teardown"])?;
+                only_fields(
+                    map,
+                    "Guest",
+                    &["kind", "setup", "teardown", "families"],
+                )?;
                 scenario.setup = strings(map, "setup")?;
                 scenario.teardown = strings(map, "teardown")?;
+                scenario.families = match map.get("families") {
+                    None => None,
+                    Some(Value::Number(n))
+                        if matches!(n.as_u64(), Some(1 | 2)) =>
+                    {
+                        n.as_u64().map(|n| n as u8)
+                    }
+                    Some(other) => {
+                        bail!("Guest: families must be 1 or 2, not {other}")
+                    }
+                };
             }
             TRAFFIC_KIND => {
                 only_fields(map, "Traffic", &["kind", "target", "pods"])?;
@@ -522,7 +541,7 @@ pub fn steps_table(scenario: &Scenario) -> String {
 /// Writes the scenario's parts into `dir`: `config.yaml` (the base
 /// configuration with the scenario's fields merged in), `step-0.json`
 /// (the initial objects) to `step-N.json`, `steps.tsv`, `setup.sh`,
-/// `teardown.sh` and `traffic.env`.
+/// `teardown.sh`, `traffic.env` and, when the scenario sets it, `families`.
 pub fn split(scenario: &Scenario, base: &Value, dir: &Path) -> Result<()> {
     fs::create_dir_all(dir)
         .with_context(|| format!("creating {}", dir.display()))?;
@@ -554,6 +573,9 @@ pub fn split(scenario: &Scenario, base: &Value, dir: &Path) -> Result<()> {
     };
     write("setup.sh", script(&scenario.setup))?;
     write("teardown.sh", script(&scenario.teardown))?;
+    if let Some(families) = scenario.families {
+        write("families", format!("{families}\n"))?;
+    }
     let traffic = match &scenario.traffic {
         Some(t) => format!(
             "traffic_target={}\ntraffic_pods=\"{}\"\n",
@@ -619,6 +641,19 @@ name: a kill in a sync
 killAfterMs: 20
 killInSync: true
 "#;
+
+    #[test]
+    fn a_guest_may_sync_one_family() {
+        let with = |families: &str| {
+            parse(&format!("kind: Guest\nsetup: []\n{families}\n"))
+        };
+        assert_eq!(with("").unwrap().families, None);
+        assert_eq!(with("families: 1").unwrap().families, Some(1));
+        assert_eq!(parse(WITH_STEPS).unwrap().families, None);
+        let refused = with("families: 3").unwrap_err().to_string();
+        assert!(refused.contains("families must be 1 or 2"), "{refused}");
+        assert!(with("families: one").is_err());
+    }
 
     #[test]
     fn splits_initial_objects_and_steps() {
