@@ -242,7 +242,7 @@ spec:
   nodeName: $2
   containers:
   - name: netexec
-    image: registry.k8s.io/e2e-test-images/agnhost:2.56
+    image: registry.k8s.io/e2e-test-images/agnhost:$agnhost_version
     args: [netexec, --http-port=8080]
     readinessProbe:
       httpGet: {path: /healthz, port: 8080}
