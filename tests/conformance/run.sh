@@ -385,7 +385,8 @@ bin=$CONFORMANCE_WORK/bin
 ours=$bin/kube-ipvs-proxy
 upstream=$E2E_UPSTREAM_PROXY
 sync_timeout=${CONFORMANCE_SYNC_TIMEOUT:-60}
-families=${CONFORMANCE_FAMILIES:-2}
+all_families=${CONFORMANCE_FAMILIES:-2}
+families=$all_families
 split=${CONFORMANCE_SPLIT:-0}
 work=/tmp/conformance
 mkdir -p "$work"
@@ -1290,6 +1291,9 @@ done_runs=0
 for run in "${runs[@]}"; do
     t0=$SECONDS
     spec=$CONFORMANCE_WORK/$run
+    # A scenario that turns the node's IPv6 off syncs IPv4 only.
+    families=$all_families
+    [[ ! -f $spec/families ]] || read -r families <"$spec/families"
     dir=$work/$run
     config=$spec/config.yaml
     rm -rf "$dir"
