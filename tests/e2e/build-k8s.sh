@@ -48,6 +48,9 @@ command -v go >/dev/null || { log "go is not installed"; exit 1; }
 
 export GOMODCACHE="$k8s_root/gomod"
 export GOCACHE="$k8s_dir/gocache"
+# The one-release layout before K8S_VERSION kept v1.34.10's binaries and
+# build cache (5 GB) at the top: nothing reads them now.
+rm -rf "$k8s_root/bin" "$k8s_root/gocache"
 # A newer toolchain than the installed one must not be fetched behind our
 # back, and the committed go.sum is the only source of checksums.
 export GOTOOLCHAIN=local
