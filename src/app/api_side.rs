@@ -25,11 +25,7 @@ use crate::{
     config::{ApiServerArgs, Config, ConfigArgs},
     nodeview::endpoint::{ApiEndpoint, TlsFiles},
     server::start,
-    source::{
-        self,
-        kube::{Admission, Release},
-        SourceEvent,
-    },
+    source::{self, kube::Admission, SourceEvent},
 };
 
 /// Where the API side serves its metrics without
@@ -91,10 +87,7 @@ pub async fn run(config: Config, settings: Settings) -> Result<(), Failure> {
         Source::StateFile(path) => source::file::watch(
             path,
             STATE_FILE_POLL,
-            Admission::new(
-                config.service_proxy_name.as_deref(),
-                Release::NEWEST,
-            ),
+            Admission::newest(config.service_proxy_name.as_deref()),
         )
         .boxed(),
         Source::ApiServer { kubeconfig, master } => {

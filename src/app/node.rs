@@ -14,11 +14,7 @@ use crate::{
     oom,
     proxier::{host, stack},
     server::{service_health, start},
-    source::{
-        self,
-        kube::{Admission, Release},
-        recorder::EventSink,
-    },
+    source::{self, kube::Admission, recorder::EventSink},
     sync::{self, NodeSettings, SyncState},
     version::BUILD,
 };
@@ -92,10 +88,7 @@ pub async fn serve<B: Backend>(
             daemon::Source::objects(source::file::watch(
                 path,
                 STATE_FILE_POLL,
-                Admission::new(
-                    config.service_proxy_name.as_deref(),
-                    Release::NEWEST,
-                ),
+                Admission::newest(config.service_proxy_name.as_deref()),
             ))
         }
         Source::ApiServer { kubeconfig, master } => {

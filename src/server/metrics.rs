@@ -29,28 +29,22 @@ pub fn router(handle: PrometheusHandle, configz: Option<String>) -> Router {
         .route("/healthz", any(|| async { text("ok") }))
         .route("/proxyMode", any(|| async { text(PROXY_MODE) }));
     let router = match configz {
-        Some(body) => {
-            let body: std::sync::Arc<str> = body.into();
-            router.route(
-                "/configz",
-                any(move || {
-                    let body = std::sync::Arc::clone(&body);
-                    async move { json(body) }
-                }),
-            )
-        }
+        Some(body) => router.route(
+            "/configz",
+            any(move || std::future::ready(json(body.clone()))),
+        ),
         None => router,
     };
     router.with_state(handle)
 }
 
-fn json(body: std::sync::Arc<str>) -> Response {
+fn json(body: String) -> Response {
     (
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         )],
-        body.to_string(),
+        body,
     )
         .into_response()
 }

@@ -158,6 +158,11 @@ pub struct Admission {
 type Labels = std::collections::BTreeMap<String, String>;
 
 impl Admission {
+    /// What the newest release reads: a state file's default.
+    pub fn newest(service_proxy_name: Option<&str>) -> Self {
+        Self::new(service_proxy_name, Release::NEWEST)
+    }
+
     pub fn new(service_proxy_name: Option<&str>, release: Release) -> Self {
         Self {
             service_proxy_name: service_proxy_name
