@@ -9,7 +9,7 @@
 # (tests/kubernetes/release.sh). Each release is built, cached and reported
 # apart: $(E2E_K8S_DIR or target/k8s)/K8S_VERSION, target/k8s-e2e/K8S_VERSION.
 
-.PHONY: e2e demo test fmt-check lint dead-code unit bench bench-ipsets bench-ipvs bench-vs-upstream bench-split bench-api-side-attack vm-test vm-shell vm-kernel \
+.PHONY: e2e demo image test fmt-check lint dead-code unit bench bench-ipsets bench-ipvs bench-vs-upstream bench-split bench-api-side-attack vm-test vm-shell vm-kernel \
 	e2e-k8s e2e-control-plane e2e-guest-smoke kind-e2e node-e2e conformance k8s-e2e k8s-e2e-compare k8s-e2e-ci \
 	conformance-random fuzz chart-test
 
@@ -21,11 +21,22 @@ VM_TEST_ARGS ?=
 
 # Boots the real-kernel guest and runs examples/demo.rs there: pods from
 # examples/cluster.yaml, the proxy on that file, traffic, then an edit.
+# ARCH=arm64 cross-compiles all three programs and boots an aarch64 guest
+# (Debian's arm64 kernel, a root of Debian's arm64 packages) instead.
+ARCH ?= amd64
 demo:
 	tests/vm/deps.sh
-	cargo build --bin kube-ipvs-proxy --example demo
-	cargo build -p testkit --bin testpod
-	tests/vm/run target/debug/examples/demo
+	dir=$$(deploy/image/cargo.sh $(ARCH) dev --bin kube-ipvs-proxy --example demo) && \
+	deploy/image/cargo.sh $(ARCH) dev -p testkit --bin testpod >/dev/null && \
+	VM_ARCH=$(ARCH) tests/vm/run "$${dir#$$PWD/}/examples/demo"
+
+# deploy/Dockerfile's image for linux/amd64 and linux/arm64, in one OCI
+# archive with an index of both (target/image/kube-ipvs-proxy.oci.tar),
+# built without a registry and without running arm64 code: the binaries
+# cross-compiled here, the Debian layer made from Debian's packages
+# (deploy/image/build.sh). ARCH=amd64 or ARCH=arm64 builds only that one.
+image:
+	deploy/image/build.sh $(if $(filter command line environment,$(origin ARCH)),$(ARCH),amd64 arm64)
 
 # Everything CI checks: formatting, lints, the host tests, then the
 # real-kernel suite in the guest.

@@ -74,7 +74,7 @@ static_image() {
     rm -f "$out/$1.bin"
 }
 
-"$here/base-image.sh" "$out" >/dev/null
+base=$("$here/base-image.sh" "$out")
 
 profile=${NODE_E2E_PROFILE:-release}
 log "building the proxy ($profile) and testkit's static programs"
@@ -95,7 +95,7 @@ RUSTFLAGS="-C target-feature=+crt-static" \
 
 log "building $proxy_image from deploy/Dockerfile"
 buildah build --quiet --pull=never --network host --layers \
-    --build-context "builder=$builder" \
+    --build-context "builder=$builder" --build-arg "DEBIAN_IMAGE=$base" \
     -f "$repo/deploy/Dockerfile" -t "$proxy_image" "$repo" >/dev/null
 
 log "building $upstream_image from $k8s_bin/kube-proxy"

@@ -5,11 +5,18 @@
 # machine.
 set -euo pipefail
 
-packages=(
-    qemu-system-x86 busybox-static cpio kmod xz-utils
-    ipvsadm ipset iptables iproute2 conntrack socat jq
-    "$@"
-)
+#   tests/vm/deps.sh [PACKAGE...]          the guest's, and these
+#   tests/vm/deps.sh --only PACKAGE...     these alone
+if [[ ${1:-} == --only ]]; then
+    shift
+    packages=("$@")
+else
+    packages=(
+        qemu-system-x86 busybox-static cpio kmod xz-utils
+        ipvsadm ipset iptables iproute2 conntrack socat jq
+        "$@"
+    )
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -5,6 +5,20 @@
 VM_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 VM_REPO=$(cd "$VM_SRC/../.." && pwd)
 
+# The guest's architecture. amd64: this machine's root, shared read-only,
+# is the guest's. arm64 (qemu-system-aarch64 -M virt under TCG): this
+# machine's root holds x86-64 programs, so the guest's root is one made
+# from Debian's arm64 packages (vm_prepare_arm64), with the repository
+# shared at its own path beside it.
+VM_ARCH=${VM_ARCH:-amd64}
+case $VM_ARCH in
+amd64 | arm64) ;;
+*)
+    echo "vm: error: VM_ARCH must be amd64 or arm64, not $VM_ARCH" >&2
+    exit 1
+    ;;
+esac
+
 # The cache follows cargo's target directory so a shared CARGO_TARGET_DIR
 # also shares the kernel. It must not be under /tmp: the guest mounts a
 # tmpfs there, which would hide it.
@@ -63,8 +77,55 @@ vm_apt_kernel_dep() {
 
 # The files an initramfs build depends on: changing any of them rebuilds it.
 vm_initramfs_inputs_hash() {
-    cat "$VM_SRC/init" "$VM_SRC/modules" "$VM_SRC/lib.sh" /bin/busybox |
+    cat "$VM_SRC/init" "$VM_SRC/modules" "$VM_SRC/lib.sh" "$VM_BUSYBOX" |
         sha256sum | cut -c1-16
+}
+
+# What the arm64 guest's root holds: what the guest's tests and the demo
+# run (the amd64 guest finds them on this machine's root, which
+# tests/vm/deps.sh provides), and busybox for the initramfs.
+VM_ARM64_PACKAGES=bash,iproute2,ipvsadm,ipset,iptables,conntrack,kmod,procps,busybox-static
+VM_ARM64_MIRRORS=(
+    "deb http://deb.debian.org/debian bookworm main"
+    "deb http://deb.debian.org/debian bookworm-updates main"
+    "deb http://deb.debian.org/debian-security bookworm-security main"
+)
+
+# The arm64 guest's root and kernel, made once from Debian's arm64
+# packages without running any arm64 code: the userland by mmdebstrap in
+# chrootless mode (maintainer scripts run by this machine's tools under
+# DPKG_ROOT), the kernel package only unpacked, its modules indexed by
+# this machine's depmod. Both go to VM_KDIR (VM_KDIR/root is the guest's
+# root, its kernel's modules inside it).
+vm_prepare_arm64() {
+    local dir=$1 key
+    key=$(printf '%s\n' "$VM_ARM64_PACKAGES" "${VM_ARM64_MIRRORS[@]}" | sha256sum | cut -c1-16)
+    if [[ ! -f $dir/root.ok || $(cat "$dir/root.ok") != "$key" ]]; then
+        "$VM_SRC/deps.sh" --only mmdebstrap
+        rm -rf "$dir"
+        mkdir -p "$dir"
+        vm_log "making the arm64 guest's root from Debian's packages (mmdebstrap)"
+        mmdebstrap --quiet --variant=minbase --mode=chrootless --arch=arm64 \
+            --format=directory --include="$VM_ARM64_PACKAGES" \
+            --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
+            bookworm "$dir/root" "${VM_ARM64_MIRRORS[@]}" >&2
+        vm_log "unpacking Debian's arm64 kernel"
+        mmdebstrap --quiet --variant=extract --mode=chrootless --arch=arm64 \
+            --format=directory --include=linux-image-arm64 \
+            bookworm "$dir/kernel" "${VM_ARM64_MIRRORS[@]}" >&2
+        local image
+        image=$(ls "$dir"/kernel/boot/vmlinuz-* 2>/dev/null | head -n 1)
+        [[ -n $image ]] || vm_die "linux-image-arm64 unpacked no boot/vmlinuz-*"
+        local krel=${image##*/vmlinuz-}
+        mkdir -p "$dir/root/boot" "$dir/root/usr/lib/modules"
+        cp "$image" "$dir/kernel/boot/config-$krel" "$dir/root/boot/"
+        cp -a "$dir/kernel/lib/modules/$krel" "$dir/root/usr/lib/modules/"
+        rm -rf "$dir/kernel"
+        depmod -b "$dir/root" "$krel"
+        echo "$key" >"$dir/root.ok"
+    fi
+    # The repository's path, where the guest mounts it (tests/vm/init).
+    mkdir -p "$dir/root$VM_REPO"
 }
 
 # Fetches and unpacks the kernel (once per release) and builds the initramfs
@@ -73,7 +134,11 @@ vm_initramfs_inputs_hash() {
 vm_prepare() {
     local cache lock
     cache=$(vm_cache_dir)
-    VM_KREL=$(vm_kernel_release)
+    if [[ $VM_ARCH == arm64 ]]; then
+        VM_KREL=arm64 # until its root is made: the kernel comes with it
+    else
+        VM_KREL=$(vm_kernel_release)
+    fi
     VM_KDIR=$cache/$VM_KREL
     VM_KERNEL_IMG=$VM_KDIR/root/boot/vmlinuz-$VM_KREL
     VM_INITRD=$VM_KDIR/initramfs.cpio.gz
@@ -86,7 +151,13 @@ command line cannot carry it (set VM_CACHE)" ;;
     mkdir -p "$cache"
     exec {lock}>"$cache/.lock"
     flock "$lock"
-    if [[ ! -f $VM_KDIR/kernel.ok ]]; then
+    VM_BUSYBOX=/bin/busybox
+    if [[ $VM_ARCH == arm64 ]]; then
+        vm_prepare_arm64 "$VM_KDIR"
+        VM_KREL=$(ls "$VM_KDIR/root/usr/lib/modules" | head -n 1)
+        VM_KERNEL_IMG=$VM_KDIR/root/boot/vmlinuz-$VM_KREL
+        VM_BUSYBOX=$VM_KDIR/root/usr/bin/busybox
+    elif [[ ! -f $VM_KDIR/kernel.ok ]]; then
         vm_fetch_kernel
     fi
     if [[ -f $VM_KDIR/vmlinux ]]; then
@@ -203,9 +274,9 @@ vm_build_initramfs() {
     vm_log "building the initramfs for $VM_KREL"
     rm -rf "$stage"
     mkdir -p "$stage"/{bin,dev,proc,sys,host,etc,lib/modules/"$VM_KREL"}
-    cp /bin/busybox "$stage/bin/busybox"
-    file_is_static /bin/busybox ||
-        vm_die "/bin/busybox is not static (install busybox-static)"
+    cp "$VM_BUSYBOX" "$stage/bin/busybox"
+    file_is_static "$VM_BUSYBOX" ||
+        vm_die "$VM_BUSYBOX is not static (install busybox-static)"
     cp "$VM_SRC/init" "$stage/init"
     chmod 755 "$stage/init"
     vm_module_list "$moddir" >"$stage/etc/modules"
