@@ -14,7 +14,11 @@ use crate::{
     oom,
     proxier::{host, stack},
     server::{service_health, start},
-    source::{self, kube::Admission, recorder::EventSink},
+    source::{
+        self,
+        kube::{Admission, Release},
+        recorder::EventSink,
+    },
     sync::{self, NodeSettings, SyncState},
     version::BUILD,
 };
@@ -85,6 +89,7 @@ pub async fn serve<B: Backend>(
             .boxed(),
         ),
         Source::StateFile(path) => {
+            Release::NEWEST.report_without_api_server();
             daemon::Source::objects(source::file::watch(
                 path,
                 STATE_FILE_POLL,

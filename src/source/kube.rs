@@ -88,6 +88,17 @@ impl Release {
     /// The newest release this proxy follows: what it does when no API
     /// server says otherwise.
     pub const NEWEST: Release = Release::new(1, 37);
+
+    /// What `kubernetes_build_info` says without an API server (the state
+    /// file): the release, with no patch level to claim.
+    pub fn report_without_api_server(self) {
+        crate::telemetry::exporter::behaving_as(
+            &self.major.to_string(),
+            &self.minor.to_string(),
+            &format!("v{self}"),
+            &crate::version::BUILD,
+        );
+    }
     /// Services and EndpointSlices got selectors of their own.
     const SPLIT_SELECTORS: Release = Release::new(1, 36);
     const BEFORE_SPLIT: Release = Release::new(1, 35);
@@ -203,6 +214,12 @@ pub async fn release(client: &Client) -> Release {
     loop {
         match client.apiserver_version().await {
             Ok(info) => {
+                crate::telemetry::exporter::behaving_as(
+                    &info.major,
+                    &info.minor,
+                    &info.git_version,
+                    &crate::version::BUILD,
+                );
                 return Release::parse(&info.major, &info.minor)
                     .unwrap_or_else(|| {
                         tracing::warn!(

@@ -23,7 +23,7 @@ use super::{
     SYNC_PROXY_RULES_LAST_TIMESTAMP_SECONDS,
     SYNC_PROXY_RULES_NO_LOCAL_ENDPOINTS_TOTAL,
 };
-use crate::telemetry::exporter::BUILD_INFO;
+use crate::telemetry::exporter::{BUILD_INFO, OWN_BUILD_INFO};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -240,6 +240,22 @@ pub fn recorded() -> Vec<Metric> {
              version, git commit, git tree state, build date, Go version, \
              and compiler from which Kubernetes was built, and platform on \
              which it is running."
+        ),
+        metric!(
+            OWN_BUILD_INFO,
+            Gauge,
+            Ours,
+            [
+                "version",
+                "git_commit",
+                "build_date",
+                "compiler",
+                "platform"
+            ],
+            None,
+            "A metric with a constant '1' value labeled by the version of \
+             kube-ipvs-proxy, the commit and date it was built from, the \
+             compiler that built it, and the platform on which it is running."
         ),
         metric!(
             INVALID_OBJECTS_TOTAL,

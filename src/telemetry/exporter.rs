@@ -52,8 +52,9 @@ pub fn install() -> Result<PrometheusHandle, ExporterError> {
 }
 
 /// The series kube-proxy exposes before anything happened: its metrics
-/// without labels exist at zero from registration (client_golang), and
-/// component-base sets `kubernetes_build_info` to 1. Labelled ones
+/// without labels exist at zero from registration (client_golang). This
+/// binary's own version goes to [`OWN_BUILD_INFO`];
+/// `kubernetes_build_info` waits for [`behaving_as`]. Labelled ones
 /// appear with their first value, as upstream's.
 pub fn at_start_up(build: &crate::version::BuildInfo) {
     metrics::counter!(ENDPOINT_CHANGES_TOTAL).increment(0);
@@ -61,10 +62,41 @@ pub fn at_start_up(build: &crate::version::BuildInfo) {
     metrics::gauge!(ENDPOINT_CHANGES_PENDING).set(0.0);
     metrics::gauge!(SERVICE_CHANGES_PENDING).set(0.0);
     metrics::gauge!(
+        OWN_BUILD_INFO,
+        "version" => build.git_version,
+        "git_commit" => build.git_commit,
+        "build_date" => build.build_date,
+        "compiler" => build.compiler_version,
+        "platform" => crate::version::platform(),
+    )
+    .set(1.0);
+}
+
+/// component-base's build information gauge, which monitoring reads as
+/// the component's Kubernetes release: kubernetes-mixin's
+/// `KubeVersionMismatch` counts the distinct `vX.Y` of its `git_version`
+/// across a cluster's components. Ours says the release the proxy behaves
+/// as (the API server's), so that a one-release cluster stays quiet.
+pub const BUILD_INFO: &str = "kubernetes_build_info";
+/// This binary's own version and build.
+pub const OWN_BUILD_INFO: &str = "kube_ipvs_proxy_build_info";
+
+/// `kubernetes_build_info` for the Kubernetes release the proxy behaves
+/// as: `major`, `minor` and `git_version` the API server's (`/version`),
+/// the labels that describe a build this binary's. Called once, where
+/// the release is read (once per process, as the selectors are chosen),
+/// so that the metric is one series.
+pub fn behaving_as(
+    major: &str,
+    minor: &str,
+    git_version: &str,
+    build: &crate::version::BuildInfo,
+) {
+    metrics::gauge!(
         BUILD_INFO,
-        "major" => build.major,
-        "minor" => build.minor,
-        "git_version" => build.git_version,
+        "major" => major.to_owned(),
+        "minor" => minor.to_owned(),
+        "git_version" => git_version.to_owned(),
         "git_commit" => build.git_commit,
         // Not recorded at build time: a clean tree cannot be told from
         // edits made after the last commit without reading every file.
@@ -77,9 +109,6 @@ pub fn at_start_up(build: &crate::version::BuildInfo) {
     )
     .set(1.0);
 }
-
-/// component-base's build information gauge.
-pub const BUILD_INFO: &str = "kubernetes_build_info";
 
 /// The `# HELP` lines, with upstream's texts for upstream's metrics.
 /// Applies to the recorder in effect (global or thread-local).

@@ -182,3 +182,40 @@ fn kernel_operations_are_counted_per_label_set() {
         ],
     );
 }
+
+/// kubernetes-mixin's KubeVersionMismatch reads `vX.Y` out of
+/// `git_version`: ours carries the API server's, its suffixes included,
+/// and this binary's build in the labels that describe a build.
+#[test]
+fn kubernetes_build_info_names_the_release_behaved_as() {
+    let build = crate::version::BUILD;
+    let text = render(|| {
+        exporter::behaving_as("1", "37+", "v1.37.2-gke.1200", &build);
+    });
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("kubernetes_build_info{"))
+        .unwrap_or_else(|| panic!("no kubernetes_build_info in\n{text}"));
+    for label in [
+        r#"major="1""#.to_owned(),
+        r#"minor="37+""#.to_owned(),
+        r#"git_version="v1.37.2-gke.1200""#.to_owned(),
+        format!(r#"git_commit="{}""#, build.git_commit),
+        format!(r#"compiler="{}""#, build.compiler_version),
+    ] {
+        assert!(line.contains(&label), "no {label} in {line}");
+    }
+    assert!(line.ends_with("} 1"), "{line}");
+
+    let without = render(|| {
+        crate::source::kube::Release::new(1, 36).report_without_api_server()
+    });
+    assert!(
+        without
+            .lines()
+            .any(|l| l.starts_with("kubernetes_build_info{")
+                && l.contains(r#"git_version="v1.36""#)
+                && l.contains(r#"minor="36""#)),
+        "{without}"
+    );
+}

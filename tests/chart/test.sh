@@ -15,7 +15,9 @@
 #    fire (and stay quiet) as they should;
 # 5. a loopback etcd and kube-apiserver, as tests/e2e/control-plane.sh
 #    starts them, with prometheus-operator's PodMonitor and PrometheusRule
-#    CRDs, and each profile applied with a server-side dry run.
+#    CRDs, and each profile applied with a server-side dry run;
+# 6. kubernetes-mixin's KubeVersionMismatch on what that API server and
+#    ours (the API side, against it) serve as kubernetes_build_info.
 #
 # What it needs it installs or builds once, only if missing: helm from its
 # Go module and promtool from Debian's prometheus package under
@@ -25,8 +27,9 @@
 # that has them (the cache one when neither does, as CI builds there).
 #
 # Environment: CHART_TEST_SERVER=0 skips step 5; CHART_TEST_APISERVER_PORT
-# (6543) and CHART_TEST_ETCD_PORT (23890; the peer port is the next one),
-# beside control-plane.sh's own ports so that both can run at once.
+# (6543), CHART_TEST_ETCD_PORT (23890; the peer port is the next one) and
+# CHART_TEST_METRICS_PORT (19444, ours' metrics in step 6), beside
+# control-plane.sh's own ports so that both can run at once.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -42,6 +45,7 @@ prometheus_operator_version=v0.85.0
 
 api_port=${CHART_TEST_APISERVER_PORT:-6543}
 etcd_port=${CHART_TEST_ETCD_PORT:-23890}
+metrics_port=${CHART_TEST_METRICS_PORT:-19444}
 etcd_peer_port=$((etcd_port + 1))
 release=kube-ipvs-proxy
 namespace=kube-system
@@ -361,4 +365,27 @@ notes monitoring "metricsBindAddress: 0.0.0.0:10249"
 notes split-tokens "(split mode)"
 log "helm install --dry-run=server: the NOTES of 4 profiles"
 
-echo "RESULT chart-test passed: ${#profiles[@]} profiles (${profiles[*]}) linted, rendered and checked; $refused refusals; $alerts alerts; $dry_run profiles admitted by kube-apiserver (server-side dry run, prometheus-operator $prometheus_operator_version CRDs); helm $helm_version; $((SECONDS - start))s"
+# 6: kubernetes-mixin's KubeVersionMismatch over two real scrapes: the API
+# server's kubernetes_build_info and that of ours (the API side, which
+# needs no kernel, against the same server), quiet together and firing
+# with ours as it reported itself before (its own version); mixin.py.
+log "building kube-ipvs-proxy for the mixin check"
+(cd "$repo" && cargo build --quiet --bin kube-ipvs-proxy) || die "cargo build"
+port_free "$metrics_port" || die "127.0.0.1:$metrics_port is in use (CHART_TEST_METRICS_PORT)"
+spawn api-side "$target/debug/kube-ipvs-proxy" api-server \
+    --kubeconfig "$run/admin.kubeconfig" --listen "unix://$run/api-side.sock" \
+    --metrics-bind-address "127.0.0.1:$metrics_port"
+scrape_ours() {
+    curl -fsS "http://127.0.0.1:$metrics_port/metrics" >"$work/ours.metrics" &&
+        grep -q '^kubernetes_build_info{' "$work/ours.metrics"
+}
+wait_for "kubernetes_build_info from ours" 60 scrape_ours
+kubectl get --raw /metrics >"$work/apiserver.metrics"
+mkdir -p "$work/mixin"
+python3 "$here/mixin.py" "$work/apiserver.metrics" "$work/ours.metrics" "$work/mixin" >&2 ||
+    die "mixin.py"
+(cd "$work/mixin" && "$promtool" test rules test.yaml) >&2 ||
+    die "KubeVersionMismatch (promtool test rules $work/mixin/test.yaml)"
+log "KubeVersionMismatch: quiet with ours beside kube-apiserver, firing with ours' own version"
+
+echo "RESULT chart-test passed: ${#profiles[@]} profiles (${profiles[*]}) linted, rendered and checked; $refused refusals; $alerts alerts; KubeVersionMismatch quiet beside kube-apiserver; $dry_run profiles admitted by kube-apiserver (server-side dry run, prometheus-operator $prometheus_operator_version CRDs); helm $helm_version; $((SECONDS - start))s"
