@@ -64,13 +64,8 @@ created=$(git log -1 --format=%cI)
 epoch=$(git log -1 --format=%ct)
 name=localhost/kube-ipvs-proxy:v$version
 
-# Debian's names of the cross tools (binutils-aarch64-linux-gnu, ...).
-gnu_triple() {
-    case $1 in
-    amd64) echo x86_64-linux-gnu ;;
-    arm64) echo aarch64-linux-gnu ;;
-    esac
-}
+# shellcheck source=arch.sh
+source "$here/arch.sh"
 elf_machine() {
     case $1 in
     amd64) echo 62 ;; # EM_X86_64

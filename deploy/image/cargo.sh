@@ -12,14 +12,12 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 arch=${1:?usage: $0 ARCH PROFILE CARGO_ARGS...}
 profile=${2:?usage: $0 ARCH PROFILE CARGO_ARGS...}
 shift 2
-case $arch in
-amd64) triple=x86_64-unknown-linux-gnu gnu=x86_64-linux-gnu ;;
-arm64) triple=aarch64-unknown-linux-gnu gnu=aarch64-linux-gnu ;;
-*)
+# shellcheck source=arch.sh
+source "$repo/deploy/image/arch.sh"
+triple=$(rust_triple "$arch") && gnu=$(gnu_triple "$arch") || {
     echo "cargo.sh: unknown architecture $arch (amd64 or arm64)" >&2
     exit 64
-    ;;
-esac
+}
 target=${CARGO_TARGET_DIR:-$repo/target}
 case $target in /*) ;; *) target=$repo/$target ;; esac
 dir=$profile

@@ -7,21 +7,16 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=arch.sh
+source "$repo/deploy/image/arch.sh"
 host_arch=$(dpkg --print-architecture)
 packages=(buildah mmdebstrap jq python3 binutils)
 targets=()
 for arch in "$@"; do
     [[ $arch == "$host_arch" ]] && continue
-    case $arch in
-    arm64)
-        packages+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross binutils-aarch64-linux-gnu)
-        targets+=(aarch64-unknown-linux-gnu)
-        ;;
-    amd64)
-        packages+=(gcc-x86-64-linux-gnu libc6-dev-amd64-cross binutils-x86-64-linux-gnu)
-        targets+=(x86_64-unknown-linux-gnu)
-        ;;
-    esac
+    gnu=$(gnu_triple "$arch")
+    packages+=("gcc-${gnu//_/-}" "libc6-dev-$arch-cross" "binutils-${gnu//_/-}")
+    targets+=("$(rust_triple "$arch")")
 done
 "$repo/tests/vm/deps.sh" --only "${packages[@]}"
 installed=$(rustup target list --installed)
