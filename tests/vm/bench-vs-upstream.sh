@@ -19,7 +19,10 @@
 # writes are made on the host on the guest's schedule, on BENCH_RELAY_PORT,
 # 6447; `guest`: from the guest itself, as the bench first did, which
 # costs the guest about as much CPU as the proxy; benches/vs_upstream/
-# relay.rs) and E2E_K8S_DIR (where build-k8s.sh keeps upstream's binaries).
+# relay.rs), BENCH_OURS_REV (ours built from that commit instead of the
+# work tree: the "before" of a before/after pair, measured by this tree's
+# bench and harness) and E2E_K8S_DIR (where build-k8s.sh keeps upstream's
+# binaries).
 # Each proxy's row also has the host's steal over its run (the host may be
 # a VM whose hypervisor takes its CPUs; the guest cannot see that).
 # Both proxies are optimised builds: ours from the bench profile, upstream's
@@ -57,6 +60,22 @@ cp "$exe" "$out/bin/vs_upstream"
 cp "$(dirname "$(dirname "$exe")")/kube-ipvs-proxy" "$out/bin/kube-ipvs-proxy"
 cp "$k8s_bin/kube-proxy" "$out/bin/kube-proxy"
 bench=$out/bin/vs_upstream
+# What the binaries just copied were built from: uncommitted changes
+# make a run no longer that commit's.
+commit=$(git rev-parse --short HEAD)
+git diff --quiet HEAD -- || commit+=-dirty
+if [[ -n ${BENCH_OURS_REV:-} ]]; then
+    # A worktree of that commit built into the same target folder, so
+    # that only what differs is compiled; the release binary it leaves
+    # there is relinked by the next build of this tree.
+    commit=$(git rev-parse --short "${BENCH_OURS_REV}^{commit}") ||
+        vm_die "BENCH_OURS_REV: no commit '$BENCH_OURS_REV'"
+    tree=$out/rev-$commit
+    [[ -d $tree ]] || git worktree add --detach "$tree" "$commit" >&2
+    (cd "$tree" && CARGO_TARGET_DIR=$target cargo build --release \
+        --bin kube-ipvs-proxy)
+    cp "$target/release/kube-ipvs-proxy" "$out/bin/kube-ipvs-proxy"
+fi
 
 # BENCH_KEEP_RESULTS=1 keeps the other sizes' and proxies' results of
 # earlier runs, replacing only those run now. Each proxy and size's
@@ -66,10 +85,6 @@ bench=$out/bin/vs_upstream
 results=$out/results.txt
 [[ -n ${BENCH_KEEP_RESULTS:-} ]] || : >"$results"
 touch "$results"
-# What the binaries just copied were built from: uncommitted changes
-# make a run no longer that commit's.
-commit=$(git rev-parse --short HEAD)
-git diff --quiet HEAD -- || commit+=-dirty
 machine="upstream kube-proxy $("$out/bin/kube-proxy" --version 2>/dev/null | awk '{print $2}'),\
  guest kernel $(vm_kernel_release) under QEMU ${VM_ACCEL:-tcg}\
  on $(nproc) x $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
