@@ -132,7 +132,9 @@ fn exit(failure: &Failure) -> ExitCode {
         Failure::BadConfig(_) => {
             eprintln!("kube-ipvs-proxy: invalid configuration: {failure}");
         }
-        Failure::Unsupported(_) | Failure::Failed(_) => {
+        Failure::Unsupported(_)
+        | Failure::Forbidden(_)
+        | Failure::Failed(_) => {
             let line = failure.to_string();
             tracing::error!("{line}");
             let path = Path::new(TERMINATION_LOG);

@@ -19,8 +19,10 @@ use std::{
 };
 
 use crate::{
-    config::{Config, EXIT_BAD_CONFIG, EXIT_KERNEL_UNSUPPORTED},
-    kernel::capabilities::Unsupported,
+    config::{
+        Config, EXIT_BAD_CONFIG, EXIT_FORBIDDEN, EXIT_KERNEL_UNSUPPORTED,
+    },
+    kernel::capabilities::{Forbidden, Refused, Unsupported},
     nodeview::endpoint::{ApiEndpoint, Credentials, TlsFiles},
 };
 
@@ -31,6 +33,8 @@ pub enum Failure {
     BadConfig(anyhow::Error),
     /// The kernel lacks what IPVS mode needs: status 69.
     Unsupported(Unsupported),
+    /// This process lacks a capability the kernel asks for: status 77.
+    Forbidden(Forbidden),
     /// A step that retrying would not mend: status 1.
     Failed(anyhow::Error),
 }
@@ -44,6 +48,7 @@ impl Failure {
         match self {
             Failure::BadConfig(_) => EXIT_BAD_CONFIG,
             Failure::Unsupported(_) => EXIT_KERNEL_UNSUPPORTED,
+            Failure::Forbidden(_) => EXIT_FORBIDDEN,
             Failure::Failed(_) => 1,
         }
     }
@@ -55,6 +60,16 @@ impl fmt::Display for Failure {
         match self {
             Failure::BadConfig(e) | Failure::Failed(e) => write!(f, "{e:#}"),
             Failure::Unsupported(e) => write!(f, "{e}"),
+            Failure::Forbidden(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl From<Refused> for Failure {
+    fn from(refused: Refused) -> Self {
+        match refused {
+            Refused::Forbidden(e) => Failure::Forbidden(e),
+            Refused::Unsupported(e) => Failure::Unsupported(e),
         }
     }
 }

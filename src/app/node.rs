@@ -47,9 +47,7 @@ pub async fn run(
         commit = BUILD.git_commit,
         "starting"
     );
-    host::check_kernel(&config)
-        .await
-        .map_err(Failure::Unsupported)?;
+    host::check_kernel(&config).await.map_err(Failure::from)?;
     host::prepare(&config).await;
     if mode == Mode::InitOnly {
         tracing::info!("system initialized and --init-only specified");

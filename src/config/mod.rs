@@ -35,6 +35,9 @@ pub const EXIT_BAD_CONFIG: u8 = 64;
 /// The exit status when the kernel lacks what IPVS mode needs: sysexits'
 /// EX_UNAVAILABLE.
 pub const EXIT_KERNEL_UNSUPPORTED: u8 = 69;
+/// The exit status when this process lacks a capability the kernel asks
+/// for (`CAP_NET_ADMIN`, `CAP_NET_RAW`): sysexits' EX_NOPERM.
+pub const EXIT_FORBIDDEN: u8 = 77;
 
 /// A configuration that was accepted, with what the operator should be
 /// told about it (each warning once).

@@ -15,7 +15,7 @@ use serde_json::Value;
 use super::{
     flags::IgnoredFlags, kubeproxy, resolve, validate::FLAG_NAMES,
     write::to_kube_proxy_configuration, Cli, Config, ConfigArgs, ConfigError,
-    Resolved, EXIT_BAD_CONFIG, EXIT_KERNEL_UNSUPPORTED,
+    Resolved, EXIT_BAD_CONFIG, EXIT_FORBIDDEN, EXIT_KERNEL_UNSUPPORTED,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -513,7 +513,10 @@ fn markdown() -> String {
          take, a file that does not decode, or a value refused below |\n\
          | {EXIT_KERNEL_UNSUPPORTED} | the kernel lacks what IPVS mode needs (IPVS, the \
          configured scheduler, dummy links, ipset or one of its set types); \
-         one line names the modules to load |\n"
+         one line names the modules to load |\n\
+         | {EXIT_FORBIDDEN} | the kernel refused this process: it lacks \
+         `CAP_NET_ADMIN` or `CAP_NET_RAW` (an unprivileged container without \
+         them); one line names the capabilities to add |\n"
     );
 
     out.push_str("## Flags\n\n### Running the proxy\n\n");

@@ -10,6 +10,14 @@
 //! module itself on first use where it can, so asking is the test; what
 //! still fails is reported all at once, in one line that names what is
 //! missing and the module to load, and nothing is left behind.
+//!
+//! A kernel refuses a process without `CAP_NET_ADMIN` before it looks
+//! for the module, so an `EPERM` there says nothing about the kernel:
+//! it is reported as the capability this process lacks, as is a raw
+//! socket refused (`CAP_NET_RAW`: iptables' set match and IPVS's socket
+//! option open one), so that an unprivileged container given too little
+//! stops at once with the capability to add, not later with syncs that
+//! fail.
 
 use std::{
     fmt,
@@ -129,6 +137,73 @@ impl fmt::Display for Unsupported {
     }
 }
 
+/// A capability this process lacks, and the answers that show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lacked {
+    /// As `capabilities(7)` names it, without `CAP_`: what a container's
+    /// `securityContext.capabilities.add` takes.
+    pub capability: &'static str,
+    /// What was refused (`IPVS`, `a raw IPv4 socket`), and the answer.
+    pub refused: Vec<(String, KernelError)>,
+}
+
+/// The capabilities this process lacks; displays as one line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Forbidden(pub Vec<Lacked>);
+
+impl std::error::Error for Forbidden {}
+
+impl fmt::Display for Forbidden {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("this process may not program the kernel: it lacks ")?;
+        for (i, lacked) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "CAP_{} (", lacked.capability)?;
+            for (j, (what, error)) in lacked.refused.iter().enumerate() {
+                if j > 0 {
+                    f.write_str("; ")?;
+                }
+                write!(f, "{what}: {error}")?;
+            }
+            f.write_str(")")?;
+        }
+        let names: Vec<&str> = self.0.iter().map(|l| l.capability).collect();
+        write!(
+            f,
+            "; in a container, add {} to securityContext.capabilities.add \
+             (the manifests give NET_ADMIN, NET_RAW and SYS_RESOURCE)",
+            names.join(" and ")
+        )
+    }
+}
+
+/// Why the check refused to go on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// This process lacks a capability; the kernel may have everything.
+    Forbidden(Forbidden),
+    /// The kernel lacks a part of IPVS mode.
+    Unsupported(Unsupported),
+}
+
+impl std::error::Error for Refused {}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refused::Forbidden(e) => e.fmt(f),
+            Refused::Unsupported(e) => e.fmt(f),
+        }
+    }
+}
+
+/// Whether the kernel refused the process rather than the request.
+fn is_permission(error: &KernelError) -> bool {
+    matches!(error.errno, Some(libc::EPERM | libc::EACCES))
+}
+
 /// What the check asks of the kernel.
 pub trait Probe {
     /// The schedulers of the virtual servers there are; an error when
@@ -152,14 +227,18 @@ pub trait Probe {
     fn ipsets(&mut self) -> Result<(), KernelError>;
 
     fn set_type(&mut self, set_type: SetType) -> Result<(), KernelError>;
+
+    /// Opens a raw IPv4 socket and closes it again.
+    fn raw_socket(&mut self) -> Result<(), KernelError>;
 }
 
 /// Asks for everything IPVS mode needs with `scheduler`; every need the
-/// kernel does not meet is in the error.
+/// kernel does not meet is in the error, or, where the kernel refused
+/// this process, every capability it lacks.
 pub async fn check<P: Probe>(
     probe: &mut P,
     scheduler: &str,
-) -> Result<(), Unsupported> {
+) -> Result<(), Refused> {
     let mut missing = Vec::new();
     let mut miss = |need: Need, error: KernelError| {
         missing.push(Missing { need, error });
@@ -186,10 +265,42 @@ pub async fn check<P: Probe>(
             }
         }
     }
-    if missing.is_empty() {
-        Ok(())
+    refusal(missing, probe.raw_socket())
+}
+
+/// What the answers add up to: the capabilities this process lacks, if
+/// the kernel refused it anything, else the parts the kernel lacks.
+pub fn refusal(
+    missing: Vec<Missing>,
+    raw_socket: Result<(), KernelError>,
+) -> Result<(), Refused> {
+    let (refused, missing): (Vec<Missing>, Vec<Missing>) =
+        missing.into_iter().partition(|m| is_permission(&m.error));
+    let mut lacked = Vec::new();
+    if !refused.is_empty() {
+        lacked.push(Lacked {
+            capability: "NET_ADMIN",
+            refused: refused
+                .into_iter()
+                .map(|m| (m.need.to_string(), m.error))
+                .collect(),
+        });
+    }
+    match raw_socket {
+        Err(error) if is_permission(&error) => lacked.push(Lacked {
+            capability: "NET_RAW",
+            refused: vec![("a raw IPv4 socket".to_owned(), error)],
+        }),
+        // Without IPv4 (or raw sockets) at all: IPVS's reads fall back to
+        // dumps, and iptables says itself what it cannot do.
+        Err(_) | Ok(()) => {}
+    }
+    if !lacked.is_empty() {
+        Err(Refused::Forbidden(Forbidden(lacked)))
+    } else if !missing.is_empty() {
+        Err(Refused::Unsupported(Unsupported(missing)))
     } else {
-        Err(Unsupported(missing))
+        Ok(())
     }
 }
 
@@ -200,6 +311,8 @@ pub struct FacilityProbe<I, A, S> {
     pub addresses: A,
     /// Opening ipset can fail by itself (no ipset in the kernel).
     pub ipsets: Result<S, KernelError>,
+    /// Whether a raw IPv4 socket could be opened.
+    pub raw_socket: Result<(), KernelError>,
 }
 
 impl<I, A, S> Probe for FacilityProbe<I, A, S>
@@ -252,6 +365,10 @@ where
             Ok(ipsets) => ipsets.check_type(set_type),
             Err(error) => Err(error.clone()),
         }
+    }
+
+    fn raw_socket(&mut self) -> Result<(), KernelError> {
+        self.raw_socket.clone()
     }
 }
 

@@ -7,7 +7,7 @@ use crate::{
     config::Config,
     kernel::{
         addresses::NetlinkAddresses,
-        capabilities::{self, FacilityProbe, Missing, Need, Unsupported},
+        capabilities::{self, FacilityProbe, Missing, Need, Refused},
         ipsets::NetlinkIpsets,
         ipvs::{ConnTimeouts, NetlinkIpvs},
         sysctl::{
@@ -15,24 +15,55 @@ use crate::{
             conntrack::{self, ConntrackSettings},
             Change, KernelVersion, ProcSysctls, SysctlConfig, Sysctls,
         },
-        KernelError,
+        ErrorKind, KernelError,
     },
 };
 
-/// Refuses a kernel without what IPVS mode needs, before anything is
-/// changed (see [`capabilities`]): the probe's own virtual server and
-/// link are gone again either way.
-pub async fn check_kernel(config: &Config) -> Result<(), Unsupported> {
-    let unsupported = |need, error| Unsupported(vec![Missing { need, error }]);
-    let ipvs = NetlinkIpvs::new().map_err(|e| unsupported(Need::Ipvs, e))?;
-    let addresses = NetlinkAddresses::new()
-        .map_err(|e| unsupported(Need::DummyLinks, e))?;
+/// Refuses a kernel without what IPVS mode needs, or a process without
+/// the capabilities to program it, before anything is changed (see
+/// [`capabilities`]): the probe's own virtual server and link are gone
+/// again either way.
+pub async fn check_kernel(config: &Config) -> Result<(), Refused> {
+    let refused = |need, error| {
+        capabilities::refusal(vec![Missing { need, error }], Ok(()))
+    };
+    let ipvs = match NetlinkIpvs::new() {
+        Ok(ipvs) => ipvs,
+        Err(error) => return refused(Need::Ipvs, error),
+    };
+    let addresses = match NetlinkAddresses::new() {
+        Ok(addresses) => addresses,
+        Err(error) => return refused(Need::DummyLinks, error),
+    };
     let mut probe = FacilityProbe {
         ipvs,
         addresses,
         ipsets: NetlinkIpsets::new(),
+        raw_socket: open_raw_socket(),
     };
     capabilities::check(&mut probe, config.ipvs.scheduler.as_str()).await
+}
+
+/// A raw IPv4 socket opened and closed again: iptables' set match asks
+/// ipset over one, and IPVS's socket option is read over one.
+fn open_raw_socket() -> Result<(), KernelError> {
+    const OBJECT: &str = "socket(AF_INET, SOCK_RAW, IPPROTO_RAW)";
+    match ipvs_sys::SockoptSocket::open() {
+        Ok(_) => Ok(()),
+        Err(ipvs_sys::Error::Socket(error)) => {
+            let failed =
+                KernelError::new(ErrorKind::Other, OBJECT, error.to_string());
+            Err(match error.raw_os_error() {
+                Some(errno) => failed.with_errno(errno),
+                None => failed,
+            })
+        }
+        Err(error) => Err(KernelError::new(
+            ErrorKind::Transport,
+            OBJECT,
+            error.to_string(),
+        )),
+    }
 }
 
 /// The sysctls and IPVS timeouts. Each failure is logged and the proxy

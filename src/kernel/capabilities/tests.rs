@@ -10,6 +10,7 @@ fn models() -> FacilityProbe<IpvsModel, AddressesModel, IpsetsModel> {
         ipvs: IpvsModel::new(),
         addresses: AddressesModel::new(),
         ipsets: Ok(IpsetsModel::new()),
+        raw_socket: Ok(()),
     }
 }
 
@@ -52,10 +53,30 @@ struct Lacking {
     set_types: Vec<SetType>,
     asked_scheduler: Vec<String>,
     asked_types: usize,
+    /// Each missing part answers EPERM, as the kernel answers a process
+    /// without CAP_NET_ADMIN before it looks for the module.
+    denied: bool,
+    /// The errno a raw socket is refused with.
+    raw_socket_errno: Option<i32>,
 }
 
-fn unavailable(object: &str) -> KernelError {
-    KernelError::new(ErrorKind::Unavailable, object, "not in this kernel")
+impl Lacking {
+    fn unavailable(&self, object: &str) -> KernelError {
+        if self.denied {
+            KernelError::new(
+                ErrorKind::Other,
+                object,
+                "Operation not permitted",
+            )
+            .with_errno(libc::EPERM)
+        } else {
+            KernelError::new(
+                ErrorKind::Unavailable,
+                object,
+                "not in this kernel",
+            )
+        }
+    }
 }
 
 impl Probe for Lacking {
@@ -63,7 +84,7 @@ impl Probe for Lacking {
         if self.ipvs {
             Ok(self.schedulers_in_use.clone())
         } else {
-            Err(unavailable("IPVS"))
+            Err(self.unavailable("IPVS"))
         }
     }
 
@@ -83,7 +104,7 @@ impl Probe for Lacking {
         if self.dummy {
             Ok(())
         } else {
-            Err(unavailable("link kube-ipvs-probe"))
+            Err(self.unavailable("link kube-ipvs-probe"))
         }
     }
 
@@ -91,7 +112,7 @@ impl Probe for Lacking {
         if self.ipset {
             Ok(())
         } else {
-            Err(unavailable("ipset protocol"))
+            Err(self.unavailable("ipset protocol"))
         }
     }
 
@@ -100,7 +121,19 @@ impl Probe for Lacking {
         if self.set_types.contains(&set_type) {
             Ok(())
         } else {
-            Err(unavailable(set_type.as_str()))
+            Err(self.unavailable(set_type.as_str()))
+        }
+    }
+
+    fn raw_socket(&mut self) -> Result<(), KernelError> {
+        match self.raw_socket_errno {
+            None => Ok(()),
+            Some(errno) => Err(KernelError::new(
+                ErrorKind::Other,
+                "socket(AF_INET, SOCK_RAW, IPPROTO_RAW)",
+                "refused",
+            )
+            .with_errno(errno)),
         }
     }
 }
@@ -116,10 +149,24 @@ fn complete() -> Lacking {
     }
 }
 
-fn needs(result: Result<(), Unsupported>) -> Vec<Need> {
-    result
-        .err()
-        .map_or_else(Vec::new, |u| u.0.into_iter().map(|m| m.need).collect())
+fn needs(result: Result<(), Refused>) -> Vec<Need> {
+    match result {
+        Ok(()) => Vec::new(),
+        Err(Refused::Unsupported(u)) => {
+            u.0.into_iter().map(|m| m.need).collect()
+        }
+        Err(Refused::Forbidden(f)) => panic!("not a kernel's lack: {f}"),
+    }
+}
+
+/// The capabilities the check says this process lacks.
+fn lacked(result: Result<(), Refused>) -> Vec<&'static str> {
+    match result {
+        Err(Refused::Forbidden(f)) => {
+            f.0.iter().map(|l| l.capability).collect()
+        }
+        Ok(()) | Err(Refused::Unsupported(_)) => Vec::new(),
+    }
 }
 
 #[test]
@@ -213,4 +260,79 @@ fn modules_are_the_kernel_s_names() {
         ]
     );
     assert_eq!(Need::Scheduler("mh".into()).module(), "ip_vs_mh");
+}
+
+#[test]
+fn a_refused_process_is_told_the_capability_to_add_not_a_module() {
+    // Without CAP_NET_ADMIN every part answers EPERM, present or not.
+    let mut kernel = Lacking {
+        denied: true,
+        ipvs: false,
+        dummy: false,
+        ipset: false,
+        ..complete()
+    };
+    let result = block_on(check(&mut kernel, "rr"));
+    let message = result.clone().expect_err("refused").to_string();
+    assert_eq!(lacked(result), vec!["NET_ADMIN"]);
+    assert!(!message.contains('\n'), "{message}");
+    assert!(message.starts_with("this process may not program the kernel: it lacks CAP_NET_ADMIN (IPVS: "), "{message}");
+    assert!(message.contains("; dummy links: "), "{message}");
+    assert!(message.contains("; ipset: "), "{message}");
+    assert!(message.contains("errno 1"), "{message}");
+    assert!(
+        message.contains("add NET_ADMIN to securityContext.capabilities.add"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("modprobe"),
+        "no module would help: {message}"
+    );
+
+    // Both capabilities lacking: both named, in one line.
+    let mut kernel = Lacking {
+        denied: true,
+        dummy: false,
+        raw_socket_errno: Some(libc::EPERM),
+        ..complete()
+    };
+    let result = block_on(check(&mut kernel, "rr"));
+    let message = result.clone().expect_err("refused").to_string();
+    assert_eq!(lacked(result), vec!["NET_ADMIN", "NET_RAW"]);
+    assert!(
+        message.contains("CAP_NET_RAW (a raw IPv4 socket: "),
+        "{message}"
+    );
+    assert!(
+        message.contains("add NET_ADMIN and NET_RAW to"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_raw_socket_matters_only_when_refused() {
+    let mut kernel = Lacking {
+        raw_socket_errno: Some(libc::EPERM),
+        ..complete()
+    };
+    assert_eq!(lacked(block_on(check(&mut kernel, "rr"))), vec!["NET_RAW"]);
+    let mut kernel = Lacking {
+        raw_socket_errno: Some(libc::EACCES),
+        ..complete()
+    };
+    assert_eq!(lacked(block_on(check(&mut kernel, "rr"))), vec!["NET_RAW"]);
+    // A kernel without IPv4 raw sockets: the reads fall back to dumps.
+    let mut kernel = Lacking {
+        raw_socket_errno: Some(libc::EAFNOSUPPORT),
+        ..complete()
+    };
+    assert_eq!(needs(block_on(check(&mut kernel, "rr"))), vec![]);
+    // A lacking kernel with a refused raw socket: the capability first,
+    // since the kernel's answers may change once the process has it.
+    let mut kernel = Lacking {
+        raw_socket_errno: Some(libc::EPERM),
+        dummy: false,
+        ..complete()
+    };
+    assert_eq!(lacked(block_on(check(&mut kernel, "rr"))), vec!["NET_RAW"]);
 }
