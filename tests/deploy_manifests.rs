@@ -254,5 +254,84 @@ fn kube_prometheus_finds_the_pods_as_kube_proxys() {
     );
 }
 
+/// The DaemonSet's containers as kube-proxy's `--init-only` split them:
+/// the init container privileged, running the proxy's own command with
+/// `--init-only` and the configuration alone; the proxy itself not
+/// privileged, with the three capabilities it was measured to need.
+fn assert_init_container_then_unprivileged(docs: &[Value], what: &str) {
+    let pod = &object(docs, "DaemonSet")["spec"]["template"]["spec"];
+    let inits = pod["initContainers"].as_array().expect("init containers");
+    assert_eq!(inits.len(), 1, "{what}: one init container");
+    let init = &inits[0];
+    let main = &pod["containers"][0];
+    assert_eq!(init["image"], main["image"], "{what}: the proxy's image");
+    assert_eq!(
+        init["securityContext"],
+        serde_json::json!({"privileged": true}),
+        "{what}"
+    );
+    assert_eq!(init["env"], main["env"], "{what}: NODE_NAME as the proxy's");
+    let strings = |c: &Value| -> Vec<String> {
+        c["command"]
+            .as_array()
+            .expect("a command")
+            .iter()
+            .map(|a| a.as_str().expect("strings").to_owned())
+            .collect()
+    };
+    let init_command = strings(init);
+    assert_eq!(
+        init_command.last().map(String::as_str),
+        Some("--init-only"),
+        "{what}"
+    );
+    // The same program and configuration as the proxy, nothing of its
+    // source: it reads no Service.
+    assert_eq!(
+        init_command[..init_command.len() - 1],
+        strings(main)[..3],
+        "{what}"
+    );
+    let cli = Cli::try_parse_from(&init_command)
+        .expect("the init container's flags parse");
+    assert!(cli.run.init_only(), "{what}");
+    let mounts: Vec<&Value> = init["volumeMounts"]
+        .as_array()
+        .expect("mounts")
+        .iter()
+        .collect();
+    assert_eq!(mounts.len(), 1, "{what}: the configuration alone");
+    assert_eq!(mounts[0]["mountPath"], "/var/lib/kube-proxy", "{what}");
+
+    assert_eq!(
+        main["securityContext"],
+        serde_json::json!({
+            "privileged": false,
+            "capabilities": {"add": ["NET_ADMIN", "NET_RAW", "SYS_RESOURCE"]},
+        }),
+        "{what}: the proxy's own container"
+    );
+    let main_mounts = main["volumeMounts"].as_array().expect("mounts");
+    assert!(
+        main_mounts
+            .iter()
+            .any(|m| m["mountPath"] == "/run/xtables.lock"),
+        "{what}: the node's xtables lock"
+    );
+}
+
+#[test]
+fn the_privileged_steps_are_an_init_container_s() {
+    assert_init_container_then_unprivileged(
+        &documents(),
+        "kube-ipvs-proxy.yaml",
+    );
+    let split = documents_of(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/deploy/split/split.yaml"
+    ));
+    assert_init_container_then_unprivileged(&split, "split.yaml");
+}
+
 #[path = "deploy_manifests/split.rs"]
 mod split;

@@ -190,11 +190,7 @@ def check_default(repo, docs):
         "nodeSelector",
     )
     expect("affinity" not in pod_spec(ds), "an affinity without migration")
-    expect("initContainers" not in pod_spec(ds), "an init container by default")
-    expect(
-        container(ds)["securityContext"] == {"privileged": True},
-        "the proxy is not privileged by default",
-    )
+    check_init_container(repo, docs)
     kinds = sorted(d["kind"] for d in docs)
     expect(
         kinds == ["ClusterRole", "ClusterRoleBinding", "DaemonSet", "ServiceAccount"],
@@ -372,6 +368,8 @@ def check_migration(repo, docs):
 
 
 def check_init_container(repo, docs):
+    """The default: the privileged steps in an init container, the proxy
+    itself with three capabilities."""
     ds = one(docs, "DaemonSet")
     inits = pod_spec(ds)["initContainers"]
     expect(len(inits) == 1, "one init container")
@@ -394,6 +392,15 @@ def check_init_container(repo, docs):
     expect("pub init_only:" in flags, "the proxy has no --init-only flag (src/config/flags.rs)")
 
 
+def check_privileged(repo, docs):
+    ds = one(docs, "DaemonSet")
+    expect("initContainers" not in pod_spec(ds), "an init container with initContainer.enabled false")
+    expect(
+        container(ds)["securityContext"] == {"privileged": True},
+        f"the proxy's securityContext {container(ds).get('securityContext')}",
+    )
+
+
 CHECKS = {
     "default": check_default,
     "create-config": check_create_config,
@@ -401,7 +408,7 @@ CHECKS = {
     "split-certificates": check_split_certificates,
     "monitoring": check_monitoring,
     "migration": check_migration,
-    "init-container": check_init_container,
+    "privileged": check_privileged,
 }
 
 

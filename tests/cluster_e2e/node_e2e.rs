@@ -626,6 +626,19 @@ fn the_daemonset_runs_under_the_kubelet() -> Result<()> {
                     && !l.ends_with(" 0")
             }))
         })?;
+        // The init container did the privileged steps and exited.
+        let init_exit = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.init_container_statuses.as_ref())
+            .and_then(|s| s.first())
+            .and_then(|s| s.state.as_ref())
+            .and_then(|s| s.terminated.as_ref())
+            .map(|t| t.exit_code);
+        ensure!(
+            init_exit == Some(0),
+            "the init container's exit: {init_exit:?}"
+        );
         let restarts: i32 = pod
             .status
             .and_then(|s| s.container_statuses)
@@ -640,6 +653,56 @@ fn the_daemonset_runs_under_the_kubelet() -> Result<()> {
             .env
             .kubectl(&["-n", "kube-system", "logs", &pod_name], None)?;
         ensure!(!log.trim().is_empty(), "kubectl logs {pod_name} is empty");
+        ensure!(
+            !log.contains("sysctl not set"),
+            "the unprivileged proxy found a sysctl the init container left:\n{log}"
+        );
+        let init_log = c.env.kubectl(
+            &["-n", "kube-system", "logs", &pod_name, "-c", "init"],
+            None,
+        )?;
+        ensure!(
+            init_log.contains("--init-only specified"),
+            "the init container's log:\n{init_log}"
+        );
+
+        // The long-running container as the runtime made it: the three
+        // capabilities added, none of a privileged container's, and
+        // /proc/sys read-only, and it serves (above) all the same.
+        let pid = sh("pgrep -x kube-ipvs-proxy")?;
+        let pid = pid.trim();
+        ensure!(
+            !pid.is_empty() && !pid.contains('\n'),
+            "one proxy process on the node: {pid:?}"
+        );
+        let status = sh(&format!("cat /proc/{pid}/status"))?;
+        let effective = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .map(|hex| u64::from_str_radix(hex.trim(), 16))
+            .context("no CapEff")??;
+        // linux/capability.h: NET_ADMIN 12, NET_RAW 13, SYS_RESOURCE 24;
+        // SYS_MODULE 16, SYS_ADMIN 21.
+        let has = |bit: u32| effective & (1 << bit) != 0;
+        ensure!(
+            has(12) && has(13) && has(24) && !has(16) && !has(21),
+            "the proxy's effective capabilities {effective:#x}"
+        );
+        let mounts = sh(&format!("cat /proc/{pid}/mountinfo"))?;
+        let proc_sys = mounts
+            .lines()
+            .find(|l| l.split(' ').nth(4) == Some("/proc/sys"))
+            .context("no /proc/sys mount in the proxy's container")?;
+        ensure!(
+            proc_sys
+                .split(' ')
+                .nth(5)
+                .is_some_and(|o| o.split(',').any(|o| o == "ro")),
+            "/proc/sys is writable in the proxy's container: {proc_sys}"
+        );
+        println!(
+            "node_e2e: the proxy runs unprivileged (CapEff {effective:#x}, /proc/sys read-only) after its init container"
+        );
         println!(
             "node_e2e: kubectl logs {pod_name}: {} lines, the first: {}",
             log.lines().count(),

@@ -277,11 +277,39 @@ impl Cluster {
     /// connection made while the rest of that sync (addresses, sets,
     /// iptables) is still being written can be reset.
     pub fn start_proxy(&mut self, args: &[&str]) -> anyhow::Result<()> {
+        self.start_proxy_under(&[], args)
+    }
+
+    /// [`Cluster::start_proxy`], with the proxy run by `wrapper` (a
+    /// command that ends by executing its arguments, as `setpriv` does).
+    pub fn start_proxy_under(
+        &mut self,
+        wrapper: &[&str],
+        args: &[&str],
+    ) -> anyhow::Result<()> {
+        self.spawn_proxy(wrapper, args)?;
+        self.wait_for("the proxy's first complete sync", first_sync_done)
+    }
+
+    /// Starts the proxy, run by `wrapper`, without waiting for anything.
+    pub fn spawn_proxy(
+        &mut self,
+        wrapper: &[&str],
+        args: &[&str],
+    ) -> anyhow::Result<()> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&self.log)?;
-        let child = Command::new(PROXY)
+        let mut command = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut command = Command::new(program);
+                command.args(rest).arg(PROXY);
+                command
+            }
+            None => Command::new(PROXY),
+        };
+        let child = command
             .arg("--state")
             .arg(&self.state)
             .args(["--hostname-override", NODE])
@@ -294,7 +322,52 @@ impl Cluster {
             .spawn()
             .with_context(|| format!("starting {PROXY}"))?;
         self.proxy = Some(child);
-        self.wait_for("the proxy's first complete sync", first_sync_done)
+        Ok(())
+    }
+
+    /// The running proxy's process id: a wrapper that executes the proxy
+    /// leaves it the same process.
+    pub fn proxy_pid(&self) -> anyhow::Result<u32> {
+        self.proxy
+            .as_ref()
+            .map(Child::id)
+            .context("the proxy is not running")
+    }
+
+    /// Waits for the proxy started last to exit, and returns its status.
+    pub fn proxy_exit(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        let start = Instant::now();
+        let child = self.proxy.as_mut().context("the proxy is not running")?;
+        while start.elapsed() < SETTLE {
+            if let Some(status) = child.try_wait()? {
+                self.proxy = None;
+                return Ok(status);
+            }
+            sleep(Duration::from_millis(200));
+        }
+        bail!(
+            "the proxy still runs after {SETTLE:?}; its log:\n{}",
+            self.log().unwrap_or_default()
+        )
+    }
+
+    /// `kube-ipvs-proxy --init-only` on the state file, as root, as the
+    /// privileged init container runs it; it must succeed.
+    pub fn init_only(&self) -> anyhow::Result<()> {
+        let out = Command::new(PROXY)
+            .arg("--state")
+            .arg(&self.state)
+            .args(["--hostname-override", NODE, "--init-only"])
+            .env("NO_COLOR", "1")
+            .output()?;
+        if !out.status.success() {
+            bail!(
+                "--init-only failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
     }
 
     pub fn stop_proxy(&mut self) {
@@ -310,6 +383,13 @@ impl Cluster {
         if !out.status.success() {
             bail!("--cleanup failed: {}", String::from_utf8_lossy(&out.stderr));
         }
+        Ok(())
+    }
+
+    /// Empties the proxy's log, so that [`Cluster::log`] shows only what
+    /// the next proxy writes.
+    pub fn clear_log(&self) -> anyhow::Result<()> {
+        std::fs::write(&self.log, "")?;
         Ok(())
     }
 

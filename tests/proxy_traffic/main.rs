@@ -8,9 +8,10 @@
 //! its whole run and cleans up after itself (see [`harness::Cluster`]).
 //!
 //! Select them in the guest by module: `make vm-test
-//! VM_TEST_ARGS='basics:: departures:: policies::'`.
+//! VM_TEST_ARGS='basics:: departures:: policies:: privileges::'`.
 
 mod basics;
 mod departures;
 mod harness;
 mod policies;
+mod privileges;
