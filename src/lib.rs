@@ -52,6 +52,7 @@ modules!(
     proxier,
     runner,
     server,
+    signals,
     source,
     sync,
     telemetry,

@@ -21,6 +21,7 @@ use kube_ipvs_proxy::{
         RunArgs, EXIT_BAD_CONFIG,
     },
     logging::{self, LogSettings},
+    signals,
     version::{VersionFlag, BUILD},
 };
 use tokio::runtime::{Builder, Runtime};
@@ -47,6 +48,14 @@ pub fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             Err(e) => return exit(&Failure::bad_config(e)),
+        }
+    }
+    // The long-running modes: before any thread starts.
+    if !matches!(cli.command, Some(Command::Plan(_))) {
+        if let Err(e) = signals::stop_on_signal() {
+            return exit(&Failure::Failed(anyhow::anyhow!(
+                "cannot wait for SIGTERM: {e}"
+            )));
         }
     }
     let ran = match cli.command {

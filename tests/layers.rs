@@ -35,6 +35,7 @@ const LAYERS: &[&[&str]] = &[
         "runner",
         "endpointslice",
         "oom",
+        "signals",
         "runtime_thread",
         "docs_page",
     ],

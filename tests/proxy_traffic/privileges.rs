@@ -4,10 +4,11 @@
 //! SYS_RESOURCE alone and /proc/sys and /sys read-only, as a container
 //! runtime mounts them for an unprivileged container. Each of the three is
 //! then taken away in turn: this is how the manifests' list was found.
+//! And as a container's PID 1, the proxy still stops on SIGTERM.
 
 use super::harness::{
-    endpoint_slice, node, real_servers, service, sh, weighted_real_servers,
-    Cluster, Port, NODE_IP, TIMEOUT,
+    endpoint_slice, ipvs_services, node, real_servers, service, sh,
+    weighted_real_servers, Cluster, Port, NODE_IP, TIMEOUT,
 };
 use testkit::{tcp_tally, udp_tally, PodSpec, Tally};
 
@@ -238,5 +239,38 @@ fn each_of_the_three_capabilities_is_needed() -> anyhow::Result<()> {
     );
     let vip = format!("{VIP}:80").parse()?;
     assert_eq!(tcp_tally(vip, 4, TIMEOUT)?, both_pods(4));
+    Ok(())
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "kernel-tests"),
+    ignore = "needs the real-kernel guest: run `make vm-test`"
+)]
+fn as_pid_1_it_stops_on_sigterm_and_leaves_the_kernel() -> anyhow::Result<()> {
+    testkit::guest::require();
+    let mut cluster = cluster("pid-1")?;
+    // PID 1 of a namespace of its own, as in a container: the kernel
+    // drops a signal PID 1 has no handler for.
+    cluster.start_proxy_under(&["unshare", "--pid", "--fork"], &[])?;
+    let unshare = cluster.proxy_pid()?;
+    let pid = sh(&format!("pgrep -P {unshare}"))?.trim().to_string();
+    let ns_pids = sh(&format!("grep NSpid /proc/{pid}/status"))?;
+    assert!(ns_pids.trim_end().ends_with("\t1"), "not PID 1: {ns_pids}");
+    let programmed = ipvs_services()?;
+    assert!(programmed.iter().any(|l| l.contains(VIP)), "{programmed:?}");
+
+    sh(&format!("kill -TERM {pid}"))?;
+    // unshare exits with its child's status; a proxy that ignored the
+    // signal would still run when this gives up.
+    let status = cluster.proxy_exit()?;
+    assert_eq!(status.code(), Some(0), "{}", cluster.log()?);
+    assert_eq!(ipvs_services()?, programmed, "the kernel's state changed");
+    let log = cluster.log()?;
+    assert!(
+        log.contains("stopping; the kernel's state is left as it is")
+            && log.contains("SIGTERM"),
+        "{log}"
+    );
     Ok(())
 }
