@@ -28,6 +28,16 @@ pub const BUILD: BuildInfo = BuildInfo {
     compiler_version: env!("KUBE_IPVS_PROXY_RUSTC_VERSION"),
 };
 
+/// The Kubernetes release the proxy behaves as, in the API server's
+/// words (`/version`): what `kubernetes_build_info` names, and what the
+/// API side tells its nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kubernetes {
+    pub major: String,
+    pub minor: String,
+    pub git_version: String,
+}
+
 /// Go's names for the platform, as Kubernetes reports it
 /// (`linux/amd64`).
 pub fn platform() -> String {

@@ -9,7 +9,7 @@
 
 use std::{
     process,
-    sync::{mpsc as std_mpsc, Arc},
+    sync::{mpsc as std_mpsc, Arc, OnceLock},
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
@@ -35,6 +35,7 @@ use crate::{
         API_SIDE_SYNC_DURATION_SECONDS, API_SIDE_UPDATES_SENT_TOTAL,
         API_SIDE_VIEWS, API_SIDE_WATCHES,
     },
+    version::Kubernetes,
 };
 
 /// The largest watch request read. A node's name, an instance and a
@@ -94,6 +95,9 @@ pub struct Shared {
     send_timeout: Duration,
     walk_send_timeout: Duration,
     walks: Arc<Semaphore>,
+    /// The release the API side behaves as, once read: each stream's
+    /// first message tells the node.
+    kubernetes: Arc<OnceLock<Kubernetes>>,
 }
 
 impl std::fmt::Debug for Work {
@@ -109,7 +113,16 @@ impl std::fmt::Debug for Work {
 
 impl Shared {
     pub fn new(cluster: Cluster) -> Arc<Self> {
-        Self::with_send_timeouts(cluster, SEND_TIMEOUT, WALK_SEND_TIMEOUT)
+        Self::with_kubernetes(cluster, Arc::default())
+    }
+
+    /// The same, telling each node the release that `kubernetes` holds
+    /// once the source has put it there.
+    pub fn with_kubernetes(
+        cluster: Cluster,
+        kubernetes: Arc<OnceLock<Kubernetes>>,
+    ) -> Arc<Self> {
+        Self::build(cluster, SEND_TIMEOUT, WALK_SEND_TIMEOUT, kubernetes)
     }
 
     /// The same, with the times a node has to read a message set, in
@@ -118,6 +131,15 @@ impl Shared {
         cluster: Cluster,
         send_timeout: Duration,
         walk_send_timeout: Duration,
+    ) -> Arc<Self> {
+        Self::build(cluster, send_timeout, walk_send_timeout, Arc::default())
+    }
+
+    fn build(
+        cluster: Cluster,
+        send_timeout: Duration,
+        walk_send_timeout: Duration,
+        kubernetes: Arc<OnceLock<Kubernetes>>,
     ) -> Arc<Self> {
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -139,6 +161,7 @@ impl Shared {
             send_timeout,
             walk_send_timeout,
             walks: Arc::new(Semaphore::new(MAX_WALKS)),
+            kubernetes,
         })
     }
 
@@ -423,6 +446,7 @@ async fn stream_view(
     // Nothing new, but a node that just connected must still hear that
     // what it holds is consistent.
     let mut always = true;
+    let mut announced = false;
     loop {
         let mut walk: Option<OwnedSemaphorePermit> = None;
         let mut full = false;
@@ -453,8 +477,13 @@ async fn stream_view(
                 metrics::counter!(API_SIDE_UPDATES_SENT_TOTAL, "kind" => kind)
                     .increment(1);
             }
-            let message = wire::encode(&update, &shared.instance);
+            let mut message = wire::encode(&update, &shared.instance);
             drop(update);
+            if !announced {
+                message.kubernetes =
+                    shared.kubernetes.get().map(wire::encode_kubernetes);
+                announced = message.kubernetes.is_some();
+            }
             metrics::counter!(API_SIDE_SENT_BYTES_TOTAL)
                 .increment(message.encoded_len() as u64);
             let timeout = if walk.is_some() {

@@ -257,6 +257,49 @@ async fn a_node_gets_its_view_then_only_changes_and_resumes() {
     assert_eq!(fourth.changes.len(), 1, "the node alone");
 }
 
+/// Each stream's first message names the release the API side behaves
+/// as, once its source has read it; nothing else repeats it.
+#[tokio::test]
+async fn each_stream_starts_with_the_release_behaved_as() {
+    let kubernetes = Arc::new(std::sync::OnceLock::new());
+    let shared = Shared::with_kubernetes(
+        Cluster::new(SystemTime::now()),
+        Arc::clone(&kubernetes),
+    );
+    let mut api = ApiSide::start_with("release", shared).await;
+    let mut client = api.client().await;
+    let mut stream = watch(&mut client, "node-a", "", 0).await;
+    // The source reads the release before its first list.
+    let release = crate::version::Kubernetes {
+        major: "1".into(),
+        minor: "36".into(),
+        git_version: "v1.36.3".into(),
+    };
+    kubernetes.set(release.clone()).unwrap();
+    api.list(vec![web()]).await;
+    let first = next(&mut stream).await;
+    assert!(first.full);
+    assert_eq!(
+        first.kubernetes.clone().map(wire::decode_kubernetes),
+        Some(Ok(release.clone()))
+    );
+    api.event(SourceEvent::Service(Event::Delete(web())));
+    api.shared.sync().await.unwrap();
+    let second = next(&mut stream).await;
+    assert!(!second.full);
+    assert_eq!(second.kubernetes, None, "once a stream");
+
+    // A node that resumes hears it again, in its catch-up.
+    let mut stream =
+        watch(&mut client, "node-a", &second.instance, second.revision).await;
+    let resumed = next(&mut stream).await;
+    assert!(!resumed.full && resumed.changes.is_empty(), "{resumed:?}");
+    assert_eq!(
+        resumed.kubernetes.map(wire::decode_kubernetes),
+        Some(Ok(release))
+    );
+}
+
 #[tokio::test]
 async fn a_watch_without_a_node_name_is_refused() {
     let mut api = ApiSide::start("refused").await;

@@ -5,7 +5,7 @@
 use std::{
     net::{IpAddr, Ipv4Addr, SocketAddr},
     path::PathBuf,
-    sync::Arc,
+    sync::{Arc, OnceLock},
     time::SystemTime,
 };
 
@@ -25,7 +25,12 @@ use crate::{
     config::{ApiServerArgs, Config, ConfigArgs},
     nodeview::endpoint::{ApiEndpoint, TlsFiles},
     server::start,
-    source::{self, kube::Admission, SourceEvent},
+    source::{
+        self,
+        kube::{Admission, Release},
+        SourceEvent,
+    },
+    version::{Kubernetes, BUILD},
 };
 
 /// Where the API side serves its metrics without
@@ -83,20 +88,31 @@ impl Settings {
 /// inside a multi-threaded tokio runtime: the views are served beside
 /// the source's feeding.
 pub async fn run(config: Config, settings: Settings) -> Result<(), Failure> {
+    // The release the API side behaves as, once read, for its nodes.
+    let kubernetes = Arc::new(OnceLock::new());
     let source = match Source::of(&config)? {
-        Source::StateFile(path) => source::file::watch(
-            path,
-            STATE_FILE_POLL,
-            Admission::newest(config.service_proxy_name.as_deref()),
-        )
-        .boxed(),
+        Source::StateFile(path) => {
+            let newest = Release::NEWEST.without_api_server();
+            crate::telemetry::exporter::behaving_as(&newest, &BUILD);
+            let _ = kubernetes.set(newest);
+            source::file::watch(
+                path,
+                STATE_FILE_POLL,
+                Admission::newest(config.service_proxy_name.as_deref()),
+            )
+            .boxed()
+        }
         Source::ApiServer { kubeconfig, master } => {
             let client =
                 clients::kube_client(kubeconfig.as_deref(), master.as_deref())
                     .await?;
+            let read = Arc::clone(&kubernetes);
             source::kube::watch_cluster(
                 client,
                 config.service_proxy_name.as_deref(),
+                Box::new(move |release| {
+                    let _ = read.set(release.clone());
+                }),
             )
             .map_err(anyhow::Error::from)?
             .boxed()
@@ -112,16 +128,19 @@ pub async fn run(config: Config, settings: Settings) -> Result<(), Failure> {
         start::metrics(address, config.bind_address_hard_fail, None)
             .map_err(anyhow::Error::from)?;
     }
-    serve(&config, &settings, source).await
+    serve(&config, &settings, source, kubernetes).await
 }
 
-/// Serves the views of what `source` holds on `settings.listen`.
+/// Serves the views of what `source` holds on `settings.listen`, telling
+/// each node the release `kubernetes` holds once it is known.
 pub async fn serve(
     config: &Config,
     settings: &Settings,
     source: BoxStream<'static, SourceEvent>,
+    kubernetes: Arc<OnceLock<Kubernetes>>,
 ) -> Result<(), Failure> {
-    let shared = Shared::new(Cluster::new(SystemTime::now()));
+    let shared =
+        Shared::with_kubernetes(Cluster::new(SystemTime::now()), kubernetes);
     let serving = serving(config, settings, Arc::clone(&shared)).await?;
     tracing::info!(
         listen = %settings.listen,

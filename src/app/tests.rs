@@ -3,7 +3,7 @@
 //! (served by `api_side` from the same file); `plan` from both; the
 //! configuration's refusals and their exit statuses.
 
-use std::{path::Path, time::Duration};
+use std::{path::Path, sync::Arc, time::Duration};
 
 use clap::Parser as _;
 use futures::StreamExt as _;
@@ -187,7 +187,8 @@ fn serve_file(
     )
     .boxed();
     tokio::spawn(async move {
-        api_side::serve(&quiet_config(), &settings, source).await
+        api_side::serve(&quiet_config(), &settings, source, Arc::default())
+            .await
     })
 }
 
@@ -217,7 +218,7 @@ async fn the_api_side_stops_when_its_server_does_on_a_quiet_cluster() {
     let quiet = futures::stream::pending().boxed();
     let ended = tokio::time::timeout(
         Duration::from_secs(10),
-        api_side::serve(&quiet_config(), &settings, quiet),
+        api_side::serve(&quiet_config(), &settings, quiet, Arc::default()),
     )
     .await;
     match ended {

@@ -47,7 +47,12 @@ impl ViewNode {
     }
 
     /// One message off the stream, as the node's watch takes it.
-    fn receive(&mut self, message: v1::ViewUpdate) {
+    fn receive(&mut self, mut message: v1::ViewUpdate) {
+        if let Some(version) = message.kubernetes.take() {
+            if let Ok(taken) = wire::decode_kubernetes(version.clone()) {
+                assert_eq!(wire::encode_kubernetes(&taken), version);
+            }
+        }
         let (part, _rejected) = wire::decode_skipping(message);
         // Whatever decodes is something the API side could have sent.
         let again = wire::decode(wire::encode(&part, "fuzz"));
@@ -127,6 +132,15 @@ fn damage(input: &mut Input<'_>, message: &mut v1::ViewUpdate) {
         4 if n > 0 => {
             let copy = message.changes[input.below(n)].clone();
             message.changes.push(copy);
+        }
+        5 if input.one_in(4) => {
+            // A release of any length, empty fields included.
+            let field = |input: &mut Input<'_>| "9".repeat(input.below(200));
+            message.kubernetes = Some(v1::KubernetesVersion {
+                major: field(input),
+                minor: field(input),
+                git_version: field(input),
+            });
         }
         _ => {
             let i = input.below(n);

@@ -22,6 +22,7 @@ use crate::{
     },
     selection::{Categorized, NodeEndpoints},
     telemetry::{events::InternalEvent, INVALID_VIEW_CHANGES_TOTAL},
+    version::Kubernetes,
 };
 
 #[cfg(test)]
@@ -75,6 +76,7 @@ pub fn encode(update: &Update, instance: &str) -> v1::ViewUpdate {
         revision: update.revision,
         synced: update.synced,
         instance: instance.to_owned(),
+        kubernetes: None,
         trigger_times: update
             .trigger_times
             .iter()
@@ -84,6 +86,15 @@ pub fn encode(update: &Update, instance: &str) -> v1::ViewUpdate {
                 unix_nanos: times.iter().filter_map(unix_nanos).collect(),
             })
             .collect(),
+    }
+}
+
+/// The release the API side behaves as, for a stream's first message.
+pub fn encode_kubernetes(kubernetes: &Kubernetes) -> v1::KubernetesVersion {
+    v1::KubernetesVersion {
+        major: kubernetes.major.clone(),
+        minor: kubernetes.minor.clone(),
+        git_version: kubernetes.git_version.clone(),
     }
 }
 
@@ -274,6 +285,42 @@ pub fn decode_skipping(message: v1::ViewUpdate) -> (Update, Vec<WireError>) {
         trigger_times,
     };
     (update, rejected)
+}
+
+/// The longest field of a release the node takes: `/version`'s are a few
+/// dozen bytes, and each becomes a label value of every scrape.
+const MAX_KUBERNETES_FIELD: usize = 128;
+
+/// The release a stream's first message names, as the node reports it.
+pub fn decode_kubernetes(
+    version: v1::KubernetesVersion,
+) -> Result<Kubernetes, WireError> {
+    let v1::KubernetesVersion {
+        major,
+        minor,
+        git_version,
+    } = version;
+    for (field, value) in [
+        ("major", &major),
+        ("minor", &minor),
+        ("git_version", &git_version),
+    ] {
+        if value.len() > MAX_KUBERNETES_FIELD {
+            return Err(error(
+                "kubernetes",
+                field,
+                format!("{} bytes, more than {MAX_KUBERNETES_FIELD}", value.len()),
+            ));
+        }
+    }
+    if git_version.is_empty() {
+        return Err(error("kubernetes", "git_version", "empty"));
+    }
+    Ok(Kubernetes {
+        major,
+        minor,
+        git_version,
+    })
 }
 
 fn decode_trigger_times(

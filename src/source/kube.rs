@@ -27,6 +27,7 @@ use k8s_openapi::{
 use serde::Deserialize;
 
 use super::SourceEvent;
+use crate::version::Kubernetes;
 
 #[cfg(test)]
 mod tests;
@@ -89,13 +90,20 @@ impl Release {
     /// server says otherwise.
     pub const NEWEST: Release = Release::new(1, 37);
 
-    /// What `kubernetes_build_info` says without an API server (the state
-    /// file): the release, with no patch level to claim.
+    /// What the proxy says it behaves as without an API server (the
+    /// state file): the release, with no patch level to claim.
+    pub fn without_api_server(self) -> Kubernetes {
+        Kubernetes {
+            major: self.major.to_string(),
+            minor: self.minor.to_string(),
+            git_version: format!("v{self}"),
+        }
+    }
+
+    /// [`Release::without_api_server`] as `kubernetes_build_info`.
     pub fn report_without_api_server(self) {
         crate::telemetry::exporter::behaving_as(
-            &self.major.to_string(),
-            &self.minor.to_string(),
-            &format!("v{self}"),
+            &self.without_api_server(),
             &crate::version::BUILD,
         );
     }
@@ -208,29 +216,37 @@ fn headless(labels: Option<&Labels>) -> bool {
 /// The API server's release, asked until it answers: the proxy can do
 /// nothing without it anyway, and the kernel keeps the last state
 /// meanwhile. One that cannot be read as a release is taken as the
-/// newest.
-pub async fn release(client: &Client) -> Release {
+/// newest. Reported as `kubernetes_build_info`, and returned with the
+/// API server's words for it.
+pub async fn release(client: &Client) -> (Release, Kubernetes) {
     let mut delay = std::time::Duration::from_millis(500);
     loop {
         match client.apiserver_version().await {
             Ok(info) => {
+                let kubernetes = Kubernetes {
+                    major: info.major,
+                    minor: info.minor,
+                    git_version: info.git_version,
+                };
                 crate::telemetry::exporter::behaving_as(
-                    &info.major,
-                    &info.minor,
-                    &info.git_version,
+                    &kubernetes,
                     &crate::version::BUILD,
                 );
-                return Release::parse(&info.major, &info.minor)
-                    .unwrap_or_else(|| {
-                        tracing::warn!(
-                            major = %info.major,
-                            minor = %info.minor,
-                            newest = %Release::NEWEST,
-                            "the API server's version is not a release; \
-                             behaving as the newest"
-                        );
-                        Release::NEWEST
-                    });
+                let release = Release::parse(
+                    &kubernetes.major,
+                    &kubernetes.minor,
+                )
+                .unwrap_or_else(|| {
+                    tracing::warn!(
+                        major = %kubernetes.major,
+                        minor = %kubernetes.minor,
+                        newest = %Release::NEWEST,
+                        "the API server's version is not a release; \
+                         behaving as the newest"
+                    );
+                    Release::NEWEST
+                });
+                return (release, kubernetes);
             }
             Err(error) => {
                 tracing::warn!(
@@ -295,28 +311,35 @@ pub fn watch(
     service_proxy_name: Option<&str>,
 ) -> Result<impl Stream<Item = SourceEvent> + Send + 'static, SelectorError> {
     let fields = node_field_selector(node_name)?;
-    watch_nodes(client, Some(fields), service_proxy_name)
+    watch_nodes(client, Some(fields), service_proxy_name, Box::new(|_| {}))
 }
 
-/// As [`watch`], with every Node: the API side's, which serves them all.
+/// Called with the API server's release once it is read.
+pub type Announce = Box<dyn FnOnce(&Kubernetes) + Send>;
+
+/// As [`watch`], with every Node: the API side's, which serves them all
+/// and tells `announce` the release it behaves as, for its nodes.
 pub fn watch_cluster(
     client: Client,
     service_proxy_name: Option<&str>,
+    announce: Announce,
 ) -> Result<impl Stream<Item = SourceEvent> + Send + 'static, SelectorError> {
-    watch_nodes(client, None, service_proxy_name)
+    watch_nodes(client, None, service_proxy_name, announce)
 }
 
 fn watch_nodes(
     client: Client,
     node_fields: Option<String>,
     service_proxy_name: Option<&str>,
+    announce: Announce,
 ) -> Result<impl Stream<Item = SourceEvent> + Send + 'static, SelectorError> {
     // Both kinds of selector made now, so that a bad name is refused at
     // once rather than when the API server answers.
     let newest = selectors(service_proxy_name, Release::NEWEST)?;
     let before_split = selectors(service_proxy_name, Release::BEFORE_SPLIT)?;
     Ok(stream::once(async move {
-        let release = release(&client).await;
+        let (release, kubernetes) = release(&client).await;
+        announce(&kubernetes);
         let labels = if release < Release::SPLIT_SELECTORS {
             before_split
         } else {

@@ -26,6 +26,7 @@ use crate::{
         wire, Update,
     },
     telemetry::events::InternalEvent,
+    version::Kubernetes,
 };
 
 /// A client of the view service at `endpoint`; `tls` is required for
@@ -108,6 +109,47 @@ struct Held {
     revision: u64,
 }
 
+/// The release the node reports as `kubernetes_build_info`: the first
+/// one an API side names. The metric is one series for the process, as a
+/// proxy watching the API server reads its release once; an API side
+/// that comes back behaving as another release is logged, once for each.
+#[derive(Debug, Default)]
+pub(crate) struct Reported {
+    reported: Option<Kubernetes>,
+    warned: Option<Kubernetes>,
+}
+
+impl Reported {
+    pub(crate) fn heard(&mut self, kubernetes: Kubernetes) {
+        match &self.reported {
+            None => {
+                info!(
+                    kubernetes = %kubernetes.git_version,
+                    "behaving as the API side's Kubernetes release"
+                );
+                crate::telemetry::exporter::behaving_as(
+                    &kubernetes,
+                    &crate::version::BUILD,
+                );
+                self.reported = Some(kubernetes);
+            }
+            Some(held) if *held == kubernetes => {}
+            Some(held) => {
+                if self.warned.as_ref() != Some(&kubernetes) {
+                    warn!(
+                        kubernetes = %kubernetes.git_version,
+                        reported = %held.git_version,
+                        "the API side now behaves as another Kubernetes \
+                         release; kubernetes_build_info keeps the first \
+                         until this proxy restarts"
+                    );
+                    self.warned = Some(kubernetes);
+                }
+            }
+        }
+    }
+}
+
 /// The node `node_name`'s view from the API side at `endpoint`, watched
 /// by a task on `runtime` (a runtime of the caller's choosing, rather
 /// than whichever is current: outside one, tokio would panic).
@@ -120,11 +162,17 @@ pub fn watch(
     let (tx, rx) = mpsc::channel(4);
     runtime.spawn(async move {
         let mut held: Option<Held> = None;
+        let mut reported = Reported::default();
         let mut pause = FIRST_PAUSE;
         loop {
             let before = held.as_ref().map(|h| h.revision);
-            let session =
-                session(&endpoint, &credentials, &node_name, &mut held, &tx);
+            let session = session(
+                &endpoint,
+                &credentials,
+                &node_name,
+                (&mut held, &mut reported),
+                &tx,
+            );
             match session.await {
                 Ok(()) => return,
                 Err(error) => {
@@ -173,7 +221,14 @@ pub async fn first_view(
 ) -> Result<Update, WatchError> {
     let (tx, mut rx) = mpsc::channel(1);
     let mut held = None;
-    let attempt = session(endpoint, credentials, node_name, &mut held, &tx);
+    let mut reported = Reported::default();
+    let attempt = session(
+        endpoint,
+        credentials,
+        node_name,
+        (&mut held, &mut reported),
+        &tx,
+    );
     tokio::select! {
         ended = attempt => match ended {
             Err(error) => Err(error),
@@ -188,7 +243,7 @@ async fn session(
     endpoint: &ApiEndpoint,
     credentials: &Credentials,
     node_name: &str,
-    held: &mut Option<Held>,
+    (held, reported): (&mut Option<Held>, &mut Reported),
     tx: &mpsc::Sender<Update>,
 ) -> Result<(), WatchError> {
     let mut client = connect(endpoint, credentials.tls.as_ref())
@@ -223,7 +278,13 @@ async fn session(
             message = stream.message() => message?,
             () = tx.closed() => return Ok(()),
         };
-        let Some(message) = message else { break };
+        let Some(mut message) = message else { break };
+        if let Some(kubernetes) = message.kubernetes.take() {
+            match wire::decode_kubernetes(kubernetes) {
+                Ok(kubernetes) => reported.heard(kubernetes),
+                Err(problem) => (&problem).emit(),
+            }
+        }
         let instance = message.instance.clone();
         let (part, rejected) = wire::decode_skipping(message);
         for problem in &rejected {
@@ -318,6 +379,36 @@ mod tests {
         );
         let batch = merge(Some(part(false, 2, false)), part(true, 1, false));
         assert_eq!((batch.full, batch.changes.len()), (true, 1));
+    }
+
+    /// One series for the process: the first release heard, whatever
+    /// API side comes next.
+    #[test]
+    fn the_first_release_heard_is_the_one_reported() {
+        let release = |minor: &str| Kubernetes {
+            major: "1".into(),
+            minor: minor.into(),
+            git_version: format!("v1.{minor}.0"),
+        };
+        let text = crate::telemetry::tests::render(|| {
+            let mut reported = Reported::default();
+            reported.heard(release("36"));
+            reported.heard(release("36"));
+            reported.heard(release("37"));
+            reported.heard(release("37"));
+        });
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("kubernetes_build_info{"))
+            .collect();
+        assert_eq!(series.len(), 1, "{text}");
+        assert!(series[0].contains(r#"git_version="v1.36.0""#), "{text}");
+        assert!(series[0].contains(r#"minor="36""#), "{text}");
+
+        let none = crate::telemetry::tests::render(|| {
+            Reported::default();
+        });
+        assert!(!none.contains("kubernetes_build_info{"), "{none}");
     }
 
     #[test]

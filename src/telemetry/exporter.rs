@@ -87,16 +87,14 @@ pub const OWN_BUILD_INFO: &str = "kube_ipvs_proxy_build_info";
 /// the release is read (once per process, as the selectors are chosen),
 /// so that the metric is one series.
 pub fn behaving_as(
-    major: &str,
-    minor: &str,
-    git_version: &str,
+    kubernetes: &crate::version::Kubernetes,
     build: &crate::version::BuildInfo,
 ) {
     metrics::gauge!(
         BUILD_INFO,
-        "major" => major.to_owned(),
-        "minor" => minor.to_owned(),
-        "git_version" => git_version.to_owned(),
+        "major" => kubernetes.major.clone(),
+        "minor" => kubernetes.minor.clone(),
+        "git_version" => kubernetes.git_version.clone(),
         "git_commit" => build.git_commit,
         // Not recorded at build time: a clean tree cannot be told from
         // edits made after the last commit without reading every file.

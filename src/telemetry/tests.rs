@@ -190,7 +190,14 @@ fn kernel_operations_are_counted_per_label_set() {
 fn kubernetes_build_info_names_the_release_behaved_as() {
     let build = crate::version::BUILD;
     let text = render(|| {
-        exporter::behaving_as("1", "37+", "v1.37.2-gke.1200", &build);
+        exporter::behaving_as(
+            &crate::version::Kubernetes {
+                major: "1".into(),
+                minor: "37+".into(),
+                git_version: "v1.37.2-gke.1200".into(),
+            },
+            &build,
+        );
     });
     let line = text
         .lines()

@@ -97,6 +97,10 @@ fn a_node_fed_by_the_split_outlives_its_api_side() -> Result<()> {
     let one = c.add_pod("split-1", "split", &[("http", 8080)])?;
     let one = format!("{one}:8080");
     expect_serving(&c, "one pod, through the split", &vs, &[&one], before)?;
+    // The node tells the release it behaves as: the API side's, which is
+    // the API server's.
+    let version = c.api.rt.block_on(c.api.client.apiserver_version())?;
+    expect_one_build_info(&version.git_version)?;
     // The slice's trigger time came through the split: the node reports
     // the change's network programming latency as a proxy watching the
     // slices would.
@@ -154,5 +158,23 @@ fn a_node_fed_by_the_split_outlives_its_api_side() -> Result<()> {
     wait_for(&c, "a network programming observation", || {
         Ok(programming(&Guest)?.0 > before.0)
     })?;
+    // The API side that came back named the same release: still one
+    // series.
+    expect_one_build_info(&version.git_version)?;
+    Ok(())
+}
+
+/// The node's `kubernetes_build_info`: one series, naming `git_version`.
+fn expect_one_build_info(git_version: &str) -> Result<()> {
+    let metrics = Guest.metrics()?;
+    let series: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("kubernetes_build_info{"))
+        .collect();
+    anyhow::ensure!(
+        series.len() == 1
+            && series[0].contains(&format!("git_version=\"{git_version}\"")),
+        "the node's kubernetes_build_info is {series:?}, not one series of {git_version}"
+    );
     Ok(())
 }
