@@ -17,7 +17,10 @@
 #    starts them, with prometheus-operator's PodMonitor and PrometheusRule
 #    CRDs, and each profile applied with a server-side dry run;
 # 6. kubernetes-mixin's KubeVersionMismatch on what that API server and
-#    ours (the API side, against it) serve as kubernetes_build_info.
+#    ours (the API side, against it) serve as kubernetes_build_info;
+# 7. kubeadm's kube-proxy addon on that API server (kubeadm.sh): what an
+#    upgrade's addon phase undoes of install.md's switch, and
+#    proxy.disabled keeping it away.
 #
 # What it needs it installs or builds once, only if missing: helm from its
 # Go module and promtool from Debian's prometheus package under
@@ -123,9 +126,13 @@ if ! "$python" -c 'import yaml' 2>/dev/null; then
     fi
 fi
 install_helm
-# --tools-only: helm and promtool made ready, nothing tested (CI builds them
-# beside other work).
-[[ ${1:-} != --tools-only ]] || { install_promtool; exit 0; }
+# --tools-only: helm and promtool made ready, nothing tested, helm's path
+# printed (CI builds them beside other work; cluster.sh installs with it).
+[[ ${1:-} != --tools-only ]] || {
+    install_promtool
+    echo "$helm"
+    exit 0
+}
 install_promtool
 log "helm $("$helm" version --template '{{.Version}}'), $("$promtool" --version 2>&1 | head -1)"
 
@@ -388,4 +395,11 @@ python3 "$here/mixin.py" "$work/apiserver.metrics" "$work/ours.metrics" "$work/m
     die "KubeVersionMismatch (promtool test rules $work/mixin/test.yaml)"
 log "KubeVersionMismatch: quiet with ours beside kube-apiserver, firing with ours' own version"
 
-echo "RESULT chart-test passed: ${#profiles[@]} profiles (${profiles[*]}) linted, rendered and checked; $refused refusals; $alerts alerts; KubeVersionMismatch quiet beside kube-apiserver; $dry_run profiles admitted by kube-apiserver (server-side dry run, prometheus-operator $prometheus_operator_version CRDs); helm $helm_version; $((SECONDS - start))s"
+# 7: kubeadm's kube-proxy addon over install.md's switch, on the same
+# server (kubeadm.sh).
+"$here/kubeadm.sh" "$bin/kubeadm" "$bin/kubectl" "$run/admin.kubeconfig" \
+    "$target/debug/kube-ipvs-proxy" "$work/kubeadm" >"$work/kubeadm.txt" ||
+    die "kubeadm.sh (its work: $work/kubeadm)"
+kubeadm_result=$(sed -n 's/^RESULT kubeadm //p' "$work/kubeadm.txt")
+
+echo "RESULT chart-test passed: ${#profiles[@]} profiles (${profiles[*]}) linted, rendered and checked; $refused refusals; $alerts alerts; KubeVersionMismatch quiet beside kube-apiserver; kubeadm $kubeadm_result; $dry_run profiles admitted by kube-apiserver (server-side dry run, prometheus-operator $prometheus_operator_version CRDs); helm $helm_version; $((SECONDS - start))s"

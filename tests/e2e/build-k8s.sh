@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the upstream binaries the e2e tests run against (kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl, kube-proxy, kubelet and
-# etcd) of one Kubernetes release (K8S_VERSION, tests/kubernetes/release.sh)
+# kube-controller-manager, kube-scheduler, kubectl, kube-proxy, kubelet,
+# kubeadm and etcd) of one Kubernetes release (K8S_VERSION, tests/kubernetes/release.sh)
 # from its Go module in tests/kubernetes/K8S_VERSION, into
 # $E2E_K8S_DIR/K8S_VERSION/bin ($E2E_K8S_DIR defaults to $TARGET/k8s,
 # $TARGET being CARGO_TARGET_DIR, else target/ in the repository).
@@ -22,7 +22,7 @@ module=$k8s_module
 bin=$k8s_bin
 
 tools=(kube-apiserver kube-controller-manager kube-scheduler kubectl kube-proxy
-    kubelet etcd)
+    kubelet kubeadm etcd)
 inputs=("$module/go.mod" "$module/go.sum" "$here/build-k8s.sh")
 
 log() { printf '%s build-k8s: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
@@ -82,6 +82,7 @@ go build -ldflags="$ldflags" -o "$bin/" \
     k8s.io/kubernetes/cmd/kubectl \
     k8s.io/kubernetes/cmd/kube-proxy \
     k8s.io/kubernetes/cmd/kubelet \
+    k8s.io/kubernetes/cmd/kubeadm \
     go.etcd.io/etcd/server/v3
 # The etcd module's main package is its root: go names it after "server".
 mv "$bin/server" "$bin/etcd"

@@ -3,8 +3,8 @@
 #
 #   tests/kubernetes/new-release.sh vX.Y.Z
 #
-#   tests/kubernetes/vX.Y.Z/       the control plane, kubelet, kube-proxy
-#                                  and etcd: go.mod (k8s.io/kubernetes at
+#   tests/kubernetes/vX.Y.Z/       the control plane, kubelet, kube-proxy,
+#                                  kubeadm and etcd: go.mod (k8s.io/kubernetes at
 #                                  the release, its staging modules pinned
 #                                  to v0.Y.Z where its own replace block
 #                                  points them at ./staging, the etcd server
@@ -59,7 +59,7 @@ mapfile -t modules < <(sed -n '/^replace (/,/^)/p' "$src/go.mod" |
     printf 'replace (\n'
     for m in "${modules[@]}"; do printf '\t%s => %s %s\n' "$m" "$m" "$staging"; done
     printf ')\n\ntool (\n'
-    for t in kube-apiserver kube-controller-manager kube-scheduler kubectl kube-proxy kubelet; do
+    for t in kube-apiserver kube-controller-manager kube-scheduler kubectl kube-proxy kubelet kubeadm; do
         printf '\tk8s.io/kubernetes/cmd/%s\n' "$t"
     done
     printf '\tgo.etcd.io/etcd/server/v3\n)\n'
