@@ -10,7 +10,7 @@
 # apart: $(E2E_K8S_DIR or target/k8s)/K8S_VERSION, target/k8s-e2e/K8S_VERSION.
 
 .PHONY: e2e demo image test fmt-check lint dead-code unit bench bench-ipsets bench-ipvs bench-vs-upstream bench-split bench-api-side-attack vm-test vm-shell vm-kernel \
-	e2e-k8s e2e-control-plane e2e-guest-smoke kind-e2e node-e2e conformance k8s-e2e k8s-e2e-compare k8s-e2e-ci k8s-e2e-migration \
+	e2e-k8s e2e-control-plane e2e-guest-smoke kind-e2e node-e2e conformance k8s-e2e k8s-e2e-compare k8s-e2e-ci k8s-e2e-chart k8s-e2e-migration \
 	conformance-random fuzz chart-test
 
 # Crates whose kernel tests vm-test runs; empty means every workspace crate
@@ -303,10 +303,17 @@ K8S_E2E_CI_FOCUS = \[sig-network\] Services should (serve a basic endpoint from 
 # docs/install.md's node-by-node migration from kube-proxy and back on the
 # two-node cluster, under steady traffic from a Pod on each node to a
 # ClusterIP and both node ports: no request may fail
-# (tests/k8s-e2e/migrate.sh). About 15 minutes under TCG.
+# (tests/k8s-e2e/migrate.sh). About 15 minutes under TCG. With
+# K8S_E2E_INSTALL=chart ours comes from the Helm chart (migration.nodeLabel).
 k8s-e2e-migration:
 	tests/k8s-e2e/migrate.sh
 
 k8s-e2e-ci:
 	K8S_E2E_IMAGES_ONLY="agnhost pause coredns" K8S_E2E_EXPECT=5 \
 		K8S_E2E_TIMEOUT=20m FOCUS='$(K8S_E2E_CI_FOCUS)' tests/k8s-e2e/run.sh ours
+
+# The same subset against ours as `helm install` puts it there with the
+# chart's defaults (kubeadm's kube-proxy ConfigMap as the configuration).
+# Run before a change to the chart lands; not in CI.
+k8s-e2e-chart:
+	K8S_E2E_INSTALL=chart $(MAKE) k8s-e2e-ci

@@ -12,6 +12,10 @@
 #                                           it on every node (one proxy per
 #                                           cluster: a comparison boots a
 #                                           fresh cluster for each)
+#   tests/k8s-e2e/cluster.sh chart [ARGS]   helm install ours from the chart
+#                                           (kubeadm's kube-proxy ConfigMap
+#                                           as its configuration), not
+#                                           waiting for it; ARGS are helm's
 #   tests/k8s-e2e/cluster.sh dns            CoreDNS as kubeadm deploys it
 #   tests/k8s-e2e/cluster.sh check          what the suite relies on: a Pod
 #                                           on each node, Pod to Pod across
@@ -38,6 +42,8 @@
 # folder of image archives every node imports besides node-e2e's; default:
 # the archives build.sh last built, listed in
 # $TARGET/k8s-e2e/K8S_VERSION/images.txt),
+# K8S_E2E_INSTALL (how `proxy ours` installs ours: manifest, the default,
+# deploy/kube-ipvs-proxy.yaml; or chart, as `chart` does),
 # K8S_E2E_PROXY (ours or upstream: the nodes import only that proxy's
 # image; default both), NODE_E2E_PROFILE (the proxy image's build, dev
 # here), VM_MEM (3072 per node), VM_SMP (1 per node: two guests share a
@@ -188,39 +194,81 @@ cmd_down() {
     rm -rf "$run"
 }
 
-# Our DaemonSet (deploy/) or kubeadm's kube-proxy (node-e2e's manifest), with
-# the cluster's Pod range as kubeadm sets it from its podSubnet.
+# kubeadm's kube-proxy objects (node-e2e's copy of its addon), with the
+# cluster's API server and Pod range as kubeadm sets them.
+kubeadm_manifest() {
+    sed -e "s|UPSTREAM_IMAGE|$E2E_UPSTREAM_IMAGE|" \
+        -e "s|API_SERVER|$1|" \
+        -e "s|clusterCIDR: \"\"|clusterCIDR: $cluster_cidr|" \
+        "$repo/tests/node-e2e/kube-proxy.yaml"
+}
+
+# Ours from the Helm chart with its defaults, as an operator installs it on
+# a kubeadm cluster: the configuration is kubeadm's kube-proxy ConfigMap as
+# it is (applied first, without kube-proxy's DaemonSet, where kubeadm's
+# addon did not run), the image the nodes imported. ARGS go to helm
+# install (`--set migration.nodeLabel=...`). Does not wait for the Pods.
+cmd_chart() {
+    eval "$("$repo/tests/e2e/control-plane.sh" env)"
+    # shellcheck disable=SC1091
+    source "$node_images/images.env"
+    local helm
+    helm=$("$repo/tests/chart/test.sh" --tools-only)
+    if ! kubectl -n kube-system get configmap kube-proxy >/dev/null 2>&1; then
+        kubeadm_manifest "https://10.0.2.100:$E2E_APISERVER_PORT" |
+            kubectl apply --dry-run=client -o json -f - |
+            jq '.items |= map(select(.kind != "DaemonSet"))' |
+            kubectl apply -f - >&2
+    fi
+    "$helm" --kubeconfig "$E2E_RUN_DIR/admin.kubeconfig" install kube-ipvs-proxy \
+        "$repo/deploy/chart/kube-ipvs-proxy" --namespace kube-system \
+        --set "image.repository=${E2E_PROXY_IMAGE%:*}" \
+        --set "image.tag=${E2E_PROXY_IMAGE##*:}" "$@" >&2
+}
+
+# Our DaemonSet (deploy/, or the chart with K8S_E2E_INSTALL=chart) or
+# kubeadm's kube-proxy, with the cluster's Pod range as kubeadm sets it
+# from its podSubnet.
 cmd_proxy() {
     local which=${1:?usage: $0 proxy ours|upstream}
     eval "$("$repo/tests/e2e/control-plane.sh" env)"
     # shellcheck disable=SC1091
     source "$node_images/images.env"
-    local server="https://10.0.2.100:$E2E_APISERVER_PORT" manifest ds other
-    case $which in
-    ours)
+    local server="https://10.0.2.100:$E2E_APISERVER_PORT" manifest= ds other
+    local install=${K8S_E2E_INSTALL:-manifest}
+    [[ $install == manifest || $install == chart ]] ||
+        die "K8S_E2E_INSTALL must be manifest or chart, not $install"
+    case $which/$install in
+    ours/manifest)
         manifest=$(sed -e "s|image: kube-ipvs-proxy:dev|image: $E2E_PROXY_IMAGE|" \
             -e "s|server: https://control-plane.invalid:6443|server: $server|" \
             -e "s|clusterCIDR: \"\"|clusterCIDR: $cluster_cidr|" \
             "$repo/deploy/kube-ipvs-proxy.yaml")
         ds=kube-ipvs-proxy other=kube-proxy
         ;;
-    upstream)
-        manifest=$(sed -e "s|UPSTREAM_IMAGE|$E2E_UPSTREAM_IMAGE|" \
-            -e "s|API_SERVER|$server|" \
-            -e "s|clusterCIDR: \"\"|clusterCIDR: $cluster_cidr|" \
-            "$repo/tests/node-e2e/kube-proxy.yaml")
+    ours/chart) ds=kube-ipvs-proxy other=kube-proxy ;;
+    upstream/manifest)
+        manifest=$(kubeadm_manifest "$server")
         ds=kube-proxy other=kube-ipvs-proxy
         ;;
+    upstream/chart) die "K8S_E2E_INSTALL=chart: only ours has a chart" ;;
     *) die "usage: $0 proxy ours|upstream" ;;
     esac
-    grep -q "clusterCIDR: $cluster_cidr" <<<"$manifest" ||
-        die "the $which manifest lost its clusterCIDR field"
     if kubectl -n kube-system get daemonset "$other" >/dev/null 2>&1; then
         die "$other already runs here: one proxy per cluster"
     fi
-    kubectl apply -f - <<<"$manifest" >&2
+    if [[ -n $manifest ]]; then
+        grep -q "clusterCIDR: $cluster_cidr" <<<"$manifest" ||
+            die "the $which manifest lost its clusterCIDR field"
+        kubectl apply -f - <<<"$manifest" >&2
+    else
+        cmd_chart
+        [[ $(kubectl -n kube-system get configmap kube-proxy \
+            -o jsonpath='{.data.config\.conf}') == *"clusterCIDR: $cluster_cidr"* ]] ||
+            die "kubeadm's kube-proxy ConfigMap lost its clusterCIDR field"
+    fi
     kubectl -n kube-system rollout status "daemonset/$ds" --timeout=600s >&2
-    log "$which's DaemonSet ready on every node"
+    log "$which's DaemonSet ($install) ready on every node"
 }
 
 cmd_dns() {
@@ -289,8 +337,9 @@ case ${1:-} in
 up) cmd_up ;;
 down) cmd_down ;;
 proxy) cmd_proxy "${2:-}" ;;
+chart) cmd_chart "${@:2}" ;;
 dns) cmd_dns ;;
 check) cmd_check ;;
 env) cmd_env ;;
-*) die "usage: $0 up|proxy ours|upstream|dns|check|env|down" ;;
+*) die "usage: $0 up|proxy ours|upstream|chart [HELM_ARGS]|dns|check|env|down" ;;
 esac

@@ -16,7 +16,9 @@
 #   4. the clients' logs: every request of every client answered, none
 #      failed, each target asked throughout.
 #
-# Environment: cluster.sh's (E2E_K8S_DIR, VM_MEM, VM_SMP, ...),
+# Environment: cluster.sh's (E2E_K8S_DIR, VM_MEM, VM_SMP, ...; with
+# K8S_E2E_INSTALL=chart ours is the Helm chart's, installed with
+# migration.nodeLabel, kubeadm's kube-proxy ConfigMap its configuration),
 # K8S_E2E_KEEP=1 leaves the cluster up.
 set -euo pipefail
 
@@ -177,15 +179,20 @@ affinity() {
 kubectl -n kube-system patch daemonset kube-proxy --type=merge \
     -p "{\"spec\":{\"template\":{\"spec\":{\"affinity\":$(affinity NotIn)}}}}" >&2
 kubectl -n kube-system rollout status daemonset/kube-proxy --timeout=600s >&2
-server="https://10.0.2.100:$E2E_APISERVER_PORT"
-sed -e "s|image: kube-ipvs-proxy:dev|image: $E2E_PROXY_IMAGE|" \
-    -e "s|server: https://control-plane.invalid:6443|server: $server|" \
-    -e "s|clusterCIDR: \"\"|clusterCIDR: 198.19.0.0/16|" \
-    "$repo/deploy/kube-ipvs-proxy.yaml" |
-    kubectl apply --dry-run=client -o json -f - |
-    jq --argjson a "$(affinity In)" \
-        '(.items[] | select(.kind == "DaemonSet") | .spec.template.spec.affinity) = $a' |
-    kubectl apply -f - >&2
+if [[ ${K8S_E2E_INSTALL:-manifest} == chart ]]; then
+    # The chart's own switch for this: the same In affinity.
+    "$here/cluster.sh" chart --set "migration.nodeLabel=$label"
+else
+    server="https://10.0.2.100:$E2E_APISERVER_PORT"
+    sed -e "s|image: kube-ipvs-proxy:dev|image: $E2E_PROXY_IMAGE|" \
+        -e "s|server: https://control-plane.invalid:6443|server: $server|" \
+        -e "s|clusterCIDR: \"\"|clusterCIDR: 198.19.0.0/16|" \
+        "$repo/deploy/kube-ipvs-proxy.yaml" |
+        kubectl apply --dry-run=client -o json -f - |
+        jq --argjson a "$(affinity In)" \
+            '(.items[] | select(.kind == "DaemonSet") | .spec.template.spec.affinity) = $a' |
+        kubectl apply -f - >&2
+fi
 [[ $(kubectl -n kube-system get daemonset kube-ipvs-proxy -o jsonpath='{.status.desiredNumberScheduled}') == 0 ]] ||
     die "ours is scheduled before any node is labelled"
 steady "ours applied, on no node yet"

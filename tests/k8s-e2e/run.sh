@@ -28,6 +28,7 @@
 # machine-readable, for this run:
 #   RESULT k8s-e2e PROXY passed N | failed N | skipped N | minutes N
 #   RESULT k8s-e2e PROXY kubernetes K8S_VERSION
+#   RESULT k8s-e2e PROXY installed_by manifest|chart
 #
 # Environment: K8S_VERSION, FOCUS, SKIP, K8S_E2E_SHARD, K8S_E2E_PROCS (ginkgo
 # processes, 4), K8S_E2E_TIMEOUT (ginkgo's for the whole suite, 24h),
@@ -69,6 +70,9 @@ out=$target/k8s-e2e/$K8S_VERSION
 # comparison reads.
 run_name=all
 [[ -z ${FOCUS:-}${SKIP:-} ]] || run_name=custom
+# Ours from the chart (cluster.sh's K8S_E2E_INSTALL) is kept apart too.
+install=${K8S_E2E_INSTALL:-manifest}
+[[ $install == manifest ]] || run_name=$run_name-$install
 shard=${K8S_E2E_SHARD:-}
 if [[ -n $shard ]]; then
     [[ $shard =~ ^([0-9]+)/([0-9]+)$ ]] || {
@@ -154,6 +158,7 @@ for kind in passed failed skipped; do
 done
 echo "RESULT k8s-e2e $proxy minutes $minutes"
 echo "RESULT k8s-e2e $proxy kubernetes $K8S_VERSION"
+echo "RESULT k8s-e2e $proxy installed_by $install"
 
 if [[ -n ${K8S_E2E_EXPECT:-} ]]; then
     passed=$(wc -l <"$results/passed.txt")
