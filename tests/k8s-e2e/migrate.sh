@@ -48,7 +48,8 @@ eval "$("$here/cluster.sh" env)"
 # E2E_PROXY_IMAGE: the image node-e2e built and the nodes imported.
 # shellcheck disable=SC1091
 source "${CARGO_TARGET_DIR:-$repo/target}/node-e2e/images/images.env"
-"$here/cluster.sh" proxy upstream
+# kube-proxy as kubeadm deploys it, whichever way ours is installed.
+K8S_E2E_INSTALL=manifest "$here/cluster.sh" proxy upstream
 
 # Polls COMMAND until it succeeds or SECONDS_ pass.
 wait_for() {
