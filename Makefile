@@ -23,11 +23,20 @@ VM_TEST_ARGS ?=
 # examples/cluster.yaml, the proxy on that file, traffic, then an edit.
 # ARCH=arm64 cross-compiles all three programs and boots an aarch64 guest
 # (Debian's arm64 kernel, a root of Debian's arm64 packages) instead.
+# DEMO_IMAGE=target/image/kube-ipvs-proxy.oci.tar runs the proxy binary of
+# that archive's ARCH image (make image) rather than the one built here.
 ARCH ?= amd64
+DEMO_IMAGE ?=
 demo:
 	tests/vm/deps.sh
 	dir=$$(deploy/image/cargo.sh $(ARCH) dev --bin kube-ipvs-proxy --example demo) && \
 	deploy/image/cargo.sh $(ARCH) dev -p testkit --bin testpod >/dev/null && \
+	if [ -n "$(DEMO_IMAGE)" ]; then \
+		mkdir -p target/demo-image/$(ARCH) && \
+		python3 deploy/image/check.py --extract "$(DEMO_IMAGE)" $(ARCH) \
+			target/demo-image/$(ARCH)/kube-ipvs-proxy && \
+		export DEMO_PROXY=$$PWD/target/demo-image/$(ARCH)/kube-ipvs-proxy VM_PASS_ENV=DEMO_PROXY; \
+	fi && \
 	VM_ARCH=$(ARCH) tests/vm/run "$${dir#$$PWD/}/examples/demo"
 
 # deploy/Dockerfile's image for linux/amd64 and linux/arm64, in one OCI

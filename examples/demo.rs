@@ -199,12 +199,28 @@ fn sh(script: &str) -> anyhow::Result<String> {
 struct Proxy(Child);
 
 impl Proxy {
+    /// The binary built beside this example, or DEMO_PROXY's (the one an
+    /// image holds, `make demo DEMO_IMAGE=...`).
     fn start(state: &Path, log: &Path) -> anyhow::Result<Self> {
-        let binary = std::env::current_exe()?
-            .parent()
-            .and_then(Path::parent)
-            .map(|dir| dir.join("kube-ipvs-proxy"))
-            .context("locating the proxy binary")?;
+        let binary = match std::env::var_os("DEMO_PROXY") {
+            Some(path) => PathBuf::from(path),
+            None => std::env::current_exe()?
+                .parent()
+                .and_then(Path::parent)
+                .map(|dir| dir.join("kube-ipvs-proxy"))
+                .context("locating the proxy binary")?,
+        };
+        let version = Command::new(&binary)
+            .arg("--version")
+            .output()
+            .with_context(|| {
+                format!("running {} --version", binary.display())
+            })?;
+        println!(
+            "  {}: {}",
+            binary.display(),
+            String::from_utf8_lossy(&version.stdout).trim()
+        );
         let log = std::fs::File::create(log)?;
         let child = Command::new(&binary)
             .arg("--state")

@@ -2,13 +2,17 @@
 """Checks the OCI archive deploy/image/build.sh wrote, from its bytes alone:
 
     check.py ARCHIVE VERSION REVISION ARCH=ELF_MACHINE...
+    check.py --extract ARCHIVE ARCH DEST
+
 
 An image index with exactly the architectures asked; for each, a config
 naming that architecture, the entrypoint and the labels, a kube-ipvs-proxy
 whose ELF header is that architecture's machine, the kube-proxy link beside
 it, and iptables, iptables-save and iptables-restore (and ip6tables') led to
 iptables-wrapper by the alternatives. Prints each image's size; exits 1 on
-the first thing that does not hold.
+the first thing that does not hold. With --extract, writes the proxy binary
+of ARCH's image to DEST instead, to run it as the image would (make demo
+DEMO_IMAGE=...).
 """
 
 import gzip
@@ -94,7 +98,35 @@ def manifests(layout):
     return found
 
 
+def extract(archive, arch, dest):
+    """The image's /usr/local/bin/kube-ipvs-proxy, from the last layer
+    that has it."""
+    layout = Layout(archive)
+    entry = next((e for e in manifests(layout)
+                  if e.get("platform", {}).get("architecture") == arch), None)
+    if entry is None:
+        fail(f"the index has no {arch} image")
+    content = None
+    for layer in layout.json(entry)["layers"]:
+        data = layout.blob(layer)
+        if data[:2] == b"\x1f\x8b":
+            data = gzip.decompress(data)
+        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+            for member in tar.getmembers():
+                if member.isfile() and "/" + member.name.lstrip("./") == ENTRYPOINT[0]:
+                    content = tar.extractfile(member).read()
+    if content is None:
+        fail(f"{arch}: no {ENTRYPOINT[0]} in the image")
+    with open(dest, "wb") as out:
+        out.write(content)
+    os.chmod(dest, 0o755)
+    print(f"image check: {arch}'s {ENTRYPOINT[0]} ({len(content)} bytes) written to {dest}")
+
+
 def main():
+    if len(sys.argv) == 5 and sys.argv[1] == "--extract":
+        extract(*sys.argv[2:5])
+        return
     if len(sys.argv) < 5:
         fail(__doc__)
     archive, version, revision = sys.argv[1:4]
