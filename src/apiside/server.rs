@@ -112,6 +112,8 @@ impl std::fmt::Debug for Work {
 }
 
 impl Shared {
+    /// Without a release to tell the nodes (the tests' and benches').
+    #[cfg(any(test, feature = "test-support"))]
     pub fn new(cluster: Cluster) -> Arc<Self> {
         Self::with_kubernetes(cluster, Arc::default())
     }
@@ -127,6 +129,7 @@ impl Shared {
 
     /// The same, with the times a node has to read a message set, in
     /// general and in a walk (the tests' stalled nodes).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn with_send_timeouts(
         cluster: Cluster,
         send_timeout: Duration,
