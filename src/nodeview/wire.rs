@@ -309,7 +309,10 @@ pub fn decode_kubernetes(
             return Err(error(
                 "kubernetes",
                 field,
-                format!("{} bytes, more than {MAX_KUBERNETES_FIELD}", value.len()),
+                format!(
+                    "{} bytes, more than {MAX_KUBERNETES_FIELD}",
+                    value.len()
+                ),
             ));
         }
     }

@@ -232,20 +232,18 @@ pub async fn release(client: &Client) -> (Release, Kubernetes) {
                     &kubernetes,
                     &crate::version::BUILD,
                 );
-                let release = Release::parse(
-                    &kubernetes.major,
-                    &kubernetes.minor,
-                )
-                .unwrap_or_else(|| {
-                    tracing::warn!(
-                        major = %kubernetes.major,
-                        minor = %kubernetes.minor,
-                        newest = %Release::NEWEST,
-                        "the API server's version is not a release; \
-                         behaving as the newest"
-                    );
-                    Release::NEWEST
-                });
+                let release =
+                    Release::parse(&kubernetes.major, &kubernetes.minor)
+                        .unwrap_or_else(|| {
+                            tracing::warn!(
+                                major = %kubernetes.major,
+                                minor = %kubernetes.minor,
+                                newest = %Release::NEWEST,
+                                "the API server's version is not a release; \
+                                 behaving as the newest"
+                            );
+                            Release::NEWEST
+                        });
                 return (release, kubernetes);
             }
             Err(error) => {

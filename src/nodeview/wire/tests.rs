@@ -348,15 +348,15 @@ fn a_release_is_taken_only_within_bounds() {
         git_version,
     };
     let taken = decode_kubernetes(version("1", "v1.37.2".into())).unwrap();
-    assert_eq!(
-        (taken.major.as_str(), taken.minor.as_str()),
-        ("1", "37")
-    );
+    assert_eq!((taken.major.as_str(), taken.minor.as_str()), ("1", "37"));
     assert_eq!(taken.git_version, "v1.37.2");
     let empty = decode_kubernetes(version("1", String::new())).unwrap_err();
-    assert_eq!((empty.entry.as_str(), empty.field), ("kubernetes", "git_version"));
-    let long = decode_kubernetes(version(&"1".repeat(129), "v1".into()))
-        .unwrap_err();
+    assert_eq!(
+        (empty.entry.as_str(), empty.field),
+        ("kubernetes", "git_version")
+    );
+    let long =
+        decode_kubernetes(version(&"1".repeat(129), "v1".into())).unwrap_err();
     assert_eq!(long.field, "major", "{long}");
     assert!(decode_kubernetes(version(&"1".repeat(128), "v1".into())).is_ok());
 }
