@@ -55,12 +55,17 @@ class Layout:
         return json.loads(self.blob(descriptor))
 
 
-def layer_files(data):
-    """Path -> (type, link target or content) of one layer."""
+def layer_tar(data):
+    """One layer's tar, gzipped or not."""
     if data[:2] == b"\x1f\x8b":
         data = gzip.decompress(data)
+    return tarfile.open(fileobj=io.BytesIO(data))
+
+
+def layer_files(data):
+    """Path -> (type, link target or content) of one layer."""
     files = {}
-    with tarfile.open(fileobj=io.BytesIO(data)) as layer:
+    with layer_tar(data) as layer:
         for member in layer.getmembers():
             path = "/" + member.name.lstrip("./")
             if member.issym():
@@ -108,10 +113,7 @@ def extract(archive, arch, dest):
         fail(f"the index has no {arch} image")
     content = None
     for layer in layout.json(entry)["layers"]:
-        data = layout.blob(layer)
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
-        with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        with layer_tar(layout.blob(layer)) as tar:
             for member in tar.getmembers():
                 if member.isfile() and "/" + member.name.lstrip("./") == ENTRYPOINT[0]:
                     content = tar.extractfile(member).read()

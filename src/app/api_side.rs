@@ -30,7 +30,7 @@ use crate::{
         kube::{Admission, Release},
         SourceEvent,
     },
-    version::{Kubernetes, BUILD},
+    version::Kubernetes,
 };
 
 /// Where the API side serves its metrics without
@@ -92,9 +92,8 @@ pub async fn run(config: Config, settings: Settings) -> Result<(), Failure> {
     let kubernetes = Arc::new(OnceLock::new());
     let source = match Source::of(&config)? {
         Source::StateFile(path) => {
-            let newest = Release::NEWEST.without_api_server();
-            crate::telemetry::exporter::behaving_as(&newest, &BUILD);
-            let _ = kubernetes.set(newest);
+            // Set once, here, before anything reads it.
+            let _ = kubernetes.set(Release::NEWEST.report_without_api_server());
             source::file::watch(
                 path,
                 STATE_FILE_POLL,

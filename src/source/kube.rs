@@ -90,22 +90,20 @@ impl Release {
     /// server says otherwise.
     pub const NEWEST: Release = Release::new(1, 37);
 
-    /// What the proxy says it behaves as without an API server (the
-    /// state file): the release, with no patch level to claim.
-    pub fn without_api_server(self) -> Kubernetes {
-        Kubernetes {
+    /// What `kubernetes_build_info` says without an API server (the state
+    /// file): the release, with no patch level to claim. Returned, for
+    /// the API side's nodes.
+    pub fn report_without_api_server(self) -> Kubernetes {
+        let kubernetes = Kubernetes {
             major: self.major.to_string(),
             minor: self.minor.to_string(),
             git_version: format!("v{self}"),
-        }
-    }
-
-    /// [`Release::without_api_server`] as `kubernetes_build_info`.
-    pub fn report_without_api_server(self) {
+        };
         crate::telemetry::exporter::behaving_as(
-            &self.without_api_server(),
+            &kubernetes,
             &crate::version::BUILD,
         );
+        kubernetes
     }
     /// Services and EndpointSlices got selectors of their own.
     const SPLIT_SELECTORS: Release = Release::new(1, 36);

@@ -170,7 +170,8 @@ pub fn watch(
                 &endpoint,
                 &credentials,
                 &node_name,
-                (&mut held, &mut reported),
+                &mut held,
+                &mut reported,
                 &tx,
             );
             match session.await {
@@ -226,7 +227,8 @@ pub async fn first_view(
         endpoint,
         credentials,
         node_name,
-        (&mut held, &mut reported),
+        &mut held,
+        &mut reported,
         &tx,
     );
     tokio::select! {
@@ -243,7 +245,8 @@ async fn session(
     endpoint: &ApiEndpoint,
     credentials: &Credentials,
     node_name: &str,
-    (held, reported): (&mut Option<Held>, &mut Reported),
+    held: &mut Option<Held>,
+    reported: &mut Reported,
     tx: &mpsc::Sender<Update>,
 ) -> Result<(), WatchError> {
     let mut client = connect(endpoint, credentials.tls.as_ref())

@@ -215,7 +215,7 @@ fn kubernetes_build_info_names_the_release_behaved_as() {
     assert!(line.ends_with("} 1"), "{line}");
 
     let without = render(|| {
-        crate::source::kube::Release::new(1, 36).report_without_api_server()
+        crate::source::kube::Release::new(1, 36).report_without_api_server();
     });
     assert!(
         without

@@ -16,6 +16,8 @@
 #                                           (kubeadm's kube-proxy ConfigMap
 #                                           as its configuration), not
 #                                           waiting for it; ARGS are helm's
+#   tests/k8s-e2e/cluster.sh manifest       prints ours' plain manifest as
+#                                           `proxy ours` applies it
 #   tests/k8s-e2e/cluster.sh dns            CoreDNS as kubeadm deploys it
 #   tests/k8s-e2e/cluster.sh check          what the suite relies on: a Pod
 #                                           on each node, Pod to Pod across
@@ -203,6 +205,18 @@ kubeadm_manifest() {
         "$repo/tests/node-e2e/kube-proxy.yaml"
 }
 
+# deploy/kube-ipvs-proxy.yaml as this cluster runs it: the nodes' image,
+# the API server as the nodes reach it, the Pod range.
+cmd_manifest() {
+    eval "$("$repo/tests/e2e/control-plane.sh" env)"
+    # shellcheck disable=SC1091
+    source "$node_images/images.env"
+    sed -e "s|image: kube-ipvs-proxy:dev|image: $E2E_PROXY_IMAGE|" \
+        -e "s|server: https://control-plane.invalid:6443|server: https://10.0.2.100:$E2E_APISERVER_PORT|" \
+        -e "s|clusterCIDR: \"\"|clusterCIDR: $cluster_cidr|" \
+        "$repo/deploy/kube-ipvs-proxy.yaml"
+}
+
 # Ours from the Helm chart with its defaults, as an operator installs it on
 # a kubeadm cluster: the configuration is kubeadm's kube-proxy ConfigMap as
 # it is (applied first, without kube-proxy's DaemonSet, where kubeadm's
@@ -240,10 +254,7 @@ cmd_proxy() {
         die "K8S_E2E_INSTALL must be manifest or chart, not $install"
     case $which/$install in
     ours/manifest)
-        manifest=$(sed -e "s|image: kube-ipvs-proxy:dev|image: $E2E_PROXY_IMAGE|" \
-            -e "s|server: https://control-plane.invalid:6443|server: $server|" \
-            -e "s|clusterCIDR: \"\"|clusterCIDR: $cluster_cidr|" \
-            "$repo/deploy/kube-ipvs-proxy.yaml")
+        manifest=$(cmd_manifest)
         ds=kube-ipvs-proxy other=kube-proxy
         ;;
     ours/chart) ds=kube-ipvs-proxy other=kube-proxy ;;
@@ -338,8 +349,9 @@ up) cmd_up ;;
 down) cmd_down ;;
 proxy) cmd_proxy "${2:-}" ;;
 chart) cmd_chart "${@:2}" ;;
+manifest) cmd_manifest ;;
 dns) cmd_dns ;;
 check) cmd_check ;;
 env) cmd_env ;;
-*) die "usage: $0 up|proxy ours|upstream|chart [HELM_ARGS]|dns|check|env|down" ;;
+*) die "usage: $0 up|proxy ours|upstream|chart [HELM_ARGS]|manifest|dns|check|env|down" ;;
 esac

@@ -45,9 +45,6 @@ if [[ -z ${K8S_E2E_KEEP:-} ]]; then
     trap '"$here/cluster.sh" down' EXIT
 fi
 eval "$("$here/cluster.sh" env)"
-# E2E_PROXY_IMAGE: the image node-e2e built and the nodes imported.
-# shellcheck disable=SC1091
-source "${CARGO_TARGET_DIR:-$repo/target}/node-e2e/images/images.env"
 # kube-proxy as kubeadm deploys it, whichever way ours is installed.
 K8S_E2E_INSTALL=manifest "$here/cluster.sh" proxy upstream
 
@@ -184,11 +181,7 @@ if [[ ${K8S_E2E_INSTALL:-manifest} == chart ]]; then
     # The chart's own switch for this: the same In affinity.
     "$here/cluster.sh" chart --set "migration.nodeLabel=$label"
 else
-    server="https://10.0.2.100:$E2E_APISERVER_PORT"
-    sed -e "s|image: kube-ipvs-proxy:dev|image: $E2E_PROXY_IMAGE|" \
-        -e "s|server: https://control-plane.invalid:6443|server: $server|" \
-        -e "s|clusterCIDR: \"\"|clusterCIDR: 198.19.0.0/16|" \
-        "$repo/deploy/kube-ipvs-proxy.yaml" |
+    "$here/cluster.sh" manifest |
         kubectl apply --dry-run=client -o json -f - |
         jq --argjson a "$(affinity In)" \
             '(.items[] | select(.kind == "DaemonSet") | .spec.template.spec.affinity) = $a' |
