@@ -65,16 +65,19 @@ bench=$out/bin/vs_upstream
 commit=$(git rev-parse --short HEAD)
 git diff --quiet HEAD -- || commit+=-dirty
 if [[ -n ${BENCH_OURS_REV:-} ]]; then
-    # A worktree of that commit built into the same target folder, so
-    # that only what differs is compiled; the release binary it leaves
-    # there is relinked by the next build of this tree.
+    # A worktree of that commit with a target folder of its own: cargo
+    # hashes workspace members by their path inside the workspace, so a
+    # shared folder lets each tree's build pass for the other's (its
+    # outputs newer than the other tree's sources) and a later build of
+    # this tree would then link the other commit's code. Its first build
+    # is a whole one; the folder is kept for the next run of that commit.
     commit=$(git rev-parse --short "${BENCH_OURS_REV}^{commit}") ||
         vm_die "BENCH_OURS_REV: no commit '$BENCH_OURS_REV'"
     tree=$out/rev-$commit
     [[ -d $tree ]] || git worktree add --detach "$tree" "$commit" >&2
-    (cd "$tree" && CARGO_TARGET_DIR=$target cargo build --release \
+    (cd "$tree" && CARGO_TARGET_DIR=$tree/target cargo build --release \
         --bin kube-ipvs-proxy)
-    cp "$target/release/kube-ipvs-proxy" "$out/bin/kube-ipvs-proxy"
+    cp "$tree/target/release/kube-ipvs-proxy" "$out/bin/kube-ipvs-proxy"
 fi
 
 # BENCH_KEEP_RESULTS=1 keeps the other sizes' and proxies' results of
