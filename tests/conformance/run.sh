@@ -764,13 +764,59 @@ check_clean() {
     fi
 }
 
-# The lines differences.md excuses: each `ignore:` line is an extended
-# regular expression matched against one diff line ("< ..." upstream only,
-# "> ..." ours only).
+# What differences.md excuses (its own header says how it is written), as
+# KIND<TAB>RELEASE<TAB>RUN<TAB>TEXT<TAB>HEADING lines; RELEASE and RUN are
+# empty for an excuse of every run at every release.
+release=$("$upstream" --version 2>/dev/null | awk '{ print $2 }')
+release_minor=${release%.*}
+excuses=$work/excuses
+awk -v OFS='\t' '
+    /^## / { heading = substr($0, 4); next }
+    /^ignore: / { text = $0; sub(/^ignore: */, "", text); print "ignore", "", "", text, heading; next }
+    /^(ignore|ignore-section|skip) v[0-9]+\.[0-9]+ [^ :]+:/ {
+        run = $3; sub(/:$/, "", run); text = $0; sub(/^[^:]*: */, "", text)
+        print $1, $2, run, text, heading
+    }' "$here/differences.md" >"$excuses"
+
+# excuse KIND RUN: the TEXT of each excuse of that kind for RUN at this
+# release, one a line.
+excuse() {
+    awk -F'\t' -v kind="$1" -v run="$2" -v release="$release_minor" '
+        $1 == kind && ($2 == "" || ($2 == release && $3 == run)) { print $4 }' "$excuses"
+}
+
+# excused_by RUN: the headings of the excuses made for RUN at this
+# release alone, joined by "; ".
+excused_by() {
+    awk -F'\t' -v run="$1" -v release="$release_minor" '
+        $2 == release && $3 == run && !seen[$5]++ { printf "%s%s", (n++ ? "; " : ""), $5 }' "$excuses"
+}
+
+# use_excuses RUN: what compare below excuses while RUN runs: the lines
+# that match an `ignore` pattern, and every line of a snapshot section
+# whose `## ` header matches an `ignore-section` pattern.
 ignores=$work/ignores
-sed -n 's/^ignore: *//p' "$here/differences.md" >"$ignores"
-# grep -f with no pattern at all matches nothing, not everything.
-[[ -s $ignores ]] || echo '^$never^' >"$ignores"
+ignored_sections=$work/ignored-sections
+use_excuses() {
+    excuse ignore "$1" >"$ignores"
+    excuse ignore-section "$1" >"$ignored_sections"
+    # grep -f with no pattern at all matches nothing, not everything.
+    [[ -s $ignores ]] || echo '^$never^' >"$ignores"
+    [[ -s $ignored_sections ]] || echo '^$never^' >"$ignored_sections"
+}
+use_excuses ''
+
+# without_ignored_sections FILE: the snapshot without its excused sections.
+without_ignored_sections() {
+    local line drop=0
+    while IFS= read -r line; do
+        if [[ $line == '## '* ]]; then
+            drop=0
+            grep -q -E -f "$ignored_sections" <<<"$line" && drop=1
+        fi
+        ((drop)) || printf '%s\n' "$line"
+    done <"$1"
+}
 
 # compare A B WHAT: prints the differences not excused; fails if any, and
 # if a snapshot is missing or empty or diff itself fails: two missing
@@ -790,7 +836,17 @@ compare() {
         return 1
     fi
     raw=$(printf '%s\n' "$raw" | grep '^[<>]' || true)
-    left=$(printf '%s\n' "$raw" | grep -v -E -f "$ignores" | grep . || true)
+    left=$raw
+    if [[ -n $raw ]] && ! grep -q '^\^\$never\^$' "$ignored_sections"; then
+        rc=0
+        left=$(diff <(without_ignored_sections "$1") <(without_ignored_sections "$2")) || rc=$?
+        if ((rc > 1)); then
+            echo "--- $3: diff failed (status $rc)"
+            return 1
+        fi
+        left=$(printf '%s\n' "$left" | grep '^[<>]' || true)
+    fi
+    left=$(printf '%s\n' "$left" | grep -v -E -f "$ignores" | grep . || true)
     excused_total=$((excused_total + $(printf '%s' "$raw" | grep -c . || true) -
         $(printf '%s' "$left" | grep -c . || true)))
     if [[ -n $left ]]; then
@@ -1142,9 +1198,12 @@ scenario() {
     fi
     local lines
     lines=$(grep -vc '^##' "$dir/upstream-0.txt" 2>/dev/null || true)
+    local by=
+    ((excused_total == 0)) || by=$(excused_by "$run")
     if ((${#problems[@]} == 0)); then
-        printf 'RESULT %-40s identical%s (%s steps, %s lines at the start, %s excused%s%s)\n' \
+        printf 'RESULT %-40s identical%s (%s steps, %s lines at the start, %s excused%s%s%s)\n' \
             "$run" "$( ((split)) && echo ", the split too")" "$steps" "${lines:-0}" "$excused_total" \
+            "${by:+ at $release_minor: $by}" \
             "$( ((${#kills[@]})) && echo ", ${#kills[@]} SIGKILLs converged")" \
             "$( ((api_kills)) && echo ", $api_kills API-side SIGKILLs caught up")"
     else
@@ -1286,6 +1345,7 @@ watchdog &
 watchdog_pid=$!
 trap 'kill "$watchdog_pid" 2>/dev/null || true' EXIT
 failed=0
+not_run=0
 start=$SECONDS
 done_runs=0
 for run in "${runs[@]}"; do
@@ -1299,6 +1359,15 @@ for run in "${runs[@]}"; do
     rm -rf "$dir"
     mkdir -p "$dir"
     log "$run"
+    reason=$(excuse skip "$run" | head -n 1)
+    if [[ -n $reason ]]; then
+        echo "RESULT $(printf '%-40s' "$run") not run at $release: $reason ($(excused_by "$run"))" |
+            tee -a "$results"
+        not_run=$((not_run + 1))
+        done_runs=$((done_runs + 1))
+        continue
+    fi
+    use_excuses "$run"
     what=scenario
     [[ $run == takeover-* ]] && what=takeover
     # Left of ||, "$what" runs with set -e off, and so do its functions:
@@ -1325,8 +1394,8 @@ for run in "${runs[@]}"; do
     ((stuck == 0)) || break
 done
 failed=$((failed + ${#runs[@]} - done_runs))
-echo "=== conformance: ${#runs[@]} runs in $((SECONDS - start))s, $failed not identical"
+echo "=== conformance: ${#runs[@]} runs in $((SECONDS - start))s, $failed not identical$( ((not_run)) && echo ", $not_run not run at $release")"
 cat "$results"
 # Which kube-proxy every run above was held to, once.
-echo "RESULT conformance upstream_version $("$upstream" --version 2>/dev/null | awk '{ print $2 }')"
+echo "RESULT conformance upstream_version $release"
 ((failed == 0))
