@@ -65,6 +65,9 @@ built_images=$target/k8s-e2e/$K8S_VERSION/images.txt
 nodes=(node-a node-b)
 node_ips=(198.18.128.11 198.18.128.12)
 link_macs=(52:54:00:00:80:0a 52:54:00:00:80:0b)
+# One zone per node, so that the tests of topology-aware routing that need
+# two zones run (those that need three still skip).
+node_zones=(zone-a zone-b)
 # Each guest's end of the link, a UDP port on the host's loopback.
 link_ports=(23811 23812)
 cluster_dns=198.18.0.10
@@ -122,11 +125,13 @@ boot_node() {
         VM_QEMU_ARGS="$link" \
         VM_PASS_ENV="E2E_K8S_BIN E2E_IMAGES E2E_KUBELET_KUBECONFIG E2E_CA_CERT \
 E2E_ADMIN_GUEST_KUBECONFIG E2E_NODE_NAME E2E_NODE_IP E2E_APISERVER_PORT \
-E2E_NODE_LINK_MAC E2E_NODE_COUNT E2E_CLUSTER_DNS E2E_EXTRA_IMAGES E2E_NODE_IMAGES" \
+E2E_NODE_LINK_MAC E2E_NODE_ZONE E2E_NODE_COUNT E2E_CLUSTER_DNS E2E_EXTRA_IMAGES \
+E2E_NODE_IMAGES" \
         E2E_K8S_BIN=$k8s_bin E2E_IMAGES=$node_images \
         E2E_KUBELET_KUBECONFIG=$E2E_RUN_DIR/kubelet-$n.kubeconfig \
         E2E_NODE_NAME=$n E2E_NODE_IP=${node_ips[$i]} \
-        E2E_NODE_LINK_MAC=${link_macs[$i]} E2E_NODE_COUNT=${#nodes[@]} \
+        E2E_NODE_LINK_MAC=${link_macs[$i]} E2E_NODE_ZONE=${node_zones[$i]} \
+        E2E_NODE_COUNT=${#nodes[@]} \
         E2E_CLUSTER_DNS=$cluster_dns E2E_EXTRA_IMAGES=$extra \
         E2E_NODE_IMAGES=$node_image_names \
         setsid "$repo/tests/vm/run" "$repo/tests/node-e2e/node.sh" \

@@ -29,7 +29,9 @@
 # several (tests/k8s-e2e/): E2E_NODE_LINK_MAC, the MAC of the NIC that
 # joins the nodes, which then carries the node's address (else a dummy
 # link does); E2E_NODE_COUNT, the number of Nodes whose Pod ranges to route
-# to over that link; E2E_CLUSTER_DNS, the cluster DNS Service's address
+# to over that link; E2E_NODE_ZONE, the node's topology.kubernetes.io/zone
+# label, given at registration as a cloud provider would (none if unset);
+# E2E_CLUSTER_DNS, the cluster DNS Service's address
 # for the kubelet to give Pods; E2E_NODE_IMAGES, which of images.sh's
 # archives to import (default all); E2E_EXTRA_IMAGES, a folder whose every
 # .tar is imported too.
@@ -226,6 +228,7 @@ log "starting the kubelet"
 "$E2E_K8S_BIN/kubelet" --config /var/lib/kubelet/config.yaml \
     --kubeconfig /var/lib/kubelet/kubeconfig \
     --hostname-override "$E2E_NODE_NAME" --node-ip "$E2E_NODE_IP" \
+    ${E2E_NODE_ZONE:+--node-labels "topology.kubernetes.io/zone=$E2E_NODE_ZONE"} \
     -v 1 >/var/log/kubelet.log 2>&1 &
 
 node_ready() {
