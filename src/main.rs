@@ -70,7 +70,8 @@ pub fn main() -> ExitCode {
 }
 
 fn run(args: &RunArgs) -> Result<(), Failure> {
-    let config = load(&args.config)?;
+    let mut config = load(&args.config)?;
+    config.flags = config::flagz(&args.config);
     if let Some(path) = &args.write_config_to {
         return app::write_config(&config, path);
     }

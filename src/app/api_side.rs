@@ -124,8 +124,12 @@ pub async fn run(config: Config, settings: Settings) -> Result<(), Failure> {
         }
     };
     if let Some(address) = settings.metrics {
-        start::metrics(address, config.bind_address_hard_fail, None)
-            .map_err(anyhow::Error::from)?;
+        start::metrics(
+            address,
+            config.bind_address_hard_fail,
+            Default::default(),
+        )
+        .map_err(anyhow::Error::from)?;
     }
     serve(&config, &settings, source, kubernetes).await
 }

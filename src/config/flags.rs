@@ -338,8 +338,9 @@ pub struct ConfigArgs {
     #[arg(long)]
     pub bind_address_hard_fail: Option<bool>,
 
-    /// Feature gates as NAME=BOOL,...: AllowServiceExternalIPs and
-    /// KubeProxyIPVS are understood, any other is warned about.
+    /// Feature gates as NAME=BOOL,...: AllowServiceExternalIPs,
+    /// KubeProxyIPVS, ComponentFlagz and ComponentStatusz are
+    /// understood, any other is warned about.
     #[arg(long, value_name = "NAME=BOOL,...")]
     pub feature_gates: Option<String>,
 

@@ -8,6 +8,7 @@
 mod duration;
 mod error;
 mod flags;
+mod flagz;
 mod kubeproxy;
 mod settings;
 mod validate;
@@ -20,6 +21,7 @@ pub use error::{ConfigError, ConfigWarning, FieldError};
 pub use flags::{
     ApiServerArgs, Cli, Command, ConfigArgs, OutputFormat, PlanArgs, RunArgs,
 };
+pub use flagz::flagz;
 pub use settings::{
     Config, DetectLocal, LogFormat, LoggingConfig, NodePortAddress,
 };

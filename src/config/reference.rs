@@ -98,8 +98,10 @@ const FIELDS: &[Field] = &[
     applied("featureGates", "{AllowServiceExternalIPs: false}").note(
         "`AllowServiceExternalIPs: false` serves no Service's external IPs; \
          `KubeProxyIPVS` is accepted with either value (it only switches \
-         kube-proxy's own IPVS mode). Any other gate is named in a warning \
-         of its own; kube-proxy would refuse one it does not know.",
+         kube-proxy's own IPVS mode); `ComponentFlagz: false` and \
+         `ComponentStatusz: false` take `/flagz` and `/statusz` off the \
+         metrics server. Any other gate is named in a warning of its own; \
+         kube-proxy would refuse one it does not know.",
     ),
     applied("clientConnection.kubeconfig", "/etc/kube-proxy/kubeconfig")
         .note("Empty: the Pod's in-cluster configuration."),

@@ -47,6 +47,14 @@ pub struct Config {
     /// The `AllowServiceExternalIPs` gate (GA and on by default since
     /// 1.36): off, no Service's external IPs are served, bound or tracked.
     pub allow_service_external_ips: bool,
+    /// The `ComponentFlagz` and `ComponentStatusz` gates (beta and on by
+    /// default since 1.36): off, the metrics server has no `/flagz`, or
+    /// no `/statusz`.
+    pub component_flagz: bool,
+    pub component_statusz: bool,
+    /// Each flag of the command line and its value, as `/flagz` lists
+    /// them (see [`super::flagz`]); empty unless the caller fills it in.
+    pub flags: std::collections::BTreeMap<String, String>,
     /// Read Services, EndpointSlices and Nodes from this file instead of
     /// the API server.
     pub state_file: Option<PathBuf>,
@@ -307,6 +315,9 @@ impl Default for Config {
             master: None,
             bind_address_hard_fail: false,
             allow_service_external_ips: true,
+            component_flagz: true,
+            component_statusz: true,
+            flags: Default::default(),
             state_file: None,
             api_endpoint: None,
             api_tls_dir: None,

@@ -116,6 +116,10 @@ fn upstream_defaults() -> Config {
         master: None,
         bind_address_hard_fail: false,
         allow_service_external_ips: true,
+        // The zpages gates, beta and on since 1.36.
+        component_flagz: true,
+        component_statusz: true,
+        flags: Default::default(),
         state_file: None,
         api_endpoint: None,
         api_tls_dir: None,
@@ -702,6 +706,9 @@ fn flags_alone_configure_everything() {
         master: None,
         bind_address_hard_fail: false,
         allow_service_external_ips: true,
+        component_flagz: true,
+        component_statusz: true,
+        flags: Default::default(),
         state_file: Some(PathBuf::from("examples/cluster.yaml")),
         api_endpoint: None,
         api_tls_dir: None,
@@ -1435,4 +1442,79 @@ fn a_config_sync_period_says_it_is_not_used() {
     // kubeadm writes the default (or 0s, which means it): nothing to say.
     assert!(!warned("configSyncPeriod: 15m0s"));
     assert!(!warned("configSyncPeriod: 0s"));
+}
+
+/// `/flagz` lists every flag the command line takes, none unknown to it:
+/// a new flag without a value there fails here.
+#[test]
+fn flagz_lists_every_flag_with_a_value_of_its_own() {
+    use clap::CommandFactory;
+    let longs: Vec<String> = Cli::command()
+        .get_arguments()
+        .filter_map(|a| a.get_long().map(str::to_owned))
+        .filter(|l| l != "help")
+        .collect();
+    let listed = flagz(&ConfigArgs::default());
+    assert_eq!(listed.keys().cloned().collect::<Vec<_>>(), {
+        let mut sorted = longs.clone();
+        sorted.sort();
+        sorted
+    });
+    for long in &longs {
+        assert!(
+            super::flagz::value_of(
+                long,
+                &ConfigArgs::default(),
+                &serde_json::Value::Null
+            )
+            .is_some(),
+            "--{long} has no value for /flagz"
+        );
+    }
+    // Upstream's defaults, as its flags print them.
+    for (flag, value) in [
+        ("ipvs-sync-period", "30s"),
+        ("ipvs-min-sync-period", "0s"),
+        ("healthz-bind-address", "0.0.0.0:10256"),
+        ("metrics-port", "10249"),
+        ("conntrack-max-per-core", "32768"),
+        ("iptables-masquerade-bit", "14"),
+        ("v", "0"),
+        ("feature-gates", ""),
+    ] {
+        assert_eq!(
+            listed.get(flag).map(String::as_str),
+            Some(value),
+            "--{flag}"
+        );
+    }
+}
+
+/// As upstream's: a flag reads what the command line set, also where
+/// `--config` makes the file the configuration.
+#[test]
+fn flagz_shows_the_flags_not_the_file() {
+    let given = args(&[
+        "--config=/etc/kube-proxy/config.conf",
+        "--ipvs-scheduler=lc",
+        "--metrics-port=0",
+        "--nodeport-addresses=198.18.0.0/16,primary",
+        "--iptables-sync-period=1m",
+    ]);
+    let listed = flagz(&given);
+    for (flag, value) in [
+        ("config", "/etc/kube-proxy/config.conf"),
+        ("ipvs-scheduler", "lc"),
+        ("metrics-port", "0"),
+        ("nodeport-addresses", "[198.18.0.0/16,primary]"),
+        // Ignored here, and shown as given.
+        ("iptables-sync-period", "1m"),
+        ("ipvs-sync-period", "30s"),
+    ] {
+        assert_eq!(
+            listed.get(flag).map(String::as_str),
+            Some(value),
+            "--{flag}"
+        );
+    }
 }

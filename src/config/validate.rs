@@ -302,6 +302,9 @@ pub fn to_config(
         master: None,
         bind_address_hard_fail: kpc.bind_address_hard_fail.unwrap_or(false),
         allow_service_external_ips: gates.allow_service_external_ips,
+        component_flagz: gates.component_flagz,
+        component_statusz: gates.component_statusz,
+        flags: Default::default(),
         state_file: None,
         api_endpoint: None,
         api_tls_dir: None,
@@ -317,6 +320,8 @@ pub fn to_config(
 /// The gates that change what the proxy does.
 struct Gates {
     allow_service_external_ips: bool,
+    component_flagz: bool,
+    component_statusz: bool,
 }
 
 /// `featureGates` (`--feature-gates`): the gates an IPVS proxy acts on
@@ -326,12 +331,17 @@ struct Gates {
 fn feature_gates(v: &mut Validator, kpc: &KubeProxyConfiguration) -> Gates {
     let mut gates = Gates {
         allow_service_external_ips: true,
+        component_flagz: true,
+        component_statusz: true,
     };
     for (gate, &enabled) in kpc.feature_gates.iter().flatten() {
         match gate.as_str() {
             "AllowServiceExternalIPs" => {
                 gates.allow_service_external_ips = enabled;
             }
+            // The metrics server's /flagz and /statusz, as upstream's.
+            "ComponentFlagz" => gates.component_flagz = enabled,
+            "ComponentStatusz" => gates.component_statusz = enabled,
             // Upstream's switch for its own IPVS mode (false by default
             // from 1.40): it is why this proxy runs, so either value is
             // fine here and neither is worth a warning.

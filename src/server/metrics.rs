@@ -1,18 +1,26 @@
 //! The metrics server: `/metrics` renders the Prometheus recorder,
 //! `/healthz` says the process is up, `/proxyMode` names the mode, and a
-//! node proxy's `/configz` gives its effective configuration.
+//! node proxy's `/configz` gives its effective configuration, `/flagz`
+//! its flags and `/statusz` what it is and since when.
 
-use std::time::Duration;
+use std::{
+    collections::BTreeMap,
+    sync::Arc,
+    time::{Duration, SystemTime, UNIX_EPOCH},
+};
 
 use axum::{
     extract::State,
-    http::{header, HeaderValue},
+    http::{header, HeaderMap, HeaderValue},
     response::{IntoResponse, Response},
     routing::any,
     Router,
 };
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
+
+use super::zpages;
+use crate::{telemetry::exporter, version::BUILD};
 
 /// What `/proxyMode` answers.
 pub const PROXY_MODE: &str = "ipvs";
@@ -21,21 +29,76 @@ pub const PROXY_MODE: &str = "ipvs";
 const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
 
-/// Any method is answered, as Go's handlers ignore it. `configz` is the
-/// JSON `/configz` answers; without it there is no such page.
-pub fn router(handle: PrometheusHandle, configz: Option<String>) -> Router {
-    let router = Router::new()
+/// The pages a node proxy adds to `/metrics`, `/healthz` and
+/// `/proxyMode`; the API side's server has none of them.
+#[derive(Debug, Clone, Default)]
+pub struct Pages {
+    /// The JSON `/configz` answers.
+    pub configz: Option<String>,
+    /// What `/flagz` lists.
+    pub flagz: Option<BTreeMap<String, String>>,
+    /// Whether `/statusz` is served.
+    pub statusz: bool,
+}
+
+/// Any method is answered, as Go's handlers ignore it.
+pub fn router(handle: PrometheusHandle, pages: Pages) -> Router {
+    let mut router = Router::new()
         .route("/metrics", any(render))
         .route("/healthz", any(|| async { text("ok") }))
         .route("/proxyMode", any(|| async { text(PROXY_MODE) }));
-    let router = match configz {
-        Some(body) => router.route(
+    let mut paths = vec!["/metrics", "/healthz", "/proxyMode"];
+    if let Some(body) = pages.configz {
+        router = router.route(
             "/configz",
             any(move || std::future::ready(json(body.clone()))),
-        ),
-        None => router,
-    };
+        );
+        paths.push("/configz");
+    }
+    if let Some(flags) = pages.flagz {
+        let content = Arc::new(zpages::Content::Flags(flags));
+        router = router.route(
+            "/flagz",
+            any(move |headers: HeaderMap| {
+                std::future::ready(zpages::respond(&headers, &content))
+            }),
+        );
+        paths.push("/flagz");
+    }
+    if pages.statusz {
+        // Upstream lists the paths served before /statusz was added.
+        let paths = zpages::listed_paths(paths.iter().copied());
+        let started = process_start().unwrap_or_else(SystemTime::now);
+        router = router.route(
+            "/statusz",
+            any(move |headers: HeaderMap| {
+                let status = zpages::Status {
+                    started,
+                    now: SystemTime::now(),
+                    binary_version: BUILD
+                        .git_version
+                        .trim_start_matches('v')
+                        .to_owned(),
+                    emulation_version: exporter::behaving_as_release()
+                        .map(|k| format!("{}.{}", k.major, k.minor)),
+                    paths: paths.clone(),
+                };
+                std::future::ready(zpages::respond(
+                    &headers,
+                    &zpages::Content::Status(status),
+                ))
+            }),
+        );
+    }
     router.with_state(handle)
+}
+
+/// When the process started, from the kernel's account of it.
+fn process_start() -> Option<SystemTime> {
+    let stats = crate::telemetry::process::ProcessStats::read().ok()?;
+    let secs = stats.start_time_seconds;
+    (secs.is_finite() && secs > 0.0)
+        .then(|| UNIX_EPOCH + Duration::from_secs_f64(secs))
 }
 
 fn json(body: String) -> Response {

@@ -20,6 +20,7 @@ pub mod start;
 #[cfg(test)]
 mod tests;
 pub mod timestamp;
+pub mod zpages;
 
 use std::{
     io,

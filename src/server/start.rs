@@ -33,20 +33,20 @@ pub enum StartError {
 }
 
 /// Installs the process's metrics recorder and serves it on `address`
-/// (`/metrics`, `/healthz`, `/proxyMode`, and `/configz` when given);
-/// with `hard_fail`, a port that cannot be bound is an error instead of
+/// (`/metrics`, `/healthz`, `/proxyMode`, and the `pages` given); with
+/// `hard_fail`, a port that cannot be bound is an error instead of
 /// retried.
 pub fn metrics(
     address: SocketAddr,
     hard_fail: bool,
-    configz: Option<String>,
+    pages: metrics::Pages,
 ) -> Result<(), StartError> {
     let handle = exporter::install()?;
     metrics::spawn_upkeep(handle.clone(), METRICS_UPKEEP);
     serve(
         "metrics",
         address,
-        metrics::router(handle, configz),
+        metrics::router(handle, pages),
         hard_fail,
     )
 }
@@ -84,7 +84,12 @@ pub fn node(
         serve("healthz", address, router, hard_fail)?;
     }
     if let Some(address) = config.metrics_bind_address {
-        metrics(address, hard_fail, Some(crate::config::to_configz(config)))?;
+        let pages = metrics::Pages {
+            configz: Some(crate::config::to_configz(config)),
+            flagz: config.component_flagz.then(|| config.flags.clone()),
+            statusz: config.component_statusz,
+        };
+        metrics(address, hard_fail, pages)?;
     }
     let service_health = ServiceHealthServer::new(
         health_addresses,

@@ -15,7 +15,8 @@ use super::{
         health_check_node_ports, listen_addresses, local_ready_endpoints,
         LocalCounts,
     },
-    timestamp::rfc3339_nano,
+    timestamp::{rfc3339_nano, unix_date},
+    zpages::{self, Format, Page},
     Server, ServiceHealthServer,
 };
 use crate::{
@@ -82,19 +83,35 @@ async fn request(
     path: &str,
 ) -> anyhow::Result<Reply> {
     let path = path.to_owned();
-    tokio::task::spawn_blocking(move || request_blocking(addr, method, &path))
-        .await?
+    tokio::task::spawn_blocking(move || {
+        request_blocking(addr, method, &path, "")
+    })
+    .await?
+}
+
+/// A GET with this `Accept` header.
+async fn request_with(
+    addr: SocketAddr,
+    path: &str,
+    accept: &str,
+) -> anyhow::Result<Reply> {
+    let (path, header) = (path.to_owned(), format!("Accept: {accept}\r\n"));
+    tokio::task::spawn_blocking(move || {
+        request_blocking(addr, "GET", &path, &header)
+    })
+    .await?
 }
 
 fn request_blocking(
     addr: SocketAddr,
     method: &str,
     path: &str,
+    headers: &str,
 ) -> anyhow::Result<Reply> {
     let mut stream = std::net::TcpStream::connect(addr)?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: probe\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: probe\r\n{headers}Connection: close\r\n\r\n"
     );
     stream.write_all(request.as_bytes())?;
     let mut raw = Vec::new();
@@ -143,6 +160,108 @@ fn timestamps_format_as_go_json_times() {
         let at = UNIX_EPOCH + Duration::new(secs, nanos);
         assert_eq!(rfc3339_nano(at), expected, "{secs}.{nanos}");
     }
+}
+
+#[test]
+fn unix_dates_format_as_go_time_unix_date() {
+    for (secs, expected) in [
+        (0, "Thu Jan  1 00:00:00 UTC 1970"),
+        (1_709_197_507, "Thu Feb 29 09:05:07 UTC 2024"),
+        (1_796_305_279, "Thu Dec  3 13:41:19 UTC 2026"),
+        (T0, "Tue Nov 14 22:13:20 UTC 2023"),
+    ] {
+        assert_eq!(unix_date(UNIX_EPOCH + Duration::from_secs(secs)), expected);
+    }
+}
+
+#[test]
+fn zpages_answer_the_format_asked_for_as_upstream_negotiates() {
+    let beta = |page: &str| {
+        format!("application/json;as={page};g=config.k8s.io;v=v1beta1")
+    };
+    let json = |version| Some(Format::Json { version });
+    let cases: Vec<(String, Page, Option<Format>)> = vec![
+        (String::new(), Page::Flagz, Some(Format::Text)),
+        ("  ".into(), Page::Statusz, Some(Format::Text)),
+        // curl's default: JSON and YAML need a kind, so text it is.
+        ("*/*".into(), Page::Flagz, Some(Format::Text)),
+        ("text/plain".into(), Page::Statusz, Some(Format::Text)),
+        ("application/json".into(), Page::Flagz, None),
+        ("application/json;as=Flagz".into(), Page::Flagz, None),
+        (beta("Flagz"), Page::Flagz, json("v1beta1")),
+        (beta("Statusz"), Page::Statusz, json("v1beta1")),
+        (beta("Flagz"), Page::Statusz, None),
+        (
+            "application/json;as=Statusz;g=config.k8s.io;v=v1alpha1".into(),
+            Page::Statusz,
+            json("v1alpha1"),
+        ),
+        (
+            "application/json;as=Statusz;g=config.k8s.io;v=v1".into(),
+            Page::Statusz,
+            None,
+        ),
+        (
+            "application/yaml;as=Flagz;g=config.k8s.io;v=v1beta1".into(),
+            Page::Flagz,
+            Some(Format::Yaml { version: "v1beta1" }),
+        ),
+        (
+            "application/*;as=Flagz;g=config.k8s.io;v=v1beta1".into(),
+            Page::Flagz,
+            json("v1beta1"),
+        ),
+        (
+            "text/plain;as=Flagz;g=config.k8s.io;v=v1beta1".into(),
+            Page::Flagz,
+            None,
+        ),
+        ("*/json".into(), Page::Flagz, None),
+        // The highest q wins, whatever the order.
+        (
+            format!("{};q=0.5, text/plain", beta("Statusz")),
+            Page::Statusz,
+            Some(Format::Text),
+        ),
+        (
+            format!("text/plain;q=0.1, {}", beta("Statusz")),
+            Page::Statusz,
+            json("v1beta1"),
+        ),
+        (
+            format!("{};q=0, application/xml", beta("Flagz")),
+            Page::Flagz,
+            None,
+        ),
+        // A refused clause gives way to the next.
+        (
+            format!("application/json, {}", beta("Flagz")),
+            Page::Flagz,
+            json("v1beta1"),
+        ),
+    ];
+    for (accept, page, expected) in cases {
+        assert_eq!(
+            zpages::negotiate(Some(&accept), page),
+            expected,
+            "{accept:?}"
+        );
+    }
+    assert_eq!(zpages::negotiate(None, Page::Flagz), Some(Format::Text));
+}
+
+#[test]
+fn statusz_lists_the_first_segment_of_each_path_once() {
+    assert_eq!(
+        zpages::listed_paths([
+            "/metrics",
+            "/metrics/slis",
+            "/healthz",
+            "/",
+            "/configz"
+        ]),
+        ["/configz", "/healthz", "/metrics"]
+    );
 }
 
 /// One probe state: what happened, when the probe asks, what it sees.
@@ -397,7 +516,12 @@ async fn metrics_server_answers_metrics_healthz_proxy_mode_and_configz() {
         LOOPBACK,
         super::metrics::router(
             recorder.handle(),
-            Some(crate::config::to_configz(&crate::config::Config::default())),
+            super::metrics::Pages {
+                configz: Some(crate::config::to_configz(
+                    &crate::config::Config::default(),
+                )),
+                ..Default::default()
+            },
         ),
     )
     .await
@@ -491,6 +615,174 @@ async fn metrics_server_answers_metrics_healthz_proxy_mode_and_configz() {
     assert_eq!((posted.status, posted.body.as_str()), (200, "ipvs"));
     let missing = get(addr, "/configz/nope").await.expect("404");
     assert_eq!(missing.status, 404);
+    // Without the pages (the gates off, or the API side's server).
+    for path in ["/flagz", "/statusz"] {
+        let off = get(addr, path).await.expect(path);
+        assert_eq!(off.status, 404, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn metrics_server_serves_flagz_and_statusz_as_kube_proxy() {
+    use clap::Parser;
+    let cli = crate::config::Cli::try_parse_from([
+        "kube-ipvs-proxy",
+        "--ipvs-scheduler=lc",
+        "--feature-gates=KubeProxyIPVS=true,AllowServiceExternalIPs=false",
+        "--hostname-override=node-a",
+    ])
+    .expect("flags");
+    let flags = crate::config::flagz(&cli.run.config);
+    let recorder = exporter::recorder().expect("buckets are not empty");
+    let server = Server::bind(
+        "metrics",
+        LOOPBACK,
+        super::metrics::router(
+            recorder.handle(),
+            super::metrics::Pages {
+                configz: Some("{}".to_owned()),
+                flagz: Some(flags),
+                statusz: true,
+            },
+        ),
+    )
+    .await
+    .expect("loopback port");
+    let addr = server.local_addr();
+    let flagz_json = "application/json;as=Flagz;g=config.k8s.io;v=v1beta1";
+
+    // Text by default, one delimiter of upstream's four for the page.
+    let text = get(addr, "/flagz").await.expect("/flagz");
+    assert_eq!(text.status, 200);
+    assert_eq!(
+        text.header("content-type"),
+        Some("text/plain; charset=utf-8")
+    );
+    let all: Vec<&str> = text.body.lines().collect();
+    assert_eq!(all[..2], ["", "kube-proxy flagz"], "{}", text.body);
+    assert!(all[2].starts_with(
+        "Warning: This endpoint is not meant to be machine parseable"
+    ));
+    let lines = &all[3..];
+    let delimiter = [": ", ":", "=", " "]
+        .into_iter()
+        .find(|d| lines.contains(&format!("ipvs-scheduler{d}lc").as_str()))
+        .unwrap_or_else(|| panic!("no ipvs-scheduler line in {}", text.body));
+    assert!(
+        lines.iter().all(|l| l.contains(delimiter)),
+        "{delimiter:?} not on every line of {}",
+        text.body
+    );
+
+    let structured = request_with(addr, "/flagz", flagz_json)
+        .await
+        .expect("/flagz");
+    assert_eq!(structured.status, 200);
+    assert_eq!(structured.header("content-type"), Some("application/json"));
+    assert_eq!(structured.header("warning"), None);
+    let flagz: serde_json::Value =
+        serde_json::from_str(&structured.body).expect("JSON");
+    assert_eq!(flagz["kind"], "Flagz");
+    assert_eq!(flagz["apiVersion"], "config.k8s.io/v1beta1");
+    assert_eq!(flagz["metadata"]["name"], "kube-proxy");
+    let flag = |name: &str| flagz["flags"][name].as_str().map(str::to_owned);
+    for (name, value) in [
+        ("ipvs-scheduler", "lc"),
+        // Defaults as kube-proxy's flags print them.
+        ("ipvs-sync-period", "30s"),
+        ("metrics-bind-address", "127.0.0.1:10249"),
+        ("healthz-port", "10256"),
+        ("nodeport-addresses", "[]"),
+        ("masquerade-all", "false"),
+        (
+            "feature-gates",
+            "AllowServiceExternalIPs=false,KubeProxyIPVS=true",
+        ),
+        ("hostname-override", "node-a"),
+        ("config", ""),
+        ("cleanup", "false"),
+    ] {
+        assert_eq!(flag(name).as_deref(), Some(value), "{name} in {flagz}");
+    }
+    let alpha = request_with(
+        addr,
+        "/flagz",
+        &flagz_json.replace("v1beta1", "v1alpha1"),
+    )
+    .await
+    .expect("v1alpha1");
+    assert_eq!(alpha.status, 200);
+    assert!(
+        alpha
+            .header("warning")
+            .is_some_and(|w| w.starts_with("299 - ")),
+        "{:?}",
+        alpha.headers
+    );
+    let refused = request_with(addr, "/flagz", "application/json")
+        .await
+        .expect("406");
+    assert_eq!(refused.status, 406);
+    let status: serde_json::Value =
+        serde_json::from_str(&refused.body).expect("a Status");
+    assert_eq!(status["reason"], "NotAcceptable");
+    assert_eq!(
+        status["message"],
+        "only the following media types are accepted: application/json, application/yaml, text/plain"
+    );
+
+    let yaml = request_with(
+        addr,
+        "/statusz",
+        "application/yaml;as=Statusz;g=config.k8s.io;v=v1beta1",
+    )
+    .await
+    .expect("/statusz");
+    assert_eq!(yaml.status, 200);
+    assert_eq!(yaml.header("content-type"), Some("application/yaml"));
+    let statusz: serde_json::Value =
+        serde_saphyr::from_str(&yaml.body).expect("YAML");
+    assert_eq!(statusz["kind"], "Statusz");
+    assert_eq!(
+        statusz["binaryVersion"],
+        crate::version::BUILD.git_version.trim_start_matches('v')
+    );
+    // Listed as upstream lists them: what was served before /statusz.
+    assert_eq!(
+        statusz["paths"],
+        serde_json::json!([
+            "/configz",
+            "/flagz",
+            "/healthz",
+            "/metrics",
+            "/proxyMode"
+        ])
+    );
+    let started = statusz["startTime"].as_str().expect("startTime");
+    assert!(
+        started.ends_with('Z') && !started.contains('.'),
+        "{started}"
+    );
+    assert!(statusz["uptimeSeconds"].as_u64().is_some(), "{statusz}");
+    assert_eq!(
+        statusz["emulationVersion"].as_str(),
+        exporter::behaving_as_release()
+            .map(|k| format!("{}.{}", k.major, k.minor))
+            .as_deref(),
+    );
+    let text = get(addr, "/statusz").await.expect("/statusz");
+    assert!(
+        text.body.starts_with("\nkube-proxy statusz\nWarning: "),
+        "{}",
+        text.body
+    );
+    for label in ["Started", "Up", "Binary version", "Paths"] {
+        assert!(
+            text.body.lines().any(|l| l.starts_with(label)),
+            "no {label} in {}",
+            text.body
+        );
+    }
 }
 
 fn nsn(name: &str) -> NamespacedName {

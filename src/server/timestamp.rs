@@ -33,6 +33,29 @@ pub fn rfc3339_nano(at: SystemTime) -> String {
     out
 }
 
+/// Formats `at` as Go's `time.UnixDate` in UTC, e.g.
+/// `Thu Dec  3 13:41:19 UTC 2026`.
+pub fn unix_date(at: SystemTime) -> String {
+    const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
+        "Nov", "Dec",
+    ];
+    let secs = at.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    // 1970-01-01 was a Thursday.
+    let weekday = DAYS[((days + 4) % 7) as usize];
+    let month = MONTHS[(month - 1) as usize];
+    format!(
+        "{weekday} {month} {day:>2} {:02}:{:02}:{:02} UTC {year}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
 /// Year, month and day of the `days`-th day after 1970-01-01, by Howard
 /// Hinnant's days-to-civil algorithm (proleptic Gregorian calendar).
 fn civil_from_days(days: u64) -> (u64, u64, u64) {

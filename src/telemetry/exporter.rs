@@ -90,6 +90,7 @@ pub fn behaving_as(
     kubernetes: &crate::version::Kubernetes,
     build: &crate::version::BuildInfo,
 ) {
+    let _ = BEHAVING_AS.set(kubernetes.clone());
     metrics::gauge!(
         BUILD_INFO,
         "major" => kubernetes.major.clone(),
@@ -106,6 +107,16 @@ pub fn behaving_as(
         "platform" => crate::version::platform(),
     )
     .set(1.0);
+}
+
+/// The release [`behaving_as`] reported first: also what `/statusz`
+/// names as the version emulated.
+static BEHAVING_AS: std::sync::OnceLock<crate::version::Kubernetes> =
+    std::sync::OnceLock::new();
+
+/// The Kubernetes release this process behaves as, once known.
+pub fn behaving_as_release() -> Option<&'static crate::version::Kubernetes> {
+    BEHAVING_AS.get()
 }
 
 /// The `# HELP` lines, with upstream's texts for upstream's metrics.
