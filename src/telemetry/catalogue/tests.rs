@@ -37,6 +37,35 @@ fn table(out: &mut String, metrics: &[&Metric]) {
     }
 }
 
+/// client-go's families kube-proxy registers and this proxy does not
+/// record, in component-base's order (v0.37.2).
+const CLIENT_GO_UNSERVED: &[&str] = &[
+    "rest_client_dns_resolution_duration_seconds",
+    "rest_client_request_size_bytes",
+    "rest_client_response_size_bytes",
+    "rest_client_rate_limiter_duration_seconds",
+    "rest_client_request_retries_total",
+    "rest_client_exec_plugin_ttl_seconds",
+    "rest_client_exec_plugin_certificate_rotation_age",
+    "rest_client_exec_plugin_call_total",
+    "rest_client_exec_plugin_policy_call_total",
+    "rest_client_transport_cache_entries",
+    "rest_client_transport_create_calls_total",
+    "rest_client_transport_ca_reload_total",
+    "rest_client_transport_cert_rotation_gc_calls_total",
+    "rest_client_transport_cache_gc_calls_total",
+];
+
+/// The page says which of client-go's families are not served: none of
+/// them may be recorded.
+#[test]
+fn the_client_go_families_said_unserved_are_not_recorded() {
+    let recorded: Vec<&str> = recorded().iter().map(|m| m.name).collect();
+    for name in CLIENT_GO_UNSERVED {
+        assert!(!recorded.contains(name), "{name} is recorded");
+    }
+}
+
 /// `docs/metrics.md`, as the code defines it.
 fn markdown() -> String {
     let all = recorded();
@@ -58,6 +87,19 @@ fn markdown() -> String {
         .filter(|m| m.origin == Origin::Upstream)
         .collect();
     table(&mut out, &upstream);
+    out.push_str(
+        "\nkube-proxy's API client (client-go) registers more `rest_client_*`\n\
+         families, which this proxy does not record (message sizes, retries,\n\
+         client-go's rate limiter, DNS, exec credential plugins and\n\
+         transport cache). At 1.37.2 they are ",
+    );
+    let unserved: Vec<String> =
+        CLIENT_GO_UNSERVED.iter().map(|n| format!("`{n}`")).collect();
+    out.push_str(&unserved.join(", "));
+    out.push_str(
+        "; the last three are new in 1.36 (`k8s.io/component-base`'s\n\
+         `metrics/prometheus/restclient`).\n",
+    );
     out.push_str("\n## The proxy's own\n\n");
     let ours: Vec<&Metric> =
         all.iter().filter(|m| m.origin == Origin::Ours).collect();
