@@ -93,8 +93,10 @@ fn markdown() -> String {
          client-go's rate limiter, DNS, exec credential plugins and\n\
          transport cache). At 1.37.2 they are ",
     );
-    let unserved: Vec<String> =
-        CLIENT_GO_UNSERVED.iter().map(|n| format!("`{n}`")).collect();
+    let unserved: Vec<String> = CLIENT_GO_UNSERVED
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect();
     out.push_str(&unserved.join(", "));
     out.push_str(
         "; the last three are new in 1.36 (`k8s.io/component-base`'s\n\
