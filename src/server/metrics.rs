@@ -27,7 +27,7 @@ pub const PROXY_MODE: &str = "ipvs";
 
 /// The Prometheus text format's content type, as client_golang sends it.
 const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
+pub(super) const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
 
 /// The pages a node proxy adds to `/metrics`, `/healthz` and
 /// `/proxyMode`; the API side's server has none of them.
@@ -68,20 +68,25 @@ pub fn router(handle: PrometheusHandle, pages: Pages) -> Router {
     if pages.statusz {
         // Upstream lists the paths served before /statusz was added.
         let paths = zpages::listed_paths(paths.iter().copied());
-        let started = process_start().unwrap_or_else(SystemTime::now);
+        let status = zpages::Status {
+            started: process_start().unwrap_or_else(SystemTime::now),
+            now: SystemTime::now(),
+            binary_version: BUILD
+                .git_version
+                .trim_start_matches('v')
+                .to_owned(),
+            emulation_version: None,
+            paths,
+        };
         router = router.route(
             "/statusz",
             any(move |headers: HeaderMap| {
+                // The release may be read after the server starts.
                 let status = zpages::Status {
-                    started,
                     now: SystemTime::now(),
-                    binary_version: BUILD
-                        .git_version
-                        .trim_start_matches('v')
-                        .to_owned(),
                     emulation_version: exporter::behaving_as_release()
                         .map(|k| format!("{}.{}", k.major, k.minor)),
-                    paths: paths.clone(),
+                    ..status.clone()
                 };
                 std::future::ready(zpages::respond(
                     &headers,

@@ -511,21 +511,16 @@ async fn metrics_server_answers_metrics_healthz_proxy_mode_and_configz() {
         }
         .emit();
     });
-    let server = Server::bind(
-        "metrics",
-        LOOPBACK,
-        super::metrics::router(
-            recorder.handle(),
-            super::metrics::Pages {
-                configz: Some(crate::config::to_configz(
-                    &crate::config::Config::default(),
-                )),
-                ..Default::default()
-            },
-        ),
+    let server = metrics_server(
+        &recorder,
+        super::metrics::Pages {
+            configz: Some(crate::config::to_configz(
+                &crate::config::Config::default(),
+            )),
+            ..Default::default()
+        },
     )
-    .await
-    .expect("loopback port");
+    .await;
     let addr = server.local_addr();
 
     let configz = get(addr, "/configz").await.expect("/configz");
@@ -622,6 +617,20 @@ async fn metrics_server_answers_metrics_healthz_proxy_mode_and_configz() {
     }
 }
 
+/// The metrics server with these pages, on a loopback port.
+async fn metrics_server(
+    recorder: &metrics_exporter_prometheus::PrometheusRecorder,
+    pages: super::metrics::Pages,
+) -> Server {
+    Server::bind(
+        "metrics",
+        LOOPBACK,
+        super::metrics::router(recorder.handle(), pages),
+    )
+    .await
+    .expect("loopback port")
+}
+
 #[tokio::test]
 async fn metrics_server_serves_flagz_and_statusz_as_kube_proxy() {
     use clap::Parser;
@@ -634,20 +643,15 @@ async fn metrics_server_serves_flagz_and_statusz_as_kube_proxy() {
     .expect("flags");
     let flags = crate::config::flagz(&cli.run.config);
     let recorder = exporter::recorder().expect("buckets are not empty");
-    let server = Server::bind(
-        "metrics",
-        LOOPBACK,
-        super::metrics::router(
-            recorder.handle(),
-            super::metrics::Pages {
-                configz: Some("{}".to_owned()),
-                flagz: Some(flags),
-                statusz: true,
-            },
-        ),
+    let server = metrics_server(
+        &recorder,
+        super::metrics::Pages {
+            configz: Some("{}".to_owned()),
+            flagz: Some(flags),
+            statusz: true,
+        },
     )
-    .await
-    .expect("loopback port");
+    .await;
     let addr = server.local_addr();
     let flagz_json = "application/json;as=Flagz;g=config.k8s.io;v=v1beta1";
 

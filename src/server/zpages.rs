@@ -23,7 +23,6 @@ pub const COMPONENT: &str = "kube-proxy";
 const GROUP: &str = "config.k8s.io";
 /// The versions served; the first is deprecated, as upstream marks it.
 const VERSIONS: [&str; 2] = ["v1alpha1", "v1beta1"];
-const TEXT: &str = "text/plain; charset=utf-8";
 /// What a refused `Accept` is told it may ask for, in upstream's order.
 const ACCEPTED: &str = "application/json, application/yaml, text/plain";
 /// Upstream picks one of these at random for each text page, so that
@@ -283,7 +282,10 @@ pub fn respond(headers: &HeaderMap, content: &Content) -> Response {
     let (version, body, content_type) = match format {
         Format::Text => {
             return (
-                [(header::CONTENT_TYPE, HeaderValue::from_static(TEXT))],
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(super::metrics::TEXT_CONTENT_TYPE),
+                )],
                 text(content, delimiter()),
             )
                 .into_response()
