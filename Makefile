@@ -298,7 +298,9 @@ k8s-e2e:
 # Both proxies, one fresh cluster each, and the table side by side:
 # passed by both, upstream only, ours only, failed by both, skipped.
 # K8S_E2E_SHARD=I/N runs shard I of both; the table covers every shard run
-# so far and lists the tests only one side has run.
+# so far and lists the tests only one side has run. K8S_E2E_PICK=releases
+# (or a regex) runs only the tests that differ between releases and CI's
+# five, with a shard too if given.
 k8s-e2e-compare:
 	tests/k8s-e2e/run.sh upstream
 	tests/k8s-e2e/run.sh ours
@@ -308,7 +310,7 @@ k8s-e2e-compare:
 # one that needs two nodes (externalTrafficPolicy=Local seen from the node
 # without the endpoint). Every one must pass; only the images they run are
 # built and imported.
-K8S_E2E_CI_FOCUS = \[sig-network\] Services should (serve a basic endpoint from pods|be able to create a functioning NodePort service|have session affinity work for service with type clusterIP|preserve source pod IP for traffic thru service cluster IP|support externalTrafficPolicy=Local for type=NodePort)
+export K8S_E2E_CI_FOCUS = \[sig-network\] Services should (serve a basic endpoint from pods|be able to create a functioning NodePort service|have session affinity work for service with type clusterIP|preserve source pod IP for traffic thru service cluster IP|support externalTrafficPolicy=Local for type=NodePort)
 # docs/install.md's node-by-node migration from kube-proxy and back on the
 # two-node cluster, under steady traffic from a Pod on each node to a
 # ClusterIP and both node ports: no request may fail

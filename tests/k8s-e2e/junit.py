@@ -10,11 +10,12 @@
       run by one side only (a shard the other has not run yet); the last
       lines are RESULT k8s-e2e-compare compared N / one_side_only N /
       upstream_only N / ours_only N
-  junit.py shard DRY_RUN_JSON I N
+  junit.py shard DRY_RUN_JSON I N [PICK]
       from ginkgo's JSON report of a dry run (the specs the focus and skip
       select), the focus regex that selects shard I of N (1-based): every
       Nth spec in name order, so that a long run splits into runs that
-      each fit a session
+      each fit a session; with PICK (a Python regex), only the specs whose
+      full name it matches are counted and split (1 1 PICK: all of them)
 
 Ginkgo reports its suite-level nodes ([SynchronizedBeforeSuite] and the
 like) as test cases too: they are not tests, but one that failed fails
@@ -126,8 +127,9 @@ def go_regex_escape(text):
     return "".join("\\" + c if c in "\\.+*?()|[]{}^$" else c for c in text)
 
 
-def shard(dry_run_json, index, count):
+def shard(dry_run_json, index, count, pick=None):
     import json
+    import re
 
     report = json.loads(Path(dry_run_json).read_text())
     names = sorted(
@@ -136,6 +138,11 @@ def shard(dry_run_json, index, count):
         for spec in suite.get("SpecReports") or []
         if spec.get("LeafNodeType") == "It" and spec.get("State") == "passed"
     )
+    if pick is not None:
+        picked = re.compile(pick)
+        names = [n for n in names if picked.search(n)]
+        if not names:
+            sys.exit(f"no selected test matches {pick!r}")
     if not 1 <= index <= count:
         sys.exit(f"shard {index} of {count}?")
     mine = names[index - 1 :: count]
@@ -151,8 +158,8 @@ def main(argv):
         summarize(argv[2], argv[3:])
     elif len(argv) == 4 and argv[1] == "compare":
         compare(argv[2], argv[3])
-    elif len(argv) == 5 and argv[1] == "shard":
-        shard(argv[2], int(argv[3]), int(argv[4]))
+    elif len(argv) in (5, 6) and argv[1] == "shard":
+        shard(argv[2], int(argv[3]), int(argv[4]), *argv[5:])
     else:
         sys.exit(__doc__)
 

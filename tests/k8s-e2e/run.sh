@@ -17,10 +17,17 @@
 # than a session may run, and its shards, run one after another on fresh
 # clusters, add up to the whole.
 #
+# K8S_E2E_PICK=REGEX (Python's, over each test's full name) runs only the
+# selected tests it matches, split by K8S_E2E_SHARD when that is given
+# too; its results count with the default selection's. K8S_E2E_PICK=releases
+# picks the tests whose text or meaning differs between the supported
+# releases (the headless, EndpointSlice, EndpointsController and DNS ones:
+# docs/k8s-e2e.md) and CI's five (K8S_E2E_CI_FOCUS, from the Makefile).
+#
 # Writes $TARGET/k8s-e2e/K8S_VERSION/results/PROXY/RUN/ (one folder per
 # Kubernetes release, tests/kubernetes/release.sh; RUN is `all`, `custom` for
-# another FOCUS or SKIP, with -shard-I-of-N for a shard; replaced by a new
-# run of the same): junit.xml, e2e.log and pods.txt
+# another FOCUS or SKIP, with -pick-NAME for a pick and -shard-I-of-N for a
+# shard; replaced by a new run of the same): junit.xml, e2e.log and pods.txt
 # (`kubectl get pods -A -o wide` before the suite); then, from every RUN
 # of the default selection there, PROXY/passed.txt, failed.txt and
 # skipped.txt (a test name a line;
@@ -30,9 +37,9 @@
 #   RESULT k8s-e2e PROXY kubernetes K8S_VERSION
 #   RESULT k8s-e2e PROXY installed_by manifest|chart
 #
-# Environment: K8S_VERSION, FOCUS, SKIP, K8S_E2E_SHARD, K8S_E2E_PROCS (ginkgo
-# processes, 4), K8S_E2E_TIMEOUT (ginkgo's for the whole suite, 24h),
-# K8S_E2E_KEEP=1 (leave the cluster up afterwards;
+# Environment: K8S_VERSION, FOCUS, SKIP, K8S_E2E_SHARD, K8S_E2E_PICK,
+# K8S_E2E_PROCS (ginkgo processes, 4), K8S_E2E_TIMEOUT (ginkgo's for the
+# whole suite, 24h), K8S_E2E_KEEP=1 (leave the cluster up afterwards;
 # `cluster.sh down` stops it), K8S_E2E_EXPECT=N (fail unless exactly N
 # tests passed and none failed: a subset that must pass, as in CI; a
 # renamed test would otherwise select nothing and pass), build.sh's
@@ -73,6 +80,13 @@ run_name=all
 # Ours from the chart (cluster.sh's K8S_E2E_INSTALL) is kept apart too.
 install=${K8S_E2E_INSTALL:-manifest}
 [[ $install == manifest ]] || run_name=$run_name-$install
+pick=${K8S_E2E_PICK:-}
+if [[ $pick == releases ]]; then
+    pick="headless|EndpointSlice|EndpointsController|DNS|${K8S_E2E_CI_FOCUS:?K8S_E2E_PICK=releases needs K8S_E2E_CI_FOCUS: run it through make}"
+    run_name=$run_name-pick-releases
+elif [[ -n $pick ]]; then
+    run_name=$run_name-pick-$(printf %s "$pick" | sha256sum | cut -c1-8)
+fi
 shard=${K8S_E2E_SHARD:-}
 if [[ -n $shard ]]; then
     [[ $shard =~ ^([0-9]+)/([0-9]+)$ ]] || {
@@ -102,16 +116,17 @@ kubectl get pods -A -o wide | tee "$results/pods.txt" >&2
 
 suite=(--kubeconfig="$KUBECONFIG" --kubectl-path="$(command -v kubectl)"
     --provider=skeleton --num-nodes=2)
-if [[ -n $shard ]]; then
-    # The shard's tests by name, from a dry run of the whole selection.
+if [[ -n $shard$pick ]]; then
+    # The tests by name, from a dry run of the whole selection.
     "$out/bin/ginkgo" --dry-run --focus="$focus" --skip="$skip" \
         --output-dir="$results" --json-report=selected.json \
         "$out/bin/e2e.test" -- "${suite[@]}" >/dev/null
+    split=${shard:-1/1}
     focus=$(python3 "$here/junit.py" shard "$results/selected.json" \
-        "${shard%/*}" "${shard#*/}")
+        "${split%/*}" "${split#*/}" ${pick:+"$pick"})
 fi
 
-log "running the suite against $proxy${shard:+, shard $shard}: focus '$focus', skip '$skip'"
+log "running the suite against $proxy${pick:+, pick '$pick'}${shard:+, shard $shard}: focus '$focus', skip '$skip'"
 suite_start=$SECONDS
 status=0
 "$out/bin/ginkgo" --procs="${K8S_E2E_PROCS:-4}" --timeout="${K8S_E2E_TIMEOUT:-24h}" \
