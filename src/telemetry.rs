@@ -117,6 +117,14 @@ pub const SERVICE_HEALTH_LISTEN_FAILURES_TOTAL: &str =
 /// 250 ms.
 pub const CHANGE_STAGE_DURATION_SECONDS: &str =
     "kube_ipvs_proxy_change_stage_duration_seconds";
+/// component-base's build information gauge, which monitoring reads as
+/// the component's Kubernetes release: kubernetes-mixin's
+/// `KubeVersionMismatch` counts the distinct `vX.Y` of its `git_version`
+/// across a cluster's components. Ours says the release the proxy behaves
+/// as (the API server's), so that a one-release cluster stays quiet.
+pub const BUILD_INFO: &str = "kubernetes_build_info";
+/// Ours: this binary's own version and build.
+pub const OWN_BUILD_INFO: &str = "kube_ipvs_proxy_build_info";
 /// Ours: how long each repair round's kernel read took, and each of its
 /// steps held the sync loop, by `part` (`read`, `step`).
 pub const REPAIR_DURATION_SECONDS: &str =

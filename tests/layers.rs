@@ -2,7 +2,9 @@
 //! top-level module of `src/` (tests excluded) may only name a module of
 //! a lower layer or of its own, and no two modules may depend on each
 //! other, directly or through others. A new dependency that goes the
-//! wrong way fails here with the file that made it.
+//! wrong way fails here with the file that made it. Below the top level,
+//! the modules of one folder (`source/file` and `source/kube`) may not
+//! depend on each other in a circle either, however the path is written.
 //!
 //! The layers, lowest first. Pure data and settings at the bottom; the
 //! telemetry takes typed events from everyone above; the trackers, the
@@ -117,71 +119,106 @@ fn code_of(text: &str) -> String {
     code
 }
 
-/// Top-level modules a piece of code names through `crate::`.
-fn crate_refs(code: &str) -> BTreeSet<String> {
-    let mut refs = BTreeSet::new();
+/// Every path a piece of code names from `crate`, `super` or `self`, as
+/// written (`["super", "pods", "derive"]`), its use trees expanded:
+/// `crate::{a::{b, c}, d}` is `crate::a::b`, `crate::a::c`, `crate::d`.
+fn paths(code: &str) -> Vec<Vec<String>> {
     let bytes = code.as_bytes();
-    let mut from = 0;
-    while let Some(at) = code[from..].find("crate::") {
-        let start = from + at + "crate::".len();
-        from = start;
-        if start > "crate::".len()
-            && (bytes[start - "crate::".len() - 1].is_ascii_alphanumeric()
-                || bytes[start - "crate::".len() - 1] == b'_')
-        {
-            continue; // `some_crate::`, not ours
-        }
-        if bytes.get(start) == Some(&b'{') {
-            // `crate::{a, b::c, d::{e, f}}`: the names at depth one.
-            let mut depth = 0;
-            let mut name = String::new();
-            let mut at_item_start = true;
-            for &b in &bytes[start..] {
-                match b {
-                    b'{' => {
-                        depth += 1;
-                        if depth == 1 {
-                            at_item_start = true;
-                        }
-                    }
-                    b'}' => {
-                        depth -= 1;
-                        if depth == 0 {
-                            break;
-                        }
-                    }
-                    b',' if depth == 1 => {
-                        if !name.is_empty() {
-                            refs.insert(std::mem::take(&mut name));
-                        }
-                        at_item_start = true;
-                    }
-                    b if depth == 1 && at_item_start => {
-                        if b.is_ascii_alphanumeric() || b == b'_' {
-                            name.push(b as char);
-                        } else if !name.is_empty() {
-                            refs.insert(std::mem::take(&mut name));
-                            at_item_start = false;
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            if !name.is_empty() {
-                refs.insert(name);
-            }
+    let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let mut found = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let starts = ["crate::", "super::", "self::"]
+            .iter()
+            .any(|p| code[at..].starts_with(p));
+        // `some_crate::` or the middle of `a::super::`: not a path's start.
+        let inside = at > 0 && (ident(bytes[at - 1]) || bytes[at - 1] == b':');
+        if starts && !inside {
+            at = use_tree(bytes, at, Vec::new(), &mut found);
         } else {
-            let name: String = code[start..]
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            if !name.is_empty() {
-                refs.insert(name);
-            }
+            at += 1;
         }
     }
-    refs.retain(|r| r != "self" && r != "super");
-    refs
+    found
+}
+
+/// Reads the use tree (or plain path) at `at` below `prefix` into
+/// `found`; returns where it ends.
+fn use_tree(
+    bytes: &[u8],
+    mut at: usize,
+    mut prefix: Vec<String>,
+    found: &mut Vec<Vec<String>>,
+) -> usize {
+    let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let skip_space = |mut at: usize| {
+        while at < bytes.len() && bytes[at].is_ascii_whitespace() {
+            at += 1;
+        }
+        at
+    };
+    loop {
+        at = skip_space(at);
+        if bytes.get(at) == Some(&b'{') {
+            at += 1;
+            loop {
+                at = skip_space(at);
+                match bytes.get(at) {
+                    None => return at,
+                    Some(b'}') => return at + 1,
+                    Some(b',') => at += 1,
+                    Some(_) => {
+                        let before = at;
+                        at = use_tree(bytes, at, prefix.clone(), found);
+                        // `*` and the like: step over what is no path.
+                        if at == before {
+                            at += 1;
+                        }
+                    }
+                }
+            }
+        }
+        let name_start = at;
+        while at < bytes.len() && ident(bytes[at]) {
+            at += 1;
+        }
+        if at > name_start {
+            let name = String::from_utf8_lossy(&bytes[name_start..at]);
+            if name != "self" || prefix.is_empty() {
+                prefix.push(name.into_owned());
+            }
+        }
+        if bytes[at..].starts_with(b"::") && at > name_start {
+            at += 2;
+            continue;
+        }
+        if !prefix.is_empty() {
+            found.push(prefix);
+        }
+        // `path as alias`: the alias names nothing.
+        let after = skip_space(at);
+        if bytes[after..].starts_with(b"as")
+            && bytes
+                .get(after + 2)
+                .is_some_and(|b| b.is_ascii_whitespace())
+        {
+            at = skip_space(after + 2);
+            while at < bytes.len() && ident(bytes[at]) {
+                at += 1;
+            }
+        }
+        return at;
+    }
+}
+
+/// Top-level modules a piece of code names through `crate::`.
+fn crate_refs(code: &str) -> BTreeSet<String> {
+    paths(code)
+        .into_iter()
+        .filter(|path| path[0] == "crate")
+        .filter_map(|path| path.get(1).cloned())
+        .filter(|name| name != "self" && name != "super")
+        .collect()
 }
 
 /// Each module, what it uses and the first file that does.
@@ -305,6 +342,161 @@ fn no_two_modules_depend_on_each_other() {
     if let Some(path) = cycle(&graph) {
         panic!("a cycle: {}", describe(&graph, &path));
     }
+}
+
+/// The module a file of `src` holds: `src/a/b.rs` and `src/a/b/mod.rs`
+/// are `a::b`.
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).expect("a file of src");
+    let mut path: Vec<String> = rel
+        .parent()
+        .into_iter()
+        .flat_map(|p| p.components())
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    let stem = rel.file_stem().expect("a file name").to_string_lossy();
+    if stem != "mod" {
+        path.push(stem.into_owned());
+    }
+    path
+}
+
+/// A path as written, from the module that writes it, made absolute.
+fn resolve(path: &[String], module: &[String]) -> Vec<String> {
+    let mut absolute = module.to_vec();
+    for (i, segment) in path.iter().enumerate() {
+        match segment.as_str() {
+            "crate" if i == 0 => absolute.clear(),
+            "self" if i == 0 => {}
+            "super" => {
+                absolute.pop();
+            }
+            _ => {
+                absolute.extend(path[i..].iter().cloned());
+                break;
+            }
+        }
+    }
+    absolute
+}
+
+/// For every folder below `src` (its tests aside), its modules and which
+/// of them each uses, through any path (`super::x`, `crate::a::x`).
+fn sibling_graphs(src: &Path) -> Vec<(PathBuf, Graph)> {
+    fn folders(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() && path.file_name().is_some_and(|n| n != "tests") {
+                out.push(path.clone());
+                folders(&path, out);
+            }
+        }
+    }
+    let mut all = Vec::new();
+    folders(src, &mut all);
+    all.sort();
+    all.into_iter()
+        .map(|folder| {
+            let parent = module_path(src, &folder.join("mod.rs"));
+            let siblings: BTreeSet<String> = fs::read_dir(&folder)
+                .expect("a readable folder")
+                .flatten()
+                .filter_map(|entry| {
+                    let path = entry.path();
+                    let name = path.file_stem()?.to_str()?.to_owned();
+                    let module = path.is_dir() || path.extension()? == "rs";
+                    (module && name != "mod" && name != "tests").then_some(name)
+                })
+                .collect();
+            let mut graph = Graph::new();
+            for sibling in &siblings {
+                let mut deps = BTreeMap::new();
+                for file in files_of(&folder, sibling) {
+                    let text =
+                        fs::read_to_string(&file).expect("a readable file");
+                    let module = module_path(src, &file);
+                    for path in paths(&code_of(&text)) {
+                        let path = resolve(&path, &module);
+                        let Some(dep) = path
+                            .strip_prefix(parent.as_slice())
+                            .and_then(|rest| rest.first())
+                        else {
+                            continue;
+                        };
+                        if dep != sibling && siblings.contains(dep) {
+                            deps.entry(dep.clone())
+                                .or_insert_with(|| file.clone());
+                        }
+                    }
+                }
+                graph.insert(sibling.clone(), deps);
+            }
+            (folder, graph)
+        })
+        .collect()
+}
+
+fn sibling_cycles(src: &Path) -> Vec<String> {
+    sibling_graphs(src)
+        .into_iter()
+        .filter_map(|(folder, graph)| {
+            let path = cycle(&graph)?;
+            Some(format!("{}: {}", shown(&folder), describe(&graph, &path)))
+        })
+        .collect()
+}
+
+#[test]
+fn no_two_modules_of_one_folder_depend_on_each_other() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let cycles = sibling_cycles(&src);
+    assert!(cycles.is_empty(), "cycles:\n{}", cycles.join("\n"));
+}
+
+#[test]
+fn the_folder_check_sees_a_circle_through_super_and_crate() {
+    let dir = std::env::temp_dir()
+        .join(format!("layers-folder-check-{}", std::process::id()));
+    let src_of = |name: &str, files: &[(&str, &str)]| -> PathBuf {
+        let src = dir.join(name);
+        for (file, text) in files {
+            let file = src.join(file);
+            fs::create_dir_all(file.parent().expect("a folder"))
+                .expect("a scratch folder");
+            fs::write(file, text).expect("a scratch file");
+        }
+        src
+    };
+    let clean = src_of(
+        "clean",
+        &[
+            ("a/mod.rs", "mod x;\nmod y;\n"),
+            ("a/x.rs", "use super::y::f;\nuse crate::b::x::g;\n"),
+            ("a/y.rs", "use super::Shared;\n"),
+            ("b/x.rs", "use crate::a::{x::h as i};\n"),
+        ],
+    );
+    let circle = src_of(
+        "circle",
+        &[
+            ("a/mod.rs", "mod x;\nmod y;\n"),
+            ("a/x.rs", "fn f() { super::y::f(); }\n"),
+            ("a/y/mod.rs", "mod z;\n"),
+            ("a/y/z.rs", "use crate::a::{self, x::{g, h}};\n"),
+        ],
+    );
+    let outcome = (sibling_cycles(&clean), sibling_cycles(&circle));
+    let _ = fs::remove_dir_all(&dir);
+    assert_eq!(outcome.0, Vec::<String>::new());
+    assert_eq!(outcome.1.len(), 1, "{:?}", outcome.1);
+    assert!(
+        outcome.1[0].contains("x -> y") || outcome.1[0].contains("y -> x"),
+        "{:?}",
+        outcome.1
+    );
 }
 
 /// What a bench module naming the crate root's own items depends on:

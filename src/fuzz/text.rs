@@ -6,7 +6,7 @@ use clap::{CommandFactory as _, Parser as _};
 use super::{input::Input, objects::Proxy};
 use crate::{
     config::{self, Cli, ConfigArgs},
-    source::{file, pods::derive_endpoint_slices},
+    source::file::{self, derive_endpoint_slices},
     sync::NodeSettings,
 };
 

@@ -19,7 +19,7 @@ use axum::{
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::task::JoinHandle;
 
-use super::zpages;
+use super::{zpages, TEXT_CONTENT_TYPE};
 use crate::{telemetry::exporter, version::BUILD};
 
 /// What `/proxyMode` answers.
@@ -27,7 +27,6 @@ pub const PROXY_MODE: &str = "ipvs";
 
 /// The Prometheus text format's content type, as client_golang sends it.
 const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-pub(super) const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
 
 /// The pages a node proxy adds to `/metrics`, `/healthz` and
 /// `/proxyMode`; the API side's server has none of them.

@@ -32,6 +32,9 @@ use std::{
 use axum::Router;
 use tokio::{runtime::Handle, task::JoinHandle};
 
+/// Plain text, as the Go servers send it (`/proxyMode`, the z-pages).
+const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
+
 pub use health::ProxyHealth;
 pub use reporter::SyncReporter;
 pub use service_health::ServiceHealthServer;

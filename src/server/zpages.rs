@@ -284,7 +284,7 @@ pub fn respond(headers: &HeaderMap, content: &Content) -> Response {
             return (
                 [(
                     header::CONTENT_TYPE,
-                    HeaderValue::from_static(super::metrics::TEXT_CONTENT_TYPE),
+                    HeaderValue::from_static(super::TEXT_CONTENT_TYPE),
                 )],
                 text(content, delimiter()),
             )

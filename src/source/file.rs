@@ -24,11 +24,13 @@ use k8s_openapi::api::{
 use super::{kube::Admission, SourceEvent};
 
 mod parse;
+mod pods;
 #[cfg(test)]
 mod tests;
 mod watch;
 
 pub use parse::parse;
+pub use pods::derive_endpoint_slices;
 pub use watch::watch;
 
 /// The objects of one version of the file.
@@ -143,6 +145,6 @@ pub fn load(path: &Path) -> Result<Snapshot, FileError> {
             source,
         })?;
     let mut snapshot = parse(&text).map_err(|e| e.in_file(path))?;
-    super::pods::derive_endpoint_slices(&mut snapshot, &[]);
+    derive_endpoint_slices(&mut snapshot, &[]);
     Ok(snapshot)
 }

@@ -11,7 +11,6 @@ pub mod defaults;
 pub mod file;
 pub mod kube;
 pub mod nodeview;
-pub mod pods;
 pub mod recorder;
 pub mod store;
 pub mod thread;

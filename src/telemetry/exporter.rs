@@ -7,8 +7,8 @@ use metrics_exporter_prometheus::{
 
 use super::{
     catalogue::{self, Kind},
-    ENDPOINT_CHANGES_PENDING, ENDPOINT_CHANGES_TOTAL, SERVICE_CHANGES_PENDING,
-    SERVICE_CHANGES_TOTAL,
+    BUILD_INFO, ENDPOINT_CHANGES_PENDING, ENDPOINT_CHANGES_TOTAL,
+    OWN_BUILD_INFO, SERVICE_CHANGES_PENDING, SERVICE_CHANGES_TOTAL,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -71,15 +71,6 @@ pub fn at_start_up(build: &crate::version::BuildInfo) {
     )
     .set(1.0);
 }
-
-/// component-base's build information gauge, which monitoring reads as
-/// the component's Kubernetes release: kubernetes-mixin's
-/// `KubeVersionMismatch` counts the distinct `vX.Y` of its `git_version`
-/// across a cluster's components. Ours says the release the proxy behaves
-/// as (the API server's), so that a one-release cluster stays quiet.
-pub const BUILD_INFO: &str = "kubernetes_build_info";
-/// This binary's own version and build.
-pub const OWN_BUILD_INFO: &str = "kube_ipvs_proxy_build_info";
 
 /// `kubernetes_build_info` for the Kubernetes release the proxy behaves
 /// as: `major`, `minor` and `git_version` the API server's (`/version`),

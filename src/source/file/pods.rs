@@ -11,7 +11,7 @@ use k8s_openapi::api::{
     discovery::v1::EndpointSlice,
 };
 
-use super::file::Snapshot;
+use super::Snapshot;
 use crate::{
     endpointslice::{
         desired_slices, is_controller_slice_of, ReconcileConfig,

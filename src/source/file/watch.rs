@@ -129,10 +129,7 @@ impl WatchState {
         };
         match parsed {
             Ok(mut snapshot) => {
-                crate::source::pods::derive_endpoint_slices(
-                    &mut snapshot,
-                    &self.derived,
-                );
+                super::derive_endpoint_slices(&mut snapshot, &self.derived);
                 self.derived = snapshot.endpoint_slices.clone();
                 tracing::info!(
                     file = %self.path.display(),
