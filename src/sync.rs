@@ -16,8 +16,8 @@ use crate::{
     config::{Config, DetectLocal, NodePortAddress},
     desired::{DesiredState, NodeContext, Plan, ServiceDelta},
     model::{
-        EndpointsMap, IpFamily, NamespacedName, NodeInfo, Protocol,
-        ServicePortMap, ServicePortName,
+        EndpointsMap, FlagChoice, IpFamily, NamespacedName, NodeInfo, Protocol,
+        Scheduling, ServicePortMap, ServicePortName,
     },
     nodeview::{Change, Key, Received, Update},
     selection::EndpointsView,
@@ -41,6 +41,8 @@ mod tests;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeSettings {
     pub scheduler: Arc<str>,
+    /// `--ipvs-scheduler-flags`.
+    pub scheduler_flags: FlagChoice,
     pub node_port_addresses: Vec<NodePortAddress>,
     pub detect_local_node_cidr: bool,
     /// `bindAddress`, when a specific address: the node's primary IP of
@@ -55,6 +57,7 @@ impl NodeSettings {
     pub fn from_config(config: &Config) -> Self {
         Self {
             scheduler: config.ipvs.scheduler.as_str().into(),
+            scheduler_flags: config.scheduler_flags,
             node_port_addresses: config.node_port_addresses.clone(),
             detect_local_node_cidr: config.detect_local
                 == DetectLocal::NodeCidr,
@@ -98,7 +101,10 @@ pub fn node_context(
         node_port_addresses,
         primary_ips,
         local_addresses: local.iter().copied().collect(),
-        scheduler: settings.scheduler.clone(),
+        scheduling: Scheduling::chosen(
+            settings.scheduler.clone(),
+            &settings.scheduler_flags,
+        ),
         ipv4: families.contains(&IpFamily::V4),
         ipv6: families.contains(&IpFamily::V6),
         pod_cidrs: node.map(|n| n.pod_cidrs.clone()).unwrap_or_default(),

@@ -73,7 +73,7 @@ fn ipvsadm_lines(text: &mut String, vs: &VirtualServer) {
         IpAddr::V4(a) => format!("{a}:{}", vs.port),
         IpAddr::V6(a) => format!("[{a}]:{}", vs.port),
     };
-    let _ = write!(text, "-A {flag} {target} -s {}", vs.scheduler);
+    let _ = write!(text, "-A {flag} {target} -s {}", vs.scheduling.scheduler);
     if vs.persistent {
         let _ = write!(text, " -p {}", vs.timeout);
     }

@@ -202,7 +202,8 @@ macro_rules! given_flags {
 ///   `hostnameOverride`;
 /// - the flags that are not part of `KubeProxyConfiguration`: `--config`
 ///   itself, `--cleanup`, and our own `--state`, `--api-endpoint`,
-///   `--api-tls-dir`, `--api-token-file` and `--service-proxy-name`.
+///   `--api-tls-dir`, `--api-token-file`, `--service-proxy-name` and
+///   `--ipvs-scheduler-flags`.
 #[derive(Debug, Clone, Default, PartialEq, Args)]
 #[command(mut_args(go_bools))]
 pub struct ConfigArgs {
@@ -239,11 +240,20 @@ pub struct ConfigArgs {
     #[arg(long, value_name = "NAME")]
     pub service_proxy_name: Option<String>,
 
+    /// Scheduler flags for every virtual server whose scheduler takes
+    /// them, comma-separated: sh-fallback, sh-port, mh-fallback, mh-port.
+    /// The names of one scheduler are its whole set (mh-fallback alone
+    /// drops mh-port); a scheduler none is named for keeps upstream's
+    /// (mh-port with mh).
+    #[arg(long, value_name = "FLAGS")]
+    pub ipvs_scheduler_flags: Option<String>,
+
     /// Which proxy mode to use; only "ipvs" is supported.
     #[arg(long, value_name = "MODE")]
     pub proxy_mode: Option<String>,
 
-    /// The IPVS scheduler (rr, wrr, lc, wlc, lblc, lblcr, sh, dh, sed, nq, mh).
+    /// The IPVS scheduler: any the kernel has (rr, wrr, lc, wlc, fo, ovf, lblc,
+    /// lblcr, dh, sh, mh, sed, nq, twos, or a site's own).
     #[arg(long, value_name = "NAME")]
     pub ipvs_scheduler: Option<String>,
 

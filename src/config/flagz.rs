@@ -95,6 +95,7 @@ pub(super) fn value_of(
         "api-tls-dir" => path(&args.api_tls_dir),
         "api-token-file" => path(&args.api_token_file),
         "service-proxy-name" => text(&args.service_proxy_name),
+        "ipvs-scheduler-flags" => text(&args.ipvs_scheduler_flags),
         "master" => text(&args.master),
         // A serving process was not given these, or only as false.
         "cleanup" | "version" | "init-only" => "false".to_owned(),

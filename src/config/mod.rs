@@ -23,11 +23,13 @@ pub use flags::{
 };
 pub use flagz::flagz;
 pub use settings::{
-    Config, DetectLocal, LogFormat, LoggingConfig, NodePortAddress,
+    Config, DetectLocal, LogFormat, LoggingConfig, NodePortAddress, Scheduler,
 };
 pub use write::{to_configz, to_yaml};
 
 use std::net::{IpAddr, SocketAddr};
+
+use crate::model::FlagChoice;
 
 use validate::{to_config, Origin};
 
@@ -160,6 +162,14 @@ pub fn resolve(
     config.api_token_file = args.api_token_file.clone();
     config.service_proxy_name =
         args.service_proxy_name.clone().filter(|n| !n.is_empty());
+    if let Some(text) = args.ipvs_scheduler_flags.as_deref() {
+        config.scheduler_flags = FlagChoice::parse(text).map_err(|e| {
+            ConfigError::Invalid(vec![FieldError {
+                field: "--ipvs-scheduler-flags".to_owned(),
+                reason: e.to_string(),
+            }])
+        })?;
+    }
     Ok(Resolved { config, warnings })
 }
 

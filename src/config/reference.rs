@@ -151,7 +151,10 @@ const FIELDS: &[Field] = &[
     applied("ipvs.minSyncPeriod", "1s")
         .refused("-1s")
         .note("0 syncs on every change."),
-    applied("ipvs.scheduler", "wrr").refused("fifo"),
+    applied("ipvs.scheduler", "wrr").note(
+        "Any name the kernel has (`ip_vs_NAME`); one it lacks stops the \
+         proxy at start-up (exit 69).",
+    ),
     applied("ipvs.excludeCIDRs", "[198.18.10.0/24]").refused("[198.18.10.0]"),
     applied("ipvs.strictARP", "true")
         .note("Sets `arp_ignore=1` and `arp_announce=2`, as MetalLB asks."),

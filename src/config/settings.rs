@@ -12,6 +12,8 @@ use std::{
 
 use ipnet::IpNet;
 
+use crate::model::FlagChoice;
+
 /// kube-proxy's ports for the health check and metrics servers.
 pub const HEALTHZ_PORT: u16 = 10256;
 pub const METRICS_PORT: u16 = 10249;
@@ -69,6 +71,9 @@ pub struct Config {
     /// `service.kubernetes.io/service-proxy-name=<this>` are handled;
     /// otherwise only Services without that label.
     pub service_proxy_name: Option<String>,
+    /// The scheduler flags chosen for the schedulers that take them
+    /// (`--ipvs-scheduler-flags`); upstream's where none is chosen.
+    pub scheduler_flags: FlagChoice,
     pub logging: LoggingConfig,
     /// Written to `/proc/self/oom_score_adj` at start-up, as upstream
     /// does (`oomScoreAdj`, `--oom-score-adj`).
@@ -172,54 +177,22 @@ pub struct IpvsConfig {
     pub udp_timeout: Option<Duration>,
 }
 
-/// The IPVS schedulers the kernel has and kube-proxy knows (upstream
-/// passes any name to the kernel); empty in the config means `rr`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Scheduler {
-    #[default]
-    RoundRobin,
-    WeightedRoundRobin,
-    LeastConnection,
-    WeightedLeastConnection,
-    LocalityBasedLeastConnection,
-    LocalityBasedLeastConnectionWithReplication,
-    SourceHashing,
-    DestinationHashing,
-    ShortestExpectedDelay,
-    NeverQueue,
-    /// Maglev hashing; upstream sets its source-port flag on every
-    /// virtual server.
-    Maglev,
-}
-
-const SCHEDULERS: &[(&str, Scheduler)] = &[
-    ("rr", Scheduler::RoundRobin),
-    ("wrr", Scheduler::WeightedRoundRobin),
-    ("lc", Scheduler::LeastConnection),
-    ("wlc", Scheduler::WeightedLeastConnection),
-    ("lblc", Scheduler::LocalityBasedLeastConnection),
-    (
-        "lblcr",
-        Scheduler::LocalityBasedLeastConnectionWithReplication,
-    ),
-    ("sh", Scheduler::SourceHashing),
-    ("dh", Scheduler::DestinationHashing),
-    ("sed", Scheduler::ShortestExpectedDelay),
-    ("nq", Scheduler::NeverQueue),
-    ("mh", Scheduler::Maglev),
-];
+/// An IPVS scheduler, by the kernel's name for it (`ip_vs_NAME`, as
+/// `ipvsadm` shows it). Any name is taken, as upstream takes it: the
+/// kernel decides, and the start-up probe asks it. Empty in the config
+/// means `rr`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Scheduler(String);
 
 impl Scheduler {
-    /// The kernel's name for it, as `ipvsadm` shows it.
-    pub fn as_str(self) -> &'static str {
-        SCHEDULERS
-            .iter()
-            .find(|(_, s)| *s == self)
-            .map_or("rr", |(name, _)| name)
+    pub fn as_str(&self) -> &str {
+        &self.0
     }
+}
 
-    pub fn names() -> impl Iterator<Item = &'static str> {
-        SCHEDULERS.iter().map(|(name, _)| *name)
+impl Default for Scheduler {
+    fn default() -> Self {
+        Scheduler("rr".to_owned())
     }
 }
 
@@ -229,22 +202,13 @@ impl fmt::Display for Scheduler {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown scheduler {0:?}")]
-pub struct UnknownScheduler(pub String);
-
-impl FromStr for Scheduler {
-    type Err = UnknownScheduler;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        if s.is_empty() {
-            return Ok(Scheduler::default());
+impl From<&str> for Scheduler {
+    fn from(name: &str) -> Self {
+        if name.is_empty() {
+            Scheduler::default()
+        } else {
+            Scheduler(name.to_owned())
         }
-        SCHEDULERS
-            .iter()
-            .find(|(name, _)| *name == s)
-            .map(|(_, sched)| *sched)
-            .ok_or_else(|| UnknownScheduler(s.to_owned()))
     }
 }
 
@@ -286,7 +250,7 @@ pub enum NodePortAddress {
 impl Default for IpvsConfig {
     fn default() -> Self {
         IpvsConfig {
-            scheduler: Scheduler::RoundRobin,
+            scheduler: Scheduler::default(),
             sync_period: Duration::from_secs(30),
             min_sync_period: Duration::ZERO,
             exclude_cidrs: Vec::new(),
@@ -323,6 +287,7 @@ impl Default for Config {
             api_tls_dir: None,
             api_token_file: None,
             service_proxy_name: None,
+            scheduler_flags: FlagChoice::default(),
             logging: LoggingConfig::default(),
             oom_score_adj: DEFAULT_OOM_SCORE_ADJ,
             conntrack: ConntrackConfig::default(),

@@ -10,7 +10,7 @@ use pretty_assertions::assert_eq;
 
 use super::{
     duration::GoDuration,
-    settings::{ConntrackConfig, IpvsConfig, Scheduler, UnknownScheduler},
+    settings::{ConntrackConfig, IpvsConfig, Scheduler},
     *,
 };
 
@@ -86,7 +86,7 @@ fn upstream_defaults() -> Config {
         ipvs: IpvsConfig {
             // Not defaulted: an empty scheduler, which the IPVS proxier
             // (pkg/proxy/ipvs/proxier.go, defaultScheduler) takes as rr.
-            scheduler: Scheduler::RoundRobin,
+            scheduler: Scheduler::default(),
             // defaults.go: IPVS.SyncPeriod, 30 s.
             sync_period: Duration::from_secs(30),
             // Not defaulted (unlike IPTables.MinSyncPeriod's 1 s).
@@ -125,6 +125,7 @@ fn upstream_defaults() -> Config {
         api_tls_dir: None,
         api_token_file: None,
         service_proxy_name: None,
+        scheduler_flags: Default::default(),
         // defaults.go calls component-base's
         // SetRecommendedLoggingConfiguration (logs/api/v1): format
         // "text"; the verbosity is not defaulted.
@@ -184,7 +185,7 @@ fn json_is_accepted_too() {
         "ipvs": {"scheduler": "wrr", "syncPeriod": "1m0s",
                  "excludeCIDRs": ["198.18.0.0/24"]}}"#;
     let config = from_file(text).unwrap().config;
-    assert_eq!(config.ipvs.scheduler, Scheduler::WeightedRoundRobin);
+    assert_eq!(config.ipvs.scheduler, Scheduler::from("wrr"));
     assert_eq!(config.ipvs.sync_period, Duration::from_secs(60));
     assert_eq!(config.ipvs.exclude_cidrs, vec![net("198.18.0.0/24")]);
 }
@@ -211,7 +212,7 @@ const VALID: &[Valid] = &[
     Valid {
         name: "scheduler by kernel name",
         text: "ipvs:\n  scheduler: sed",
-        check: |c| c.ipvs.scheduler == Scheduler::ShortestExpectedDelay,
+        check: |c| c.ipvs.scheduler == Scheduler::from("sed"),
     },
     Valid {
         name: "go duration with minutes and seconds",
@@ -314,7 +315,24 @@ const VALID: &[Valid] = &[
     Valid {
         name: "the mh scheduler",
         text: "ipvs:\n  scheduler: mh",
-        check: |c| c.ipvs.scheduler == Scheduler::Maglev,
+        check: |c| c.ipvs.scheduler == Scheduler::from("mh"),
+    },
+    // Any name, as upstream: the kernel decides, through the start-up
+    // probe.
+    Valid {
+        name: "a scheduler outside upstream's documented list",
+        text: "ipvs:\n  scheduler: ovf",
+        check: |c| c.ipvs.scheduler.as_str() == "ovf",
+    },
+    Valid {
+        name: "a site's own scheduler",
+        text: "ipvs:\n  scheduler: site_built",
+        check: |c| c.ipvs.scheduler.as_str() == "site_built",
+    },
+    Valid {
+        name: "an empty scheduler is round robin",
+        text: "ipvs:\n  scheduler: \"\"",
+        check: |c| c.ipvs.scheduler.as_str() == "rr",
     },
     Valid {
         name: "config sync period: accepted, and nothing else changes",
@@ -369,12 +387,6 @@ const HEAD: &str = "apiVersion: kubeproxy.config.k8s.io/v1alpha1\n\
                     kind: KubeProxyConfiguration\n";
 
 const INVALID: &[Invalid] = &[
-    Invalid {
-        name: "unknown scheduler",
-        text: "ipvs:\n  scheduler: foo",
-        field: "ipvs.scheduler",
-        reason: "unknown scheduler \"foo\"",
-    },
     Invalid {
         name: "another proxy mode",
         text: "mode: iptables",
@@ -610,14 +622,14 @@ fn broken_yaml_is_a_syntax_error_on_one_line() {
 
 #[test]
 fn every_error_is_reported_at_once() {
-    let text = format!("{HEAD}mode: iptables\nipvs:\n  scheduler: foo\n");
+    let text = format!("{HEAD}mode: iptables\nipvs:\n  syncPeriod: -1s\n");
     let fields: Vec<String> = from_file(&text)
         .unwrap_err()
         .fields()
         .into_iter()
         .map(|f| f.field)
         .collect();
-    assert_eq!(fields, vec!["mode", "ipvs.scheduler"]);
+    assert_eq!(fields, vec!["mode", "ipvs.syncPeriod"]);
 }
 
 #[test]
@@ -683,7 +695,7 @@ fn flags_alone_configure_everything() {
     let resolved = resolve(&a, None).unwrap();
     let expected = Config {
         ipvs: IpvsConfig {
-            scheduler: Scheduler::WeightedRoundRobin,
+            scheduler: Scheduler::from("wrr"),
             sync_period: Duration::from_secs(10),
             min_sync_period: Duration::from_secs(1),
             exclude_cidrs: vec![net("198.18.10.0/24"), net("2001:db8::/64")],
@@ -714,6 +726,7 @@ fn flags_alone_configure_everything() {
         api_tls_dir: None,
         api_token_file: None,
         service_proxy_name: Some("ours".into()),
+        scheduler_flags: Default::default(),
         logging: LoggingConfig {
             format: LogFormat::Json,
             verbosity: 3,
@@ -746,7 +759,7 @@ fn with_a_config_file_most_flags_are_ignored() {
     let resolved = resolve(&a, Some(KUBEADM)).unwrap();
     let c = &resolved.config;
     // From the file:
-    assert_eq!(c.ipvs.scheduler, Scheduler::RoundRobin);
+    assert_eq!(c.ipvs.scheduler, Scheduler::default());
     assert!(!c.masquerade_all);
     assert_eq!(
         c.kubeconfig,
@@ -810,6 +823,7 @@ fn with_a_config_file_every_configuration_flag_given_is_named() {
         "--hostname-override=node-c",
         "--state=/tmp/state.yaml",
         "--service-proxy-name=ours",
+        "--ipvs-scheduler-flags=mh-fallback",
         "-v=3",
         "--logging-format=json",
     ];
@@ -893,11 +907,6 @@ fn hostname_override_flag_beats_the_file() {
 fn invalid_flags_name_the_flag() {
     let cases: &[(&[&str], &str, &str)] = &[
         (&["--proxy-mode=iptables"], "--proxy-mode", "only \"ipvs\""),
-        (
-            &["--ipvs-scheduler=foo"],
-            "--ipvs-scheduler",
-            "unknown scheduler",
-        ),
         (
             &["--iptables-masquerade-bit=40"],
             "--iptables-masquerade-bit",
@@ -1249,27 +1258,6 @@ fn node_name_prefers_the_override() {
 }
 
 #[test]
-fn scheduler_names_round_trip() {
-    let names: Vec<&str> = Scheduler::names().collect();
-    assert_eq!(
-        names,
-        vec![
-            "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "sh", "dh", "sed", "nq",
-            "mh"
-        ]
-    );
-    for name in names {
-        let scheduler: Scheduler = name.parse().unwrap();
-        assert_eq!(scheduler.as_str(), name);
-    }
-    assert_eq!("".parse::<Scheduler>(), Ok(Scheduler::RoundRobin));
-    assert_eq!(
-        "foo".parse::<Scheduler>(),
-        Err(UnknownScheduler("foo".to_owned()))
-    );
-}
-
-#[test]
 fn unknown_fields_are_warnings_as_with_kube_proxys_lenient_decoding() {
     let text = format!("{HEAD}modee: ipvs\nipvs:\n  schedulr: rr\n");
     let resolved = from_file(&text).expect("accepted, as upstream does");
@@ -1517,4 +1505,30 @@ fn flagz_shows_the_flags_not_the_file() {
             "--{flag}"
         );
     }
+}
+
+#[test]
+fn scheduler_flags_apply_with_or_without_a_file() {
+    let flags =
+        resolve(&args(&["--ipvs-scheduler-flags=mh-fallback,mh-port"]), None)
+            .unwrap()
+            .config
+            .scheduler_flags;
+    assert_eq!(flags.names(), ["mh-fallback", "mh-port"]);
+    let with_file = resolve(
+        &args(&["--ipvs-scheduler-flags=sh-fallback"]),
+        Some(KUBEADM),
+    )
+    .unwrap();
+    assert_eq!(with_file.config.scheduler_flags.names(), ["sh-fallback"]);
+    assert_eq!(with_file.warnings, [], "ours, not a file field: no warning");
+    assert_eq!(
+        resolve(&args(&[]), None).unwrap().config.scheduler_flags,
+        FlagChoice::default()
+    );
+    let err =
+        resolve(&args(&["--ipvs-scheduler-flags=mh-fast"]), None).unwrap_err();
+    let message = err.to_string();
+    assert!(message.starts_with("--ipvs-scheduler-flags"), "{message}");
+    assert!(message.contains("mh-fast"), "{message}");
 }

@@ -310,6 +310,7 @@ pub fn to_config(
         api_tls_dir: None,
         api_token_file: None,
         service_proxy_name: None,
+        scheduler_flags: Default::default(),
         logging,
         oom_score_adj,
         conntrack,
@@ -467,15 +468,8 @@ fn ipvs_config(v: &mut Validator, kpc: &KubeProxyConfiguration) -> IpvsConfig {
             ),
         );
     }
-    let scheduler_text = ipvs.scheduler.unwrap_or_default();
-    let scheduler = scheduler_text.parse::<Scheduler>().unwrap_or_else(|e| {
-        let known: Vec<_> = Scheduler::names().collect();
-        v.err(
-            "ipvs.scheduler",
-            format!("{e} (must be one of {})", known.join(", ")),
-        );
-        Scheduler::default()
-    });
+    let scheduler =
+        Scheduler::from(ipvs.scheduler.unwrap_or_default().as_str());
     let exclude_cidrs = ipvs
         .exclude_cidrs
         .unwrap_or_default()

@@ -250,7 +250,7 @@ impl Family<'_> {
             protocol: self.svc.protocol,
             address,
             port,
-            scheduler: self.ctx.scheduler.clone(),
+            scheduling: self.ctx.scheduling.clone(),
             persistent: timeout.is_some(),
             timeout: timeout.unwrap_or(0),
             service: self.name.clone(),

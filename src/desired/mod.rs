@@ -15,7 +15,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-use std::{collections::BTreeSet, net::IpAddr, sync::Arc};
+use std::{collections::BTreeSet, net::IpAddr};
 
 use serde::Serialize;
 
@@ -25,7 +25,7 @@ pub use ipsets::{SetEntry, SetKind, SetName, SetType};
 pub use sorted_set::SortedSet;
 pub use state::{DesiredState, Plan, ServiceDelta};
 
-use crate::model::{IpFamily, Protocol, ServicePortName};
+use crate::model::{IpFamily, Protocol, Scheduling, ServicePortName};
 
 /// Which address of a service a virtual server serves. Not part of the
 /// plan's JSON: it is visible there from the address itself.
@@ -53,8 +53,10 @@ pub struct VirtualServer {
     pub protocol: Protocol,
     pub address: IpAddr,
     pub port: u16,
-    /// Shared with every virtual server and the node context.
-    pub scheduler: Arc<str>,
+    /// The scheduler's name is shared with every virtual server and the
+    /// node context.
+    #[serde(flatten)]
+    pub scheduling: Scheduling,
     /// ClientIP session affinity, which IPVS implements as persistence.
     pub persistent: bool,
     /// The persistence timeout in seconds; 0 when not persistent.
@@ -108,8 +110,9 @@ pub struct NodeContext {
     /// Addresses already on interfaces other than kube-ipvs0. External
     /// and load-balancer IPs among them are not bound again.
     pub local_addresses: BTreeSet<IpAddr>,
-    /// The IPVS scheduler for every virtual server (`rr` by default).
-    pub scheduler: Arc<str>,
+    /// The IPVS scheduler and its flags for every virtual server (`rr` by
+    /// default).
+    pub scheduling: Scheduling,
     /// Whether this node runs the IPv6 side too: it decides whether the
     /// `KUBE-6-` sets exist at all.
     pub ipv6: bool,

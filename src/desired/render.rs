@@ -17,7 +17,7 @@ impl fmt::Display for Plan {
         for vs in &self.virtual_servers {
             let mut local = String::new();
             write_socket(&mut local, vs.address, vs.port)?;
-            let mut sched = vs.scheduler.to_string();
+            let mut sched = vs.scheduling.to_string();
             if vs.persistent {
                 write!(sched, " persistent {}", vs.timeout)?;
             }

@@ -5,8 +5,8 @@ use pretty_assertions::assert_eq;
 use super::*;
 use crate::model::{
     fixtures::{self, port_info},
-    EndpointInfo, EndpointsMap, Protocol, ServicePortInfo, ServicePortMap,
-    ServicePortName,
+    EndpointInfo, EndpointsMap, Protocol, Scheduling, ServicePortInfo,
+    ServicePortMap, ServicePortName,
 };
 
 fn ip(s: &str) -> IpAddr {
@@ -32,7 +32,7 @@ fn ctx(f: impl FnOnce(&mut NodeContext)) -> NodeContext {
         node_port_addresses: vec![ip("198.18.100.1")],
         primary_ips: vec![ip("198.18.100.1")],
         local_addresses: [ip("198.18.100.1")].into(),
-        scheduler: "rr".into(),
+        scheduling: Scheduling::upstream("rr".into()),
         ipv4: true,
         ipv6: false,
         pod_cidrs: vec![],
@@ -546,10 +546,21 @@ fn plan_json_has_the_documented_shape() {
         json["virtualServers"][0],
         serde_json::json!({
             "protocol": "TCP", "address": "198.18.0.10", "port": 80,
-            "scheduler": "rr", "persistent": false, "timeout": 0,
+            "scheduler": "rr", "flags": [], "persistent": false, "timeout": 0,
             "service": "ns/web:http",
             "realServers": [{"address": "198.19.0.5", "port": 8080, "weight": 1}]
         })
+    );
+    // The scheduler's flags by ipvsadm's names: upstream's with mh.
+    let maglev = plan_of(
+        ctx(|c| c.scheduling = Scheduling::upstream("mh".into())),
+        &[("web", svc(|_| {}), vec![ep("198.19.0.5", |_| {})])],
+    );
+    let json = serde_json::to_value(&maglev).unwrap();
+    assert_eq!(json["virtualServers"][0]["scheduler"], "mh");
+    assert_eq!(
+        json["virtualServers"][0]["flags"],
+        serde_json::json!(["mh-port"])
     );
     assert_eq!(json["boundAddresses"], serde_json::json!(["198.18.0.10"]));
     assert_eq!(

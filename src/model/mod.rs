@@ -10,6 +10,7 @@ mod ip_family;
 mod node;
 mod protocol;
 mod records;
+mod scheduling;
 mod service;
 
 #[cfg(test)]
@@ -20,6 +21,9 @@ pub use ip_family::IpFamily;
 pub use node::NodeInfo;
 pub use protocol::Protocol;
 pub use records::{ServicePorts, ServiceRecord, SliceRecord};
+pub use scheduling::{
+    FlagChoice, FlagsError, SchedulerFlags, Scheduling, STANDARD_SCHEDULERS,
+};
 pub use service::{
     NamespacedName, ServicePortInfo, ServicePortMap, ServicePortName,
 };

@@ -15,7 +15,7 @@ use super::{
 };
 use crate::{
     kernel::{ErrorKind, KernelError},
-    model::Protocol,
+    model::{Protocol, SchedulerFlags},
 };
 
 /// What the scenarios compare of a result: the kind and the errno.
@@ -127,7 +127,10 @@ pub async fn programs_services_and_real_servers<K: Ipvs>(k: &mut K) {
     let sctp = spec(service(Protocol::Sctp, "198.18.0.3", 9000), "wrr", None);
     let v6 = spec(tcp("2001:db8::10", 443), "rr", Some(600));
     let maglev = spec(tcp("198.18.0.4", 8080), "mh", None);
-    assert!(maglev.hash_source_port, "mh sets its flag, as kube-proxy");
+    assert!(
+        maglev.flags.contains(SchedulerFlags::PORT),
+        "mh sets its flag, as kube-proxy"
+    );
     let ops = vec![
         IpvsOp::AddService(plain.clone()),
         IpvsOp::AddDest(plain.key, weighted(dest("198.19.0.1", 8080), 1)),

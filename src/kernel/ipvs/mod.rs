@@ -30,10 +30,7 @@ pub use timeouts::ConnTimeouts;
 
 use super::{DetachedRead, KernelError};
 pub use crate::desired::VirtualServerKey;
-
-/// The scheduler whose flag kube-proxy sets (see
-/// [`ServiceSpec::hash_source_port`]).
-pub const MAGLEV_SCHEDULER: &str = "mh";
+use crate::model::SchedulerFlags;
 
 /// A virtual server as the proxy programs it: masquerade forwarding,
 /// `persistence` for ClientIP affinity (netmask /32 or /128, as
@@ -44,17 +41,15 @@ pub struct ServiceSpec {
     pub scheduler: String,
     /// Persistence timeout in seconds.
     pub persistence: Option<u32>,
-    /// The scheduler's second flag (`IP_VS_SVC_F_SCHED2`, shown by
-    /// ipvsadm as `mh-port` or `sh-port`): hash the client's port as well
-    /// as its address. kube-proxy sets it on every virtual server when the
-    /// scheduler is `mh`, and only then ([`ServiceSpec::new`] does the
-    /// same); it is part of the spec so that a dump shows it.
-    pub hash_source_port: bool,
+    /// The scheduler's flags (`IP_VS_SVC_F_SCHED1..3`), part of the spec
+    /// so that a dump shows them and a change is an edit.
+    pub flags: SchedulerFlags,
 }
 
 impl ServiceSpec {
-    /// The spec kube-proxy would program: the scheduler's flag follows
-    /// from the scheduler.
+    /// The spec kube-proxy would program: the scheduler's flags follow
+    /// from the scheduler (`mh-port` with `mh`, as upstream sets it on
+    /// every virtual server).
     pub fn new(
         key: VirtualServerKey,
         scheduler: impl Into<String>,
@@ -63,10 +58,17 @@ impl ServiceSpec {
         let scheduler = scheduler.into();
         Self {
             key,
-            hash_source_port: scheduler == MAGLEV_SCHEDULER,
+            flags: SchedulerFlags::upstream_default(&scheduler),
             scheduler,
             persistence,
         }
+    }
+
+    /// The same with other flags.
+    #[must_use]
+    pub fn with_flags(mut self, flags: SchedulerFlags) -> Self {
+        self.flags = flags;
+        self
     }
 }
 

@@ -8,13 +8,6 @@ use super::{
 };
 use crate::kernel::{DetachedRead, ErrorKind, KernelError};
 
-/// The schedulers a stock kernel ships (`ip_vs_*.ko`); others are refused
-/// with ENOENT, as the kernel does when the module does not exist.
-const KERNEL_SCHEDULERS: [&str; 14] = [
-    "rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq", "mh",
-    "fo", "ovf", "twos",
-];
-
 /// The kernel keeps weights in a signed int and answers ERANGE for one
 /// that turns negative there (seen in the guest, 6.1).
 const MAX_WEIGHT: u32 = i32::MAX as u32;
@@ -48,7 +41,9 @@ impl IpvsModel {
     pub fn with_table(table: IpvsTable) -> Self {
         Self {
             table,
-            schedulers: KERNEL_SCHEDULERS
+            // A stock kernel's (`ip_vs_*.ko`); others are refused with
+            // ENOENT, as the kernel does when the module does not exist.
+            schedulers: crate::model::STANDARD_SCHEDULERS
                 .iter()
                 .map(|s| s.to_string())
                 .collect(),

@@ -20,7 +20,7 @@ use super::{
 };
 use crate::{
     kernel::{read_thread, DetachedRead, ErrorKind, KernelError},
-    model::Protocol,
+    model::{Protocol, SchedulerFlags},
 };
 
 /// What dumps and connection errors name.
@@ -533,16 +533,14 @@ pub(crate) fn to_key(key: &VirtualServerKey) -> ipvs_sys::ServiceKey {
 
 /// The service kube-proxy's libipvs call sends: the address's full
 /// netmask (0xffffffff, or 128 for IPv6), persistence as the flag plus
-/// its timeout, and the `mh` scheduler's source-port flag.
+/// its timeout, and the scheduler's flags.
 pub(crate) fn to_service(spec: &ServiceSpec) -> Service {
     let mut service =
         Service::new(to_key(&spec.key)).with_scheduler(&spec.scheduler);
     if let Some(timeout) = spec.persistence {
         service = service.persistent(timeout);
     }
-    if spec.hash_source_port {
-        service.flags |= ServiceFlags::MH_PORT;
-    }
+    service.flags |= ServiceFlags(spec.flags.to_kernel());
     service
 }
 
@@ -574,7 +572,7 @@ pub(crate) fn from_service(service: &Service) -> Option<ServiceSpec> {
         persistence: flags
             .contains(ServiceFlags::PERSISTENT)
             .then_some(service.timeout),
-        hash_source_port: flags.contains(ServiceFlags::MH_PORT),
+        flags: SchedulerFlags::from_kernel(flags.0),
     })
 }
 

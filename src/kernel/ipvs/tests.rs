@@ -11,7 +11,10 @@ use super::{
     },
     DestSpec, DestState, IpvsModel, IpvsOp, ServiceSpec,
 };
-use crate::{kernel::ErrorKind, model::Protocol};
+use crate::{
+    kernel::ErrorKind,
+    model::{Protocol, SchedulerFlags},
+};
 
 /// Every contract scenario against a fresh model.
 #[tokio::test]
@@ -38,7 +41,12 @@ async fn model_passes_the_contract() {
 fn only_the_mh_scheduler_gets_the_source_port_flag() {
     for (scheduler, flag) in [("mh", true), ("rr", false), ("sh", false)] {
         let spec = ServiceSpec::new(tcp("198.18.0.1", 80), scheduler, None);
-        assert_eq!(spec.hash_source_port, flag, "{scheduler}");
+        assert_eq!(
+            spec.flags.contains(SchedulerFlags::PORT),
+            flag,
+            "{scheduler}"
+        );
+        assert!(!spec.flags.contains(SchedulerFlags::FALLBACK));
     }
 }
 

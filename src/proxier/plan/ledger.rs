@@ -37,11 +37,19 @@ pub struct Ledger {
 
 /// The programmed form of a virtual server.
 pub fn service_spec(vs: &VirtualServer) -> ServiceSpec {
-    spec_of(vs.key(), &vs.scheduler, vs.persistent.then_some(vs.timeout))
+    let scheduling = &vs.scheduling;
+    spec_of(
+        vs.key(),
+        &scheduling.scheduler,
+        vs.persistent.then_some(vs.timeout),
+    )
+    .with_flags(scheduling.flags)
 }
 
 /// The one place a [`ServiceSpec`] is built, so that a field the IPVS
-/// facility adds (the `mh` scheduler's flag) is filled in here only.
+/// facility adds is filled in here only: the scheduler's flags as
+/// upstream sets them, which [`service_spec`] replaces with the virtual
+/// server's own.
 pub fn spec_of(
     key: VirtualServerKey,
     scheduler: &str,

@@ -20,7 +20,8 @@ use crate::{
         },
     },
     model::{
-        fixtures, EndpointInfo, Protocol, ServicePortInfo, ServicePortName,
+        fixtures, EndpointInfo, Protocol, Scheduling, ServicePortInfo,
+        ServicePortName,
     },
     selection::select,
 };
@@ -38,7 +39,7 @@ fn ctx(f: impl FnOnce(&mut NodeContext)) -> NodeContext {
         node_port_addresses: vec![ip(NODE_IP)],
         primary_ips: vec![ip(NODE_IP)],
         local_addresses: [ip(NODE_IP)].into(),
-        scheduler: "rr".into(),
+        scheduling: Scheduling::upstream("rr".into()),
         ipv4: true,
         ipv6: false,
         pod_cidrs: vec![],
@@ -296,7 +297,7 @@ fn plan_turns_deltas_into_exactly_the_change() {
                 "http",
                 &["198.19.0.5"],
                 |_| {},
-                |c| c.scheduler = "mh".into(),
+                |c| c.scheduling = Scheduling::upstream("mh".into()),
             )],
             expected: KernelOps {
                 ipvs: vec![IpvsOp::UpdateService(spec_of(
