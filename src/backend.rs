@@ -138,6 +138,16 @@ pub trait Backend: Send + 'static {
         std::future::ready(None)
     }
 
+    /// Whether the kernel has `scheduler`, which a Service's annotation
+    /// names: asked once per name, before a virtual server uses it.
+    fn has_scheduler(
+        &mut self,
+        scheduler: &str,
+    ) -> impl Future<Output = bool> + Send {
+        let _ = scheduler;
+        std::future::ready(true)
+    }
+
     /// How often [`Backend::poll`] should run; `None` never.
     fn poll_interval(&self) -> Option<Duration> {
         None
@@ -152,7 +162,8 @@ pub trait Backend: Send + 'static {
 
 /// In a layer's `impl Backend` (iptables, conntrack over the proxier):
 /// what the layer leaves to the backend it wraps, its field `inner`: the
-/// node's addresses and the periodic work between syncs.
+/// node's addresses, the kernel's schedulers and the periodic work
+/// between syncs.
 macro_rules! leave_to_inner {
     () => {
         fn local_addresses(
@@ -160,6 +171,13 @@ macro_rules! leave_to_inner {
         ) -> impl ::std::future::Future<Output = Option<Vec<::std::net::IpAddr>>>
                + Send {
             self.inner.local_addresses()
+        }
+
+        fn has_scheduler(
+            &mut self,
+            scheduler: &str,
+        ) -> impl ::std::future::Future<Output = bool> + Send {
+            self.inner.has_scheduler(scheduler)
         }
 
         fn poll_interval(&self) -> Option<::std::time::Duration> {

@@ -3,7 +3,7 @@
 //! exactly the service ports that changed.
 
 use std::{
-    collections::{HashMap, HashSet},
+    collections::{BTreeSet, HashMap, HashSet},
     net::{IpAddr, Ipv4Addr, Ipv6Addr},
     sync::Arc,
     time::SystemTime,
@@ -14,10 +14,10 @@ use kube::runtime::watcher::Event;
 
 use crate::{
     config::{Config, DetectLocal, NodePortAddress},
-    desired::{DesiredState, NodeContext, Plan, ServiceDelta},
+    desired::{DesiredState, NodeContext, Plan, SchedulerPolicy, ServiceDelta},
     model::{
         EndpointsMap, FlagChoice, IpFamily, NamespacedName, NodeInfo, Protocol,
-        Scheduling, ServicePortMap, ServicePortName,
+        ServicePortMap, ServicePortName,
     },
     nodeview::{Change, Key, Received, Update},
     selection::EndpointsView,
@@ -43,6 +43,8 @@ pub struct NodeSettings {
     pub scheduler: Arc<str>,
     /// `--ipvs-scheduler-flags`.
     pub scheduler_flags: FlagChoice,
+    /// `--ipvs-service-schedulers`.
+    pub service_schedulers: BTreeSet<Arc<str>>,
     pub node_port_addresses: Vec<NodePortAddress>,
     pub detect_local_node_cidr: bool,
     /// `bindAddress`, when a specific address: the node's primary IP of
@@ -58,6 +60,9 @@ impl NodeSettings {
         Self {
             scheduler: config.ipvs.scheduler.as_str().into(),
             scheduler_flags: config.scheduler_flags,
+            service_schedulers: (config.service_schedulers.iter())
+                .map(|s| Arc::from(s.as_str()))
+                .collect(),
             node_port_addresses: config.node_port_addresses.clone(),
             detect_local_node_cidr: config.detect_local
                 == DetectLocal::NodeCidr,
@@ -101,9 +106,10 @@ pub fn node_context(
         node_port_addresses,
         primary_ips,
         local_addresses: local.iter().copied().collect(),
-        scheduling: Scheduling::chosen(
+        schedulers: SchedulerPolicy::new(
             settings.scheduler.clone(),
-            &settings.scheduler_flags,
+            settings.scheduler_flags,
+            settings.service_schedulers.clone(),
         ),
         ipv4: families.contains(&IpFamily::V4),
         ipv6: families.contains(&IpFamily::V6),
@@ -248,6 +254,29 @@ pub struct SyncOutcome {
     pub endpoints: EndpointsUpdateResult,
 }
 
+impl SyncOutcome {
+    /// This sync followed at once by `next`, as one: a port both changed
+    /// goes from this one's previous state to `next`'s current.
+    pub fn then(mut self, next: SyncOutcome) -> SyncOutcome {
+        let mut at: HashMap<ServicePortName, usize> = (self.deltas.iter())
+            .enumerate()
+            .map(|(i, d)| (d.service.clone(), i))
+            .collect();
+        for delta in next.deltas {
+            match at.get(&delta.service) {
+                Some(&i) => self.deltas[i].current = delta.current,
+                None => {
+                    at.insert(delta.service.clone(), self.deltas.len());
+                    self.deltas.push(delta);
+                }
+            }
+        }
+        // A port that came back to where it was is no change.
+        self.deltas.retain(|d| d.previous != d.current);
+        self
+    }
+}
+
 #[derive(Debug)]
 pub struct SyncState {
     node_name: String,
@@ -260,6 +289,10 @@ pub struct SyncState {
     /// Trigger times before this are from before we started, whichever
     /// side tracked them.
     start_time: SystemTime,
+    /// Schedulers Services' annotations named that the kernel was asked
+    /// about, and those of them it lacks.
+    probed_schedulers: BTreeSet<Arc<str>>,
+    missing_schedulers: BTreeSet<Arc<str>>,
 }
 
 /// Where a node's services and endpoints come from: one or the other for
@@ -353,6 +386,39 @@ impl SyncState {
             desired: DesiredState::new(ctx),
             node_dirty: false,
             start_time,
+            probed_schedulers: BTreeSet::new(),
+            missing_schedulers: BTreeSet::new(),
+        }
+    }
+
+    /// The schedulers the deltas' virtual servers run that the kernel was
+    /// not asked about yet: Services' own, never the node's, which the
+    /// start-up probe asked for.
+    pub fn unprobed_schedulers(
+        &self,
+        deltas: &[ServiceDelta],
+    ) -> Vec<Arc<str>> {
+        let mut names = BTreeSet::new();
+        for state in deltas.iter().filter_map(|d| d.current.as_ref()) {
+            for vs in &state.virtual_servers {
+                let name = &vs.scheduling.scheduler;
+                if *name != self.settings.scheduler
+                    && !self.probed_schedulers.contains(name)
+                {
+                    names.insert(name.clone());
+                }
+            }
+        }
+        names.into_iter().collect()
+    }
+
+    /// What the kernel answered for `scheduler`. One it lacks makes the
+    /// next sync recompute every port: the Services that chose it run
+    /// the node's scheduler instead.
+    pub fn scheduler_probed(&mut self, scheduler: Arc<str>, present: bool) {
+        self.probed_schedulers.insert(scheduler.clone());
+        if !present && self.missing_schedulers.insert(scheduler) {
+            self.node_dirty = true;
         }
     }
 
@@ -566,12 +632,13 @@ impl SyncState {
         let service_map = self.input.service_map();
         let endpoints_view = self.input.endpoints();
         if std::mem::take(&mut self.node_dirty) {
-            let ctx = node_context(
+            let mut ctx = node_context(
                 &self.node_name,
                 self.node.node(),
                 &self.settings,
                 self.local_addresses.as_deref(),
             );
+            ctx.schedulers.missing = self.missing_schedulers.clone();
             deltas = self.desired.set_context(ctx, service_map, endpoints_view);
         }
         // After a context change every port was recomputed already; the
@@ -586,6 +653,7 @@ impl SyncState {
                     .chain(&endpoints.changed_ports),
             ),
         );
+        report_refused_schedulers(&deltas);
         SyncOutcome {
             deltas,
             services,
@@ -744,5 +812,44 @@ pub fn plan_node_name(
     match snapshot.nodes.as_slice() {
         [only] => only.metadata.name.clone(),
         _ => None,
+    }
+}
+
+/// A Service's annotated scheduler that the node does not run is named
+/// when the refusal appears, once per Service whatever its ports.
+fn report_refused_schedulers(deltas: &[ServiceDelta]) {
+    use crate::{
+        desired::Refusal,
+        model::{InvalidObject, InvalidReason, ObjectKind},
+        telemetry::events::InternalEvent as _,
+    };
+    let mut named = HashSet::new();
+    for delta in deltas {
+        let refused = |s: &Option<Arc<crate::desired::ServiceState>>| {
+            s.as_ref().and_then(|s| s.refused_scheduler.clone())
+        };
+        let Some(now) = refused(&delta.current) else {
+            continue;
+        };
+        if refused(&delta.previous).as_ref() == Some(&now)
+            || !named.insert(&delta.service.service)
+        {
+            continue;
+        }
+        let scheduler = now.scheduler.to_string();
+        let reason = match now.why {
+            Refusal::NotAllowed => {
+                InvalidReason::SchedulerNotAllowed { scheduler }
+            }
+            Refusal::NotInKernel => {
+                InvalidReason::SchedulerNotInKernel { scheduler }
+            }
+        };
+        (&InvalidObject {
+            kind: ObjectKind::Service,
+            object: delta.service.service.clone(),
+            reason,
+        })
+            .emit();
     }
 }

@@ -221,6 +221,7 @@ async fn removed_endpoint() -> Result<()> {
         internal_policy_local: false,
         health_check_node_port: 0,
         is_load_balancer: false,
+        scheduling: None,
     };
     let mut serving = UdpServing::new();
     let name = ServicePortName::new("ns", "dns", "dns", Protocol::Udp);

@@ -119,6 +119,10 @@ pub async fn serve<B: Backend>(
                 &node_name,
             );
             sink.starting();
+            let warnings = sink.clone();
+            crate::telemetry::events::record_service_warnings_to(Box::new(
+                move |service, why| warnings.scheduling_not_used(service, &why),
+            ));
             events = Some(sink);
             daemon::Source::Objects(watch)
         }

@@ -202,8 +202,8 @@ macro_rules! given_flags {
 ///   `hostnameOverride`;
 /// - the flags that are not part of `KubeProxyConfiguration`: `--config`
 ///   itself, `--cleanup`, and our own `--state`, `--api-endpoint`,
-///   `--api-tls-dir`, `--api-token-file`, `--service-proxy-name` and
-///   `--ipvs-scheduler-flags`.
+///   `--api-tls-dir`, `--api-token-file`, `--service-proxy-name`,
+///   `--ipvs-scheduler-flags` and `--ipvs-service-schedulers`.
 #[derive(Debug, Clone, Default, PartialEq, Args)]
 #[command(mut_args(go_bools))]
 pub struct ConfigArgs {
@@ -247,6 +247,13 @@ pub struct ConfigArgs {
     /// (mh-port with mh).
     #[arg(long, value_name = "FLAGS")]
     pub ipvs_scheduler_flags: Option<String>,
+
+    /// The schedulers a Service's kube-ipvs-proxy.io/scheduler (or
+    /// kube-router's) annotation may choose, comma-separated; an empty
+    /// list lets annotations choose none. Default: a standard kernel's
+    /// (rr, wrr, lc, wlc, fo, ovf, lblc, lblcr, dh, sh, mh, sed, nq, twos).
+    #[arg(long, value_name = "NAMES")]
+    pub ipvs_service_schedulers: Option<String>,
 
     /// Which proxy mode to use; only "ipvs" is supported.
     #[arg(long, value_name = "MODE")]

@@ -96,6 +96,7 @@ pub(super) fn value_of(
         "api-token-file" => path(&args.api_token_file),
         "service-proxy-name" => text(&args.service_proxy_name),
         "ipvs-scheduler-flags" => text(&args.ipvs_scheduler_flags),
+        "ipvs-service-schedulers" => text(&args.ipvs_service_schedulers),
         "master" => text(&args.master),
         // A serving process was not given these, or only as false.
         "cleanup" | "version" | "init-only" => "false".to_owned(),

@@ -170,6 +170,13 @@ pub fn resolve(
             }])
         })?;
     }
+    if let Some(text) = args.ipvs_service_schedulers.as_deref() {
+        config.service_schedulers = (text.split(','))
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+    }
     Ok(Resolved { config, warnings })
 }
 

@@ -589,6 +589,24 @@ fn markdown() -> String {
             cell(field.note)
         );
     }
+
+    out.push_str(
+        "\n## Service annotations\n\n\
+         Ours, read on every Service. A bad value, or a scheduler the node\n\
+         will not run (not in `--ipvs-service-schedulers`, or not in the\n\
+         kernel, which is asked once per name), is logged with the\n\
+         Service's namespace and name, counted in\n\
+         `kube_ipvs_proxy_invalid_objects_total` (reasons\n\
+         `invalid_scheduling_annotation`, `scheduler_not_allowed`,\n\
+         `scheduler_not_in_kernel`), recorded as a `Warning` Event\n\
+         `IPVSSchedulingNotUsed` on the Service, and the node's default\n\
+         used instead. Session affinity stays ClientIP's persistence,\n\
+         beside the scheduler and its flags.\n\n\
+         | annotation | what it does |\n|---|---|\n",
+    );
+    for (annotation, what) in crate::model::SERVICE_ANNOTATIONS {
+        let _ = writeln!(out, "| `{annotation}` | {} |", cell(what));
+    }
     out
 }
 

@@ -12,7 +12,12 @@ use std::{
 
 use ipnet::IpNet;
 
-use crate::model::FlagChoice;
+use crate::model::{FlagChoice, STANDARD_SCHEDULERS};
+
+/// What `--ipvs-service-schedulers` lets annotations choose by default.
+pub fn standard_service_schedulers() -> Vec<String> {
+    STANDARD_SCHEDULERS.iter().map(|&s| s.to_owned()).collect()
+}
 
 /// kube-proxy's ports for the health check and metrics servers.
 pub const HEALTHZ_PORT: u16 = 10256;
@@ -74,6 +79,9 @@ pub struct Config {
     /// The scheduler flags chosen for the schedulers that take them
     /// (`--ipvs-scheduler-flags`); upstream's where none is chosen.
     pub scheduler_flags: FlagChoice,
+    /// The schedulers a Service's annotation may choose
+    /// (`--ipvs-service-schedulers`): a standard kernel's by default.
+    pub service_schedulers: Vec<String>,
     pub logging: LoggingConfig,
     /// Written to `/proc/self/oom_score_adj` at start-up, as upstream
     /// does (`oomScoreAdj`, `--oom-score-adj`).
@@ -288,6 +296,7 @@ impl Default for Config {
             api_token_file: None,
             service_proxy_name: None,
             scheduler_flags: FlagChoice::default(),
+            service_schedulers: standard_service_schedulers(),
             logging: LoggingConfig::default(),
             oom_score_adj: DEFAULT_OOM_SCORE_ADJ,
             conntrack: ConntrackConfig::default(),

@@ -126,6 +126,7 @@ fn upstream_defaults() -> Config {
         api_token_file: None,
         service_proxy_name: None,
         scheduler_flags: Default::default(),
+        service_schedulers: super::settings::standard_service_schedulers(),
         // defaults.go calls component-base's
         // SetRecommendedLoggingConfiguration (logs/api/v1): format
         // "text"; the verbosity is not defaulted.
@@ -727,6 +728,7 @@ fn flags_alone_configure_everything() {
         api_token_file: None,
         service_proxy_name: Some("ours".into()),
         scheduler_flags: Default::default(),
+        service_schedulers: super::settings::standard_service_schedulers(),
         logging: LoggingConfig {
             format: LogFormat::Json,
             verbosity: 3,
@@ -824,6 +826,7 @@ fn with_a_config_file_every_configuration_flag_given_is_named() {
         "--state=/tmp/state.yaml",
         "--service-proxy-name=ours",
         "--ipvs-scheduler-flags=mh-fallback",
+        "--ipvs-service-schedulers=rr,mh",
         "-v=3",
         "--logging-format=json",
     ];

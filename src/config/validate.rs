@@ -311,6 +311,7 @@ pub fn to_config(
         api_token_file: None,
         service_proxy_name: None,
         scheduler_flags: Default::default(),
+        service_schedulers: super::settings::standard_service_schedulers(),
         logging,
         oom_score_adj,
         conntrack,

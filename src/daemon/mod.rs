@@ -313,7 +313,18 @@ impl<B: Backend> SyncLoop<B> {
             }
         }
         let changes = self.stages.checkout(started);
-        let outcome = self.state.sync();
+        let mut outcome = self.state.sync();
+        // A scheduler a Service's annotation names is asked of the kernel
+        // once, before a virtual server uses it; one the kernel lacks is
+        // replaced by the node's in the same sync.
+        let unprobed = self.state.unprobed_schedulers(&outcome.deltas);
+        if !unprobed.is_empty() {
+            for scheduler in unprobed {
+                let present = self.backend.has_scheduler(&scheduler).await;
+                self.state.scheduler_probed(scheduler, present);
+            }
+            outcome = outcome.then(self.state.sync());
+        }
         self.reporter.changed(&self.state, &outcome);
         let batch = SyncBatch {
             trigger,

@@ -29,7 +29,11 @@ enum Seen {
         reason: SyncReason,
         deltas: usize,
         node_ports: Vec<IpAddr>,
+        /// Each virtual server's service port and scheduler, after it.
+        schedulers: Vec<(String, String)>,
     },
+    /// Asked whether the kernel has a scheduler.
+    Probed(String),
     RepairBegun,
     RepairStep,
     Poll,
@@ -116,6 +120,10 @@ impl Backend for Recording {
                 .context()
                 .node_port_addresses
                 .clone(),
+            schedulers: (batch.state.desired().snapshot().virtual_servers)
+                .iter()
+                .map(|vs| (vs.service.to_string(), vs.scheduling.to_string()))
+                .collect(),
         });
         let mut fail = self.fail_first.lock().unwrap();
         if *fail > 0 {
@@ -157,6 +165,11 @@ impl Backend for Recording {
             0 => RepairStep::Done,
             _ => RepairStep::Continue,
         }
+    }
+
+    async fn has_scheduler(&mut self, scheduler: &str) -> bool {
+        self.record(Seen::Probed(scheduler.to_owned()));
+        scheduler != "twos"
     }
 
     fn poll_interval(&self) -> Option<Duration> {
@@ -511,4 +524,65 @@ async fn without_a_view_nothing_is_synced() {
     )
     .await;
     assert_eq!(backend.syncs(), []);
+}
+
+/// A Service's annotated scheduler is asked of the kernel once, before a
+/// virtual server uses it; one the kernel lacks is replaced by the
+/// node's in the same sync, and not asked again.
+#[tokio::test(start_paused = true)]
+async fn annotated_schedulers_are_probed_once_and_a_missing_one_falls_back() {
+    use crate::model::ANNOTATION_SCHEDULER;
+    let annotated = |i: u8, scheduler: &'static str| {
+        let mut svc = service(i);
+        svc.metadata.annotations = Some(
+            [(ANNOTATION_SCHEDULER.to_owned(), scheduler.to_owned())].into(),
+        );
+        svc
+    };
+    let start = Instant::now();
+    let source = futures::stream::iter(vec![
+        SourceEvent::Service(Event::Init),
+        SourceEvent::Service(Event::InitApply(annotated(0, "sh"))),
+        SourceEvent::Service(Event::InitApply(annotated(1, "twos"))),
+        SourceEvent::Service(Event::InitDone),
+        SourceEvent::EndpointSlice(Event::Init),
+        SourceEvent::EndpointSlice(Event::InitDone),
+    ])
+    .chain(futures::stream::once(async move {
+        tokio::time::sleep_until(start + Duration::from_secs(5)).await;
+        SourceEvent::Service(Event::Apply(annotated(2, "twos")))
+    }))
+    .chain(futures::stream::pending());
+    let backend = Recording::new(1);
+    run_for(backend.clone(), source, Duration::from_secs(20)).await;
+    let probed: Vec<String> = backend
+        .seen()
+        .into_iter()
+        .filter_map(|(_, seen)| match seen {
+            Seen::Probed(name) => Some(name),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(probed, ["sh", "twos"], "each once, the node's never");
+    let last = backend
+        .seen()
+        .into_iter()
+        .rev()
+        .find_map(|(_, seen)| match seen {
+            Seen::Sync { schedulers, .. } => Some(schedulers),
+            _ => None,
+        })
+        .expect("synced");
+    let of = |name: &str| {
+        last.iter()
+            .find(|(service, _)| service.starts_with(name))
+            .map(|(_, scheduler)| scheduler.as_str())
+    };
+    assert_eq!(of("ns/svc-0:"), Some("sh"));
+    assert_eq!(of("ns/svc-1:"), Some("rr"), "the kernel has no twos");
+    assert_eq!(
+        of("ns/svc-2:"),
+        Some("rr"),
+        "known missing, not asked again"
+    );
 }

@@ -12,7 +12,9 @@ use super::{
     VirtualServer, VirtualServerKind,
 };
 use crate::{
-    model::{EndpointInfo, Protocol, ServicePortInfo, ServicePortName},
+    model::{
+        EndpointInfo, Protocol, Scheduling, ServicePortInfo, ServicePortName,
+    },
     selection::{ipvs_real_servers, NodeEndpoints},
 };
 
@@ -26,6 +28,8 @@ pub fn service_state(
     ctx: &NodeContext,
 ) -> ServiceState {
     let mut state = ServiceState::default();
+    let (scheduling, refused) = ctx.schedulers.for_service(svc);
+    state.refused_scheduler = refused;
     for &cluster_ip in &svc.cluster_ips {
         let ipv6 = cluster_ip.is_ipv6();
         if (ipv6 && !ctx.ipv6) || (!ipv6 && !ctx.ipv4) {
@@ -37,6 +41,7 @@ pub fn service_state(
             name,
             svc,
             ctx,
+            scheduling: &scheduling,
             ipv6,
             endpoints,
             state: &mut state,
@@ -53,6 +58,7 @@ struct Family<'a> {
     name: &'a ServicePortName,
     svc: &'a ServicePortInfo,
     ctx: &'a NodeContext,
+    scheduling: &'a Scheduling,
     ipv6: bool,
     endpoints: &'a NodeEndpoints,
     state: &'a mut ServiceState,
@@ -250,7 +256,7 @@ impl Family<'_> {
             protocol: self.svc.protocol,
             address,
             port,
-            scheduling: self.ctx.scheduling.clone(),
+            scheduling: self.scheduling.clone(),
             persistent: timeout.is_some(),
             timeout: timeout.unwrap_or(0),
             service: self.name.clone(),

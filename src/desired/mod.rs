@@ -10,6 +10,7 @@
 mod compute;
 mod ipsets;
 mod render;
+mod schedulers;
 mod sorted_set;
 mod state;
 #[cfg(test)]
@@ -22,6 +23,9 @@ use serde::Serialize;
 #[cfg(test)]
 pub use compute::service_state;
 pub use ipsets::{SetEntry, SetKind, SetName, SetType};
+pub use schedulers::{
+    standard as standard_schedulers, Refusal, RefusedScheduler, SchedulerPolicy,
+};
 pub use sorted_set::SortedSet;
 pub use state::{DesiredState, Plan, ServiceDelta};
 
@@ -91,6 +95,8 @@ pub struct ServiceState {
     /// Addresses this service port needs on kube-ipvs0.
     pub bound_addresses: SortedSet<IpAddr>,
     pub set_entries: SortedSet<(SetName, SetEntry)>,
+    /// The Service's annotated scheduler, when the node would not run it.
+    pub refused_scheduler: Option<RefusedScheduler>,
 }
 
 /// What the computation needs to know about the node it runs on. A change
@@ -111,8 +117,8 @@ pub struct NodeContext {
     /// and load-balancer IPs among them are not bound again.
     pub local_addresses: BTreeSet<IpAddr>,
     /// The IPVS scheduler and its flags for every virtual server (`rr` by
-    /// default).
-    pub scheduling: Scheduling,
+    /// default), and what Services' annotations may choose instead.
+    pub schedulers: SchedulerPolicy,
     /// Whether this node runs the IPv6 side too: it decides whether the
     /// `KUBE-6-` sets exist at all.
     pub ipv6: bool,

@@ -86,8 +86,9 @@ fn write_socket(
 
 impl super::Plan {
     /// One line per virtual server, `TCP 198.18.0.10:80 -> a:p,b:p` (with
-    /// `persistent N` when sticky): compact enough to compare whole plans
-    /// in tests and logs.
+    /// the scheduler and flags when not upstream's `rr`, and `persistent
+    /// N` when sticky): compact enough to compare whole plans in tests and
+    /// logs.
     #[cfg(test)]
     pub fn virtual_server_lines(&self) -> Vec<String> {
         self.virtual_servers
@@ -105,10 +106,18 @@ impl super::Plan {
                 } else {
                     String::new()
                 };
+                // Upstream's default is left out, as the lines are short.
+                let scheduling = match vs.scheduling
+                    == crate::model::Scheduling::default()
+                {
+                    true => String::new(),
+                    false => format!(" {}", vs.scheduling),
+                };
                 format!(
-                    "{} {}{} -> {}",
+                    "{} {}{}{} -> {}",
                     vs.protocol,
                     std::net::SocketAddr::new(vs.address, vs.port),
+                    scheduling,
                     persist,
                     rs.join(",")
                 )

@@ -5,8 +5,8 @@ use pretty_assertions::assert_eq;
 use super::*;
 use crate::model::{
     fixtures::{self, port_info},
-    EndpointInfo, EndpointsMap, Protocol, Scheduling, ServicePortInfo,
-    ServicePortMap, ServicePortName,
+    EndpointInfo, EndpointsMap, FlagChoice, Protocol, SchedulerFlags,
+    ServicePortInfo, ServicePortMap, ServicePortName, ServiceScheduling,
 };
 
 fn ip(s: &str) -> IpAddr {
@@ -32,7 +32,7 @@ fn ctx(f: impl FnOnce(&mut NodeContext)) -> NodeContext {
         node_port_addresses: vec![ip("198.18.100.1")],
         primary_ips: vec![ip("198.18.100.1")],
         local_addresses: [ip("198.18.100.1")].into(),
-        scheduling: Scheduling::upstream("rr".into()),
+        schedulers: SchedulerPolicy::default(),
         ipv4: true,
         ipv6: false,
         pod_cidrs: vec![],
@@ -553,7 +553,7 @@ fn plan_json_has_the_documented_shape() {
     );
     // The scheduler's flags by ipvsadm's names: upstream's with mh.
     let maglev = plan_of(
-        ctx(|c| c.scheduling = Scheduling::upstream("mh".into())),
+        ctx(|c| c.schedulers.scheduler = "mh".into()),
         &[("web", svc(|_| {}), vec![ep("198.19.0.5", |_| {})])],
     );
     let json = serde_json::to_value(&maglev).unwrap();
@@ -593,4 +593,71 @@ fn a_set_of_ours_is_found_by_its_kernel_name() {
     }
     assert_eq!(SetName::from_kernel_name("KUBE-SOMEONE-ELSE"), None);
     assert_eq!(SetName::from_kernel_name(""), None);
+}
+
+#[test]
+fn a_services_annotated_scheduler_runs_when_the_operator_allows_it() {
+    let annotated = |scheduler: &str, flags: Option<(&str, SchedulerFlags)>| {
+        let scheduling = ServiceScheduling {
+            scheduler: Some(scheduler.into()),
+            flags: flags.map(|(for_, f)| (for_.into(), f)),
+        };
+        svc(move |s| s.scheduling = Some(scheduling))
+    };
+    let first_vs = |ctx: NodeContext, svc: ServicePortInfo| {
+        let mut svcs = ServicePortMap::new();
+        svcs.insert(name("web"), Arc::new(svc));
+        let mut state = DesiredState::new(ctx);
+        state.update(&svcs, &EndpointsMap::new(), &[name("web")]);
+        let service = state.service(&name("web")).expect("computed");
+        let vs = &service.virtual_servers[0];
+        (vs.scheduling.to_string(), service.refused_scheduler.clone())
+    };
+    assert_eq!(
+        first_vs(ctx(|_| {}), annotated("mh", None)),
+        ("mh (mh-port)".to_owned(), None)
+    );
+    assert_eq!(
+        first_vs(
+            ctx(|_| {}),
+            annotated("mh", Some(("mh", SchedulerFlags::FALLBACK)))
+        ),
+        ("mh (mh-fallback)".to_owned(), None)
+    );
+    // Outside the operator's list: the node's scheduler, said why.
+    let only_rr = |c: &mut NodeContext| {
+        c.schedulers.allowed = ["rr".into()].into();
+    };
+    let (scheduling, refused) = first_vs(ctx(only_rr), annotated("sh", None));
+    assert_eq!(scheduling, "rr");
+    assert_eq!(
+        refused,
+        Some(RefusedScheduler {
+            scheduler: "sh".into(),
+            why: Refusal::NotAllowed
+        })
+    );
+    // The node's own scheduler is always allowed; one the kernel lacks is
+    // refused.
+    let mh_node = |c: &mut NodeContext| {
+        c.schedulers.scheduler = "mh".into();
+        c.schedulers.allowed.clear();
+        c.schedulers.missing = ["twos".into()].into();
+    };
+    assert_eq!(first_vs(ctx(mh_node), annotated("mh", None)).1, None);
+    let (scheduling, refused) = first_vs(
+        ctx(|c| c.schedulers.missing = ["twos".into()].into()),
+        annotated("twos", None),
+    );
+    assert_eq!(scheduling, "rr");
+    assert_eq!(refused.map(|r| r.why), Some(Refusal::NotInKernel));
+    // Without annotations: the node's, flags as chosen.
+    let chosen = |c: &mut NodeContext| {
+        c.schedulers.scheduler = "mh".into();
+        c.schedulers.flags = FlagChoice::parse("mh-fallback,mh-port").unwrap();
+    };
+    assert_eq!(
+        first_vs(ctx(chosen), svc(|_| {})),
+        ("mh (mh-fallback,mh-port)".to_owned(), None)
+    );
 }

@@ -306,6 +306,26 @@ pub fn refusal(
 
 /// The probe over the kernel facilities' traits: the netlink ones at
 /// start-up, the models in tests.
+/// Creates and deletes the probe's virtual server with `scheduler`: the
+/// kernel loads the scheduler's module for it, or answers that it has
+/// none (ENOENT).
+pub async fn try_scheduler<I: Ipvs + Send>(
+    ipvs: &mut I,
+    scheduler: &str,
+) -> Result<(), KernelError> {
+    let add =
+        IpvsOp::AddService(ServiceSpec::new(PROBE_SERVICE, scheduler, None));
+    let delete = IpvsOp::DeleteService(PROBE_SERVICE);
+    let mut added = first(ipvs.apply(std::slice::from_ref(&add)).await);
+    // Left by a probe that died half-way: it is ours to replace.
+    if added.as_ref().is_err_and(|e| e.kind == ErrorKind::Exists) {
+        first(ipvs.apply(std::slice::from_ref(&delete)).await)?;
+        added = first(ipvs.apply(std::slice::from_ref(&add)).await);
+    }
+    added?;
+    first(ipvs.apply(std::slice::from_ref(&delete)).await)
+}
+
 pub struct FacilityProbe<I, A, S> {
     pub ipvs: I,
     pub addresses: A,
@@ -334,21 +354,7 @@ where
         &mut self,
         scheduler: &str,
     ) -> Result<(), KernelError> {
-        let add = IpvsOp::AddService(ServiceSpec::new(
-            PROBE_SERVICE,
-            scheduler,
-            None,
-        ));
-        let delete = IpvsOp::DeleteService(PROBE_SERVICE);
-        let mut added =
-            first(self.ipvs.apply(std::slice::from_ref(&add)).await);
-        // Left by a probe that died half-way: it is ours to replace.
-        if added.as_ref().is_err_and(|e| e.kind == ErrorKind::Exists) {
-            first(self.ipvs.apply(std::slice::from_ref(&delete)).await)?;
-            added = first(self.ipvs.apply(std::slice::from_ref(&add)).await);
-        }
-        added?;
-        first(self.ipvs.apply(std::slice::from_ref(&delete)).await)
+        try_scheduler(&mut self.ipvs, scheduler).await
     }
 
     async fn try_dummy_link(&mut self) -> Result<(), KernelError> {

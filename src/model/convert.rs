@@ -24,7 +24,7 @@ use k8s_openapi::{
 
 use super::{
     EndpointInfo, NamespacedName, NodeInfo, Protocol, ServicePortInfo,
-    ServicePortName,
+    ServicePortName, ServiceScheduling,
 };
 
 #[cfg(test)]
@@ -113,9 +113,36 @@ pub enum InvalidReason {
          an RFC 3339 time"
     )]
     TriggerTime { value: String },
+    #[error(
+        "annotated scheduler {scheduler:?} is not among \
+         --ipvs-service-schedulers, the node's is used"
+    )]
+    SchedulerNotAllowed { scheduler: String },
+    #[error(
+        "annotated scheduler {scheduler:?}: the kernel has none, the \
+         node's is used"
+    )]
+    SchedulerNotInKernel { scheduler: String },
+    #[error("annotation {annotation}: {value:?}: {reason}, ignored")]
+    SchedulingAnnotation {
+        annotation: &'static str,
+        value: String,
+        reason: String,
+    },
 }
 
 impl InvalidReason {
+    /// A Service's scheduling annotations, which its author can fix: they
+    /// are recorded as an Event on the Service too.
+    pub fn is_scheduling(&self) -> bool {
+        matches!(
+            self,
+            InvalidReason::SchedulingAnnotation { .. }
+                | InvalidReason::SchedulerNotAllowed { .. }
+                | InvalidReason::SchedulerNotInKernel { .. }
+        )
+    }
+
     /// The `reason` label of the invalid-objects metric: bounded, unlike
     /// the message.
     pub fn metric_label(&self) -> &'static str {
@@ -132,6 +159,15 @@ impl InvalidReason {
             InvalidReason::MissingServiceName => "missing_service_name",
             InvalidReason::MissingName => "missing_name",
             InvalidReason::TriggerTime { .. } => "invalid_trigger_time",
+            InvalidReason::SchedulingAnnotation { .. } => {
+                "invalid_scheduling_annotation"
+            }
+            InvalidReason::SchedulerNotAllowed { .. } => {
+                "scheduler_not_allowed"
+            }
+            InvalidReason::SchedulerNotInKernel { .. } => {
+                "scheduler_not_in_kernel"
+            }
         }
     }
 }
@@ -280,6 +316,18 @@ pub fn service_ports(
         health_check_node_port(spec, &policies, &mut problems);
     let session_affinity_timeout =
         session_affinity_timeout(spec, &mut problems);
+    let mut bad_annotations = Vec::new();
+    let scheduling = ServiceScheduling::from_annotations(
+        svc.metadata.annotations.as_ref(),
+        &mut bad_annotations,
+    );
+    for bad in bad_annotations {
+        problems.push(InvalidReason::SchedulingAnnotation {
+            annotation: bad.annotation,
+            value: bad.value,
+            reason: bad.reason,
+        });
+    }
 
     let mut ports = Vec::new();
     for (i, port) in spec.ports.iter().flatten().enumerate() {
@@ -306,6 +354,7 @@ pub fn service_ports(
             internal_policy_local: policies.internal_local,
             health_check_node_port,
             is_load_balancer: policies.load_balancer,
+            scheduling: scheduling.clone(),
         };
         ports.push((name, info));
     }

@@ -152,6 +152,7 @@ pub fn port_info(
         internal_policy_local: false,
         health_check_node_port: 0,
         is_load_balancer: false,
+        scheduling: None,
     };
     f(&mut info);
     info

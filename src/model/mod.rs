@@ -15,14 +15,20 @@ mod service;
 
 #[cfg(test)]
 pub(crate) use convert::{endpoint_slice_info, service_ports};
-pub use convert::{node_info, Converted, EndpointSliceInfo, InvalidObject};
+pub use convert::{
+    node_info, Converted, EndpointSliceInfo, InvalidObject, InvalidReason,
+    ObjectKind,
+};
 pub use endpoint::{EndpointInfo, EndpointsMap};
 pub use ip_family::IpFamily;
 pub use node::NodeInfo;
 pub use protocol::Protocol;
 pub use records::{ServicePorts, ServiceRecord, SliceRecord};
 pub use scheduling::{
-    FlagChoice, FlagsError, SchedulerFlags, Scheduling, STANDARD_SCHEDULERS,
+    AnnotationProblem, FlagChoice, FlagsError, SchedulerFlags, Scheduling,
+    ServiceScheduling, ANNOTATION_SCHEDULER, ANNOTATION_SCHEDULER_FLAGS,
+    KUBE_ROUTER_SCHEDULER, KUBE_ROUTER_SCHEDULER_FLAGS, SERVICE_ANNOTATIONS,
+    STANDARD_SCHEDULERS,
 };
 pub use service::{
     NamespacedName, ServicePortInfo, ServicePortMap, ServicePortName,

@@ -3,7 +3,7 @@ use std::{collections::HashMap, fmt, net::IpAddr, sync::Arc};
 use ipnet::IpNet;
 use serde::Serialize;
 
-use super::Protocol;
+use super::{FlagChoice, Protocol, Scheduling, ServiceScheduling};
 
 /// `namespace/name` of an API object.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -100,9 +100,23 @@ pub struct ServicePortInfo {
     /// `spec.type == LoadBalancer`, needed because a load balancer without
     /// ingress IPs still gets node ports but no LB entries.
     pub is_load_balancer: bool,
+    /// Ours: the Service's own scheduler and flags, from its annotations;
+    /// `None` without them, and the node's are used.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<ServiceScheduling>,
 }
 
 impl ServicePortInfo {
+    /// What this port's virtual servers run on a node whose scheduler is
+    /// `default` and whose flag choice is `choice`.
+    pub fn scheduling_on(
+        &self,
+        default: &Arc<str>,
+        choice: &FlagChoice,
+    ) -> Scheduling {
+        ServiceScheduling::resolve(self.scheduling.as_ref(), default, choice)
+    }
+
     /// Whether the service is reachable from outside the cluster through
     /// `ipv6`'s family (upstream's `ExternallyAccessible`). Upstream runs
     /// one proxier per family and each one's service port keeps only its

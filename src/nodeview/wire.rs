@@ -17,8 +17,8 @@ use nodeview_protocol::v1;
 use super::{Change, Key, TriggerTimes, Update};
 use crate::{
     model::{
-        EndpointInfo, NamespacedName, NodeInfo, Protocol, ServicePortInfo,
-        ServicePortName,
+        EndpointInfo, NamespacedName, NodeInfo, Protocol, SchedulerFlags,
+        ServicePortInfo, ServicePortName, ServiceScheduling,
     },
     selection::{Categorized, NodeEndpoints},
     telemetry::{events::InternalEvent, INVALID_VIEW_CHANGES_TOTAL},
@@ -193,6 +193,15 @@ fn encode_service(
         internal_policy_local: svc.internal_policy_local,
         health_check_node_port: svc.health_check_node_port.into(),
         is_load_balancer: svc.is_load_balancer,
+        scheduler: (svc.scheduling.as_ref())
+            .and_then(|s| s.scheduler.as_deref())
+            .map(str::to_owned),
+        scheduler_flags: (svc.scheduling.as_ref())
+            .and_then(|s| s.flags.as_ref())
+            .map(|(written_for, flags)| v1::SchedulerFlags {
+                written_for: written_for.to_string(),
+                bits: flags.bits().into(),
+            }),
     }
 }
 
@@ -501,6 +510,24 @@ fn decode_service(
             svc.health_check_node_port,
         )?,
         is_load_balancer: svc.is_load_balancer,
+        scheduling: decode_scheduling(svc.scheduler, svc.scheduler_flags),
+    })
+}
+
+/// What the API side read from the Service's annotations; it checked
+/// them, and the node checks the scheduler against its own list.
+fn decode_scheduling(
+    scheduler: Option<String>,
+    flags: Option<v1::SchedulerFlags>,
+) -> Option<ServiceScheduling> {
+    if scheduler.is_none() && flags.is_none() {
+        return None;
+    }
+    Some(ServiceScheduling {
+        scheduler: scheduler.map(Arc::from),
+        flags: flags.map(|f| {
+            (Arc::from(f.written_for), SchedulerFlags::from_bits(f.bits))
+        }),
     })
 }
 

@@ -43,6 +43,7 @@ use crate::{
     desired::{DesiredState, NodeContext, ServiceDelta, SetEntry, SetName},
     kernel::{
         addresses::{AddressOp, Addresses, ENODEV},
+        capabilities,
         ipsets::{IpsetOp, Ipsets},
         ipvs::{Ipvs, IpvsOp, IpvsTable, ServiceEntry, VirtualServerKey},
         ErrorKind, KernelError,
@@ -809,6 +810,16 @@ where
     S: Ipsets + Send + 'static,
 {
     type Observed = ProxierObserved;
+
+    async fn has_scheduler(&mut self, scheduler: &str) -> bool {
+        match capabilities::try_scheduler(&mut self.ipvs, scheduler).await {
+            Ok(()) => true,
+            Err(error) => {
+                warn!(scheduler, %error, "the kernel has no such IPVS scheduler");
+                false
+            }
+        }
+    }
 
     async fn apply(
         &mut self,

@@ -13,7 +13,7 @@ use pretty_assertions::assert_eq;
 
 use super::*;
 use crate::{
-    desired::{NodeContext, SetEntry},
+    desired::{NodeContext, SchedulerPolicy, SetEntry},
     kernel::{
         addresses::AddressesModel,
         ipsets::{IpsetsModel, SetSpec},
@@ -23,8 +23,8 @@ use crate::{
     },
     model::{
         fixtures::{self, TestRecorder},
-        EndpointInfo, EndpointsMap, Protocol, Scheduling, ServicePortInfo,
-        ServicePortMap, ServicePortName,
+        EndpointInfo, EndpointsMap, Protocol, ServicePortInfo, ServicePortMap,
+        ServicePortName,
     },
     telemetry::KERNEL_OPERATIONS_TOTAL,
 };
@@ -104,7 +104,7 @@ fn ctx() -> NodeContext {
         node_port_addresses: vec![ip(NODE_IP)],
         primary_ips: vec![ip(NODE_IP)],
         local_addresses: [ip(NODE_IP)].into(),
-        scheduling: Scheduling::upstream("rr".into()),
+        schedulers: SchedulerPolicy::default(),
         ipv4: true,
         ipv6: false,
         pod_cidrs: vec![],

@@ -6,6 +6,9 @@
 //! (`kube-proxy`), reasons, actions and references as upstream, so
 //! `kubectl describe` and event exporters see what they expect; the
 //! start-up note names this proxy and its version.
+//! Ours besides: a `Warning` `IPVSSchedulingNotUsed` (action `Sync`) on a
+//! Service whose scheduling annotation is bad or names a scheduler the
+//! node will not run.
 //!
 //! Events go through kube-rs' recorder (`events.k8s.io/v1`, create and
 //! patch: the only verbs the ClusterRole grants on events). A Node is
@@ -80,6 +83,14 @@ impl EventSink {
         self.record(node_reference(&self.node), starting_event());
     }
 
+    /// A Service's scheduling annotation that is not used.
+    pub fn scheduling_not_used(&self, service: &NamespacedName, why: &str) {
+        self.record(
+            service_reference(service),
+            scheduling_not_used_event(&self.node, why),
+        );
+    }
+
     /// A health check node port that could not be opened.
     pub fn health_check_failed(
         &self,
@@ -91,6 +102,18 @@ impl EventSink {
             service_reference(service),
             health_check_failed_event(&self.node, service, port, error),
         );
+    }
+}
+
+/// Ours: a Service's scheduling annotation that the node does not use,
+/// and why (the message of the invalid-objects log line).
+pub fn scheduling_not_used_event(node_name: &str, why: &str) -> Event {
+    Event {
+        type_: EventType::Warning,
+        reason: "IPVSSchedulingNotUsed".to_owned(),
+        note: Some(format!("node {node_name}: {why}")),
+        action: "Sync".to_owned(),
+        secondary: None,
     }
 }
 

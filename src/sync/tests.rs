@@ -152,6 +152,31 @@ const CASES: &[Case] = &[
             ("KUBE-NODE-PORT-TCP", &["30443"]),
         ],
     },
+    // Annotations: ours with flags, kube-router's scheduler, none.
+    Case {
+        file: "plan/scheduler-annotations.yaml",
+        virtual_servers: &[
+            "TCP 198.18.0.80:80 mh (mh-fallback,mh-port) -> 198.19.0.21:8080",
+            "TCP 198.18.0.81:80 lc -> 198.19.0.22:8080",
+            "TCP 198.18.0.82:80 -> 198.19.0.23:8080",
+        ],
+        bound: &["198.18.0.80", "198.18.0.81", "198.18.0.82"],
+        sets: &[
+            (
+                "KUBE-CLUSTER-IP",
+                &["198.18.0.80,tcp:80", "198.18.0.81,tcp:80", "198.18.0.82,tcp:80"],
+            ),
+            ("KUBE-IPVS-IPS", &["198.18.0.80", "198.18.0.81", "198.18.0.82"]),
+            (
+                "KUBE-LOOP-BACK",
+                &[
+                    "198.19.0.21,tcp:8080,198.19.0.21",
+                    "198.19.0.22,tcp:8080,198.19.0.22",
+                    "198.19.0.23,tcp:8080,198.19.0.23",
+                ],
+            ),
+        ],
+    },
     Case {
         file: "plan/session-affinity.yaml",
         virtual_servers: &[

@@ -5,6 +5,7 @@
 use std::{
     collections::BTreeMap,
     fmt,
+    sync::OnceLock,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
 
@@ -21,7 +22,7 @@ use super::{
     SYNC_PROXY_RULES_LAST_TIMESTAMP_SECONDS,
     SYNC_PROXY_RULES_NO_LOCAL_ENDPOINTS_TOTAL,
 };
-use crate::model::{Converted, InvalidObject, NamespacedName};
+use crate::model::{Converted, InvalidObject, NamespacedName, ObjectKind};
 
 pub trait InternalEvent {
     fn emit(self);
@@ -375,10 +376,28 @@ impl InternalEvent for KernelOperations {
     }
 }
 
+/// A problem a Service's author should see on the Service itself.
+pub type ServiceWarning = dyn Fn(&NamespacedName, String) + Send + Sync;
+
+/// Where [`ServiceWarning`]s go: set once by a proxy that records Events
+/// (a node that watches the API server); elsewhere they are logged only.
+static SERVICE_WARNINGS: OnceLock<Box<ServiceWarning>> = OnceLock::new();
+
+/// Sends the Service problems an author can fix (its scheduling
+/// annotations) to `record` as well, from now on.
+pub fn record_service_warnings_to(record: Box<ServiceWarning>) {
+    let _ = SERVICE_WARNINGS.set(record);
+}
+
 /// An object's problem, logged and counted together so that the log line
 /// and the metric cannot drift apart.
 impl InternalEvent for &InvalidObject {
     fn emit(self) {
+        if self.kind == ObjectKind::Service && self.reason.is_scheduling() {
+            if let Some(record) = SERVICE_WARNINGS.get() {
+                record(&self.object, self.reason.to_string());
+            }
+        }
         // Namespace and name as fields of their own, for log pipelines.
         tracing::warn!(
             kind = self.kind.as_str(),

@@ -8,10 +8,11 @@
 //! its whole run and cleans up after itself (see [`harness::Cluster`]).
 //!
 //! Select them in the guest by module: `make vm-test
-//! VM_TEST_ARGS='basics:: departures:: policies:: privileges::'`.
+//! VM_TEST_ARGS='basics:: departures:: policies:: privileges:: schedulers::'`.
 
 mod basics;
 mod departures;
 mod harness;
 mod policies;
 mod privileges;
+mod schedulers;

@@ -34,6 +34,7 @@ fn service(
         internal_policy_local: false,
         health_check_node_port: 0,
         is_load_balancer: false,
+        scheduling: None,
     };
     f(&mut s);
     s

@@ -14,7 +14,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use pretty_assertions::assert_eq;
 
 use super::*;
-use crate::model::fixtures::*;
+use crate::model::{
+    fixtures::*, ANNOTATION_SCHEDULER, ANNOTATION_SCHEDULER_FLAGS,
+};
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -39,6 +41,7 @@ fn info(f: impl FnOnce(&mut ServicePortInfo)) -> ServicePortInfo {
         internal_policy_local: false,
         health_check_node_port: 0,
         is_load_balancer: false,
+        scheduling: None,
     };
     f(&mut info);
     info
@@ -360,6 +363,29 @@ fn service_ports_table() {
                 "unknown_protocol",
                 "invalid_port",
             ],
+        },
+        ServiceCase {
+            name: "scheduling annotations, a bad one left out and named",
+            svc: service("ns", "svc", |s| {
+                http(s);
+                s.metadata.annotations = Some(BTreeMap::from([
+                    (ANNOTATION_SCHEDULER.to_owned(), "mh".to_owned()),
+                    (
+                        ANNOTATION_SCHEDULER_FLAGS.to_owned(),
+                        "mh-fallback,sh-port".to_owned(),
+                    ),
+                ]));
+            }),
+            ports: vec![(
+                key("http", Protocol::Tcp),
+                info(|i| {
+                    i.scheduling = Some(ServiceScheduling {
+                        scheduler: Some("mh".into()),
+                        flags: None,
+                    })
+                }),
+            )],
+            problems: vec!["invalid_scheduling_annotation"],
         },
     ];
     for case in cases {

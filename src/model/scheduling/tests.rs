@@ -90,3 +90,113 @@ fn a_flag_choice_is_each_schedulers_whole_set() {
         Err(FlagsError::Unknown("mh-fast".into()))
     );
 }
+
+fn annotated(
+    pairs: &[(&str, &str)],
+) -> (Option<ServiceScheduling>, Vec<AnnotationProblem>) {
+    let map: std::collections::BTreeMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    let mut problems = Vec::new();
+    let found = ServiceScheduling::from_annotations(Some(&map), &mut problems);
+    (found, problems)
+}
+
+fn resolved(found: Option<&ServiceScheduling>, default: &str) -> String {
+    ServiceScheduling::resolve(
+        found,
+        &Arc::from(default),
+        &FlagChoice::default(),
+    )
+    .to_string()
+}
+
+#[test]
+fn a_service_without_the_annotations_is_the_nodes() {
+    let (found, problems) = annotated(&[("other.io/x", "y")]);
+    assert_eq!(found, None);
+    assert_eq!(problems, []);
+    assert_eq!(resolved(None, "mh"), "mh (mh-port)", "upstream's flags");
+}
+
+#[test]
+fn our_annotations_set_scheduler_and_the_whole_flag_set() {
+    let (found, problems) = annotated(&[
+        (ANNOTATION_SCHEDULER, "mh"),
+        (ANNOTATION_SCHEDULER_FLAGS, "mh-fallback"),
+    ]);
+    assert_eq!(problems, []);
+    assert_eq!(resolved(found.as_ref(), "rr"), "mh (mh-fallback)");
+    // Without flags, the scheduler's defaults; an empty set is no flag.
+    let (found, _) = annotated(&[(ANNOTATION_SCHEDULER, "mh")]);
+    assert_eq!(resolved(found.as_ref(), "rr"), "mh (mh-port)");
+    let (found, _) = annotated(&[
+        (ANNOTATION_SCHEDULER, "mh"),
+        (ANNOTATION_SCHEDULER_FLAGS, ""),
+    ]);
+    assert_eq!(resolved(found.as_ref(), "rr"), "mh");
+    // Flags alone apply while their scheduler is the node's.
+    let (found, problems) =
+        annotated(&[(ANNOTATION_SCHEDULER_FLAGS, "sh-fallback,sh-port")]);
+    assert_eq!(problems, []);
+    assert_eq!(resolved(found.as_ref(), "sh"), "sh (sh-fallback,sh-port)");
+    assert_eq!(resolved(found.as_ref(), "rr"), "rr");
+}
+
+#[test]
+fn kube_routers_annotations_are_honoured_and_ours_win() {
+    let (found, problems) = annotated(&[
+        (KUBE_ROUTER_SCHEDULER, "mh"),
+        (KUBE_ROUTER_SCHEDULER_FLAGS, "flag-1,flag-2"),
+    ]);
+    assert_eq!(problems, []);
+    assert_eq!(resolved(found.as_ref(), "rr"), "mh (mh-fallback,mh-port)");
+    let (found, problems) = annotated(&[
+        (ANNOTATION_SCHEDULER, "wlc"),
+        (KUBE_ROUTER_SCHEDULER, "sh"),
+    ]);
+    assert_eq!(problems, []);
+    assert_eq!(resolved(found.as_ref(), "rr"), "wlc");
+    let (found, _) = annotated(&[
+        (ANNOTATION_SCHEDULER, "mh"),
+        (ANNOTATION_SCHEDULER_FLAGS, "mh-port"),
+        (KUBE_ROUTER_SCHEDULER_FLAGS, "flag-1"),
+    ]);
+    assert_eq!(resolved(found.as_ref(), "rr"), "mh (mh-port)");
+}
+
+#[test]
+fn a_bad_annotation_is_named_and_left_out() {
+    let (found, problems) = annotated(&[
+        (ANNOTATION_SCHEDULER, "no such/name"),
+        (KUBE_ROUTER_SCHEDULER, "wrr"),
+    ]);
+    let named: Vec<&str> = problems.iter().map(|p| p.annotation).collect();
+    assert_eq!(named, [ANNOTATION_SCHEDULER, KUBE_ROUTER_SCHEDULER]);
+    assert_eq!(problems[0].value, "no such/name");
+    assert_eq!(resolved(found.as_ref(), "rr"), "rr");
+    let (found, problems) = annotated(&[
+        (ANNOTATION_SCHEDULER, "rr"),
+        (ANNOTATION_SCHEDULER_FLAGS, "mh-port"),
+    ]);
+    assert_eq!(problems.len(), 1);
+    assert!(
+        problems[0].reason.contains("does not apply"),
+        "{:?}",
+        problems[0]
+    );
+    assert_eq!(
+        resolved(found.as_ref(), "mh"),
+        "rr",
+        "the scheduler kept, the flags not"
+    );
+    let (_, problems) = annotated(&[
+        (KUBE_ROUTER_SCHEDULER, "sh"),
+        (KUBE_ROUTER_SCHEDULER_FLAGS, "flag-1"),
+    ]);
+    assert_eq!(problems.len(), 1, "kube-router's flags go with mh only");
+    let (_, problems) =
+        annotated(&[(ANNOTATION_SCHEDULER, "a-scheduler-name-too-long")]);
+    assert_eq!(problems.len(), 1);
+}

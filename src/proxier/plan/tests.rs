@@ -9,8 +9,8 @@ use pretty_assertions::assert_eq;
 use super::{ledger::spec_of, repair::Reconciled, *};
 use crate::{
     desired::{
-        service_state, NodeContext, ServiceDelta, ServiceState, SetEntry,
-        SetKind, SetName,
+        service_state, NodeContext, SchedulerPolicy, ServiceDelta,
+        ServiceState, SetEntry, SetKind, SetName,
     },
     kernel::{
         ipsets::{SetSpec, SetState},
@@ -20,8 +20,7 @@ use crate::{
         },
     },
     model::{
-        fixtures, EndpointInfo, Protocol, Scheduling, ServicePortInfo,
-        ServicePortName,
+        fixtures, EndpointInfo, Protocol, ServicePortInfo, ServicePortName,
     },
     selection::select,
 };
@@ -39,7 +38,7 @@ fn ctx(f: impl FnOnce(&mut NodeContext)) -> NodeContext {
         node_port_addresses: vec![ip(NODE_IP)],
         primary_ips: vec![ip(NODE_IP)],
         local_addresses: [ip(NODE_IP)].into(),
-        scheduling: Scheduling::upstream("rr".into()),
+        schedulers: SchedulerPolicy::default(),
         ipv4: true,
         ipv6: false,
         pod_cidrs: vec![],
@@ -297,7 +296,7 @@ fn plan_turns_deltas_into_exactly_the_change() {
                 "http",
                 &["198.19.0.5"],
                 |_| {},
-                |c| c.scheduling = Scheduling::upstream("mh".into()),
+                |c| c.schedulers.scheduler = "mh".into(),
             )],
             expected: KernelOps {
                 ipvs: vec![IpvsOp::UpdateService(spec_of(

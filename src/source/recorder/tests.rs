@@ -100,3 +100,27 @@ async fn a_health_check_that_cannot_listen_is_a_warning_on_its_service() {
          32087: Address in use (os error 98)"
     );
 }
+
+#[tokio::test]
+async fn a_scheduling_annotation_not_used_is_a_warning_on_its_service() {
+    let (client, seen) = recording_client();
+    let sink = EventSink::spawn(client, "node-a");
+    let service = NamespacedName::new("shop", "web");
+    sink.scheduling_not_used(
+        &service,
+        "annotated scheduler \"twos\": the kernel has none, the node's is used",
+    );
+    let requests = wait_for(&seen, 1).await;
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    let (_, path, event) = &requests[0];
+    assert_eq!(path, "/apis/events.k8s.io/v1/namespaces/shop/events");
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["reason"], "IPVSSchedulingNotUsed");
+    assert_eq!(event["regarding"]["kind"], "Service");
+    assert_eq!(event["regarding"]["name"], "web");
+    let note = event["note"].as_str().unwrap_or_default();
+    assert!(
+        note.starts_with("node node-a: annotated scheduler \"twos\""),
+        "{note}"
+    );
+}
