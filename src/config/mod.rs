@@ -23,7 +23,7 @@ pub use flags::{
 };
 pub use flagz::flagz;
 pub use settings::{
-    Config, DetectLocal, LogFormat, LoggingConfig, NodePortAddress, Scheduler,
+    Config, DetectLocal, LogFormat, LoggingConfig, NodePortAddress,
 };
 pub use write::{to_configz, to_yaml};
 

@@ -23,9 +23,7 @@ use serde::Serialize;
 #[cfg(test)]
 pub use compute::service_state;
 pub use ipsets::{SetEntry, SetKind, SetName, SetType};
-pub use schedulers::{
-    standard as standard_schedulers, Refusal, RefusedScheduler, SchedulerPolicy,
-};
+pub use schedulers::{Refusal, RefusedScheduler, SchedulerPolicy};
 pub use sorted_set::SortedSet;
 pub use state::{DesiredState, Plan, ServiceDelta};
 

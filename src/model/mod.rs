@@ -25,10 +25,12 @@ pub use node::NodeInfo;
 pub use protocol::Protocol;
 pub use records::{ServicePorts, ServiceRecord, SliceRecord};
 pub use scheduling::{
-    AnnotationProblem, FlagChoice, FlagsError, SchedulerFlags, Scheduling,
-    ServiceScheduling, ANNOTATION_SCHEDULER, ANNOTATION_SCHEDULER_FLAGS,
-    KUBE_ROUTER_SCHEDULER, KUBE_ROUTER_SCHEDULER_FLAGS, SERVICE_ANNOTATIONS,
+    FlagChoice, SchedulerFlags, Scheduling, ServiceScheduling,
     STANDARD_SCHEDULERS,
+};
+#[cfg(test)]
+pub use scheduling::{
+    ANNOTATION_SCHEDULER, ANNOTATION_SCHEDULER_FLAGS, SERVICE_ANNOTATIONS,
 };
 pub use service::{
     NamespacedName, ServicePortInfo, ServicePortMap, ServicePortName,

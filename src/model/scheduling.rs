@@ -55,10 +55,6 @@ impl SchedulerFlags {
         self.0 & other.0 == other.0
     }
 
-    pub fn is_empty(self) -> bool {
-        self.0 == 0
-    }
-
     /// What upstream sets for `scheduler`: `mh-port` with `mh`, nothing
     /// otherwise.
     pub fn upstream_default(scheduler: &str) -> Self {
@@ -178,6 +174,7 @@ impl FlagChoice {
     }
 
     /// The names as the flag takes them, `sh` first.
+    #[cfg(test)]
     pub fn names(&self) -> Vec<&'static str> {
         [("sh", self.sh), ("mh", self.mh)]
             .into_iter()
@@ -261,6 +258,8 @@ pub const KUBE_ROUTER_SCHEDULER_FLAGS: &str =
 
 /// Every annotation the proxy reads on a Service, and what it does: a
 /// Service without them is programmed exactly as upstream programs it.
+/// docs/configuration.md lists them.
+#[cfg(test)]
 pub const SERVICE_ANNOTATIONS: &[(&str, &str)] = &[
     (
         ANNOTATION_SCHEDULER,

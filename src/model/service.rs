@@ -3,7 +3,7 @@ use std::{collections::HashMap, fmt, net::IpAddr, sync::Arc};
 use ipnet::IpNet;
 use serde::Serialize;
 
-use super::{FlagChoice, Protocol, Scheduling, ServiceScheduling};
+use super::{Protocol, ServiceScheduling};
 
 /// `namespace/name` of an API object.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -107,16 +107,6 @@ pub struct ServicePortInfo {
 }
 
 impl ServicePortInfo {
-    /// What this port's virtual servers run on a node whose scheduler is
-    /// `default` and whose flag choice is `choice`.
-    pub fn scheduling_on(
-        &self,
-        default: &Arc<str>,
-        choice: &FlagChoice,
-    ) -> Scheduling {
-        ServiceScheduling::resolve(self.scheduling.as_ref(), default, choice)
-    }
-
     /// Whether the service is reachable from outside the cluster through
     /// `ipv6`'s family (upstream's `ExternallyAccessible`). Upstream runs
     /// one proxier per family and each one's service port keeps only its
