@@ -9,7 +9,10 @@
 
 use std::{
     process,
-    sync::{mpsc as std_mpsc, Arc, OnceLock},
+    sync::{
+        atomic::{AtomicUsize, Ordering},
+        mpsc as std_mpsc, Arc, OnceLock,
+    },
     time::{Duration, Instant, SystemTime, UNIX_EPOCH},
 };
 
@@ -95,6 +98,9 @@ pub struct Shared {
     send_timeout: Duration,
     walk_send_timeout: Duration,
     walks: Arc<Semaphore>,
+    /// The watches this API side has open now (the gauge counts every
+    /// API side of the process, which the tests run many of).
+    open_watches: AtomicUsize,
     /// The release the API side behaves as, once read: each stream's
     /// first message tells the node.
     kubernetes: Arc<OnceLock<Kubernetes>>,
@@ -164,8 +170,16 @@ impl Shared {
             send_timeout,
             walk_send_timeout,
             walks: Arc::new(Semaphore::new(MAX_WALKS)),
+            open_watches: AtomicUsize::new(0),
             kubernetes,
         })
+    }
+
+    /// The watches open on this API side now: the tests wait on it for
+    /// the server to have ended the watches of stalled nodes.
+    #[cfg(test)]
+    pub fn open_watches(&self) -> usize {
+        self.open_watches.load(Ordering::Relaxed)
     }
 
     /// Takes the changes one source event made.
@@ -437,7 +451,7 @@ async fn stream_view(
     held: Option<u64>,
     tx: mpsc::Sender<Result<v1::ViewUpdate, Status>>,
 ) {
-    let _open = OpenWatch::new();
+    let _open = OpenWatch::new(shared.clone());
     let mut generation = shared.generation.clone();
     tokio::select! {
         listed = generation.wait_for(|g| *g > 0) => if listed.is_err() {
@@ -535,17 +549,19 @@ async fn stream_view(
 }
 
 /// Counts a watch as open for as long as it lives, however it ends.
-struct OpenWatch;
+struct OpenWatch(Arc<Shared>);
 
 impl OpenWatch {
-    fn new() -> Self {
+    fn new(shared: Arc<Shared>) -> Self {
         metrics::gauge!(API_SIDE_WATCHES).increment(1.0);
-        Self
+        shared.open_watches.fetch_add(1, Ordering::Relaxed);
+        Self(shared)
     }
 }
 
 impl Drop for OpenWatch {
     fn drop(&mut self) {
         metrics::gauge!(API_SIDE_WATCHES).decrement(1.0);
+        self.0.open_watches.fetch_sub(1, Ordering::Relaxed);
     }
 }

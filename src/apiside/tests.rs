@@ -669,6 +669,20 @@ async fn a_connection_holds_a_bounded_number_of_streams() {
     assert!(first.full);
 }
 
+/// Waits for the server to end every watch but `left` (the stalled
+/// nodes', by its send timeouts).
+async fn watches_end_but(shared: &Shared, left: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while shared.open_watches() > left {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} watches still open a minute on, {left} expected",
+            shared.open_watches()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A node that stops reading keeps a couple of messages, then its watch
 /// ends; the others get every change meanwhile, and the stalled node
 /// resumes from its revision when it comes back.
@@ -708,6 +722,8 @@ async fn a_node_that_never_reads_is_let_go_and_the_others_go_on() {
         assert!(!update.full && update.revision > revision, "{update:?}");
         revision = update.revision;
     }
+    // Reading before the server gave up on it would let it go on.
+    watches_end_but(&api.shared, 1).await;
     // What the stalled node finds when it reads again: what was queued
     // for it, then the end of its watch.
     let mut queued = 0;
@@ -816,6 +832,9 @@ async fn nodes_stalled_in_their_first_view_do_not_keep_others_from_theirs() {
         waited < Duration::from_secs(10),
         "the first view took {waited:?} behind stalled nodes"
     );
+    // The last of them took their permits only as the first gave theirs
+    // up: reading one still in its walk would let it go on.
+    watches_end_but(&api.shared, 1).await;
     // What each stalled node finds when it reads again: what was queued
     // for it (its window, the server's send buffer, the socket's, two
     // messages), then the end of its watch; not its whole view.
