@@ -169,8 +169,8 @@ e2e-k8s:
 # real-kernel guest with deploy/'s ServiceAccount through guestfwd: a
 # service following its pods (create, scale, readiness, delete), named
 # ports over several slices, an API server outage, a restart under
-# traffic (tests/cluster_e2e/guest_e2e.rs, the scenarios shared with
-# kind-e2e). The control plane stops either way.
+# traffic, plan and list against the live API server
+# (tests/cluster_e2e/guest_e2e.rs, the scenarios shared with kind-e2e). The control plane stops either way.
 # One feature set for the host and the guest part, and for node-e2e, so the
 # crate builds once; built before the control plane starts, whose
 # processes hold the memory a link needs. GUEST_E2E_TESTS: how many tests
@@ -178,7 +178,7 @@ e2e-k8s:
 # a filter that matches nothing passes too. Only cluster_e2e's binary
 # goes to the guest: every other one would start there to run nothing.
 E2E_FEATURES = kube-ipvs-proxy/kernel-tests,kube-ipvs-proxy/e2e-tests,kube-ipvs-proxy/node-tests
-GUEST_E2E_TESTS = 6
+GUEST_E2E_TESTS = 7
 e2e:
 	tests/vm/deps.sh prometheus
 	cargo test --no-run -p kube-ipvs-proxy --features $(E2E_FEATURES)

@@ -51,7 +51,7 @@ pub fn main() -> ExitCode {
         }
     }
     // The long-running modes: before any thread starts.
-    if !matches!(cli.command, Some(Command::Plan(_))) {
+    if !matches!(cli.command, Some(Command::Plan(_) | Command::List(_))) {
         if let Err(e) = signals::stop_on_signal() {
             return exit(&Failure::Failed(anyhow::anyhow!(
                 "cannot wait for SIGTERM: {e}"
@@ -60,6 +60,7 @@ pub fn main() -> ExitCode {
     }
     let ran = match cli.command {
         Some(Command::Plan(args)) => plan(&args),
+        Some(Command::List(args)) => list(&args),
         Some(Command::ApiServer(args)) => api_server(&args),
         None => run(&cli.run),
     };
@@ -95,6 +96,12 @@ fn plan(args: &config::PlanArgs) -> Result<(), Failure> {
     let config = load(&args.config)?;
     let source = Source::of(&config)?;
     app::plan::run(&config, source, args, &mut std::io::stdout().lock())
+}
+
+fn list(args: &config::ListArgs) -> Result<(), Failure> {
+    let config = load(&args.config)?;
+    let source = Source::of(&config)?;
+    app::list::run(&config, source, args, &mut std::io::stdout().lock())
 }
 
 fn api_server(args: &config::ApiServerArgs) -> Result<(), Failure> {

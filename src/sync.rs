@@ -14,7 +14,7 @@ use kube::runtime::watcher::Event;
 
 use crate::{
     config::{Config, DetectLocal, NodePortAddress},
-    desired::{DesiredState, NodeContext, Plan, SchedulerPolicy, ServiceDelta},
+    desired::{DesiredState, NodeContext, SchedulerPolicy, ServiceDelta},
     model::{
         EndpointsMap, FlagChoice, IpFamily, NamespacedName, NodeInfo, Protocol,
         ServicePortMap, ServicePortName,
@@ -773,32 +773,62 @@ impl ViewInput {
 
 /// Computes the plan for a parsed state file: the objects go through the
 /// same trackers as a running proxy's, then one sync.
+#[cfg(any(test, feature = "test-support"))]
 pub fn plan(
     snapshot: &Snapshot,
     node_name: &str,
     settings: &NodeSettings,
-) -> Plan {
+) -> crate::desired::Plan {
+    synced(snapshot, node_name, settings, None)
+        .desired()
+        .snapshot()
+}
+
+/// The state of a node given `snapshot` once, synced: what `plan`
+/// prints and the other one-shot commands read. `local` are the
+/// addresses of the host the node is, when it is this one (its
+/// NodePorts listen on them); without them, the Node's own.
+pub fn synced(
+    snapshot: &Snapshot,
+    node_name: &str,
+    settings: &NodeSettings,
+    local: Option<Vec<IpAddr>>,
+) -> SyncState {
     let mut state =
-        SyncState::new(node_name, settings.clone(), None, SystemTime::now());
+        SyncState::new(node_name, settings.clone(), local, SystemTime::now());
     // A one-shot plan has no earlier podCIDRs to conflict with.
     let _ = state.apply_snapshot(snapshot);
     state.sync();
-    state.desired().snapshot()
+    state
 }
 
 /// The plan of a node fed by the API side: what `update`, a full state
 /// of its view, makes it program.
+#[cfg(any(test, feature = "test-support"))]
 pub fn plan_from_view(
     update: Update,
     node_name: &str,
     settings: &NodeSettings,
-) -> Plan {
+) -> crate::desired::Plan {
+    synced_from_view(update, node_name, settings, None)
+        .desired()
+        .snapshot()
+}
+
+/// The state of a node fed `update` by the API side, synced; `local` as
+/// for [`synced`].
+pub fn synced_from_view(
+    update: Update,
+    node_name: &str,
+    settings: &NodeSettings,
+    local: Option<Vec<IpAddr>>,
+) -> SyncState {
     let mut state =
-        SyncState::new(node_name, settings.clone(), None, SystemTime::now())
+        SyncState::new(node_name, settings.clone(), local, SystemTime::now())
             .fed_by_view();
     let _ = state.apply_view(update);
     state.sync();
-    state.desired().snapshot()
+    state
 }
 
 /// The node a plan is for: the one asked for, else the file's only Node.

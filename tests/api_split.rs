@@ -143,14 +143,21 @@ fn the_api_side_follows_its_state_file() {
     }
 }
 
+/// Without `--node`, the node the proxy would be (`--hostname-override`),
+/// named when its view cannot be read; plain TCP is refused.
 #[test]
-fn plan_from_the_api_side_needs_a_node_and_no_plain_tcp() {
+fn plan_from_the_api_side_names_its_node_and_needs_tls_over_tcp() {
     let out = Command::new(PROXY)
         .args(["plan", "--api-endpoint", "unix:///nowhere.sock"])
+        .args(["--hostname-override", "node-q"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(64));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--node"));
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("node-q") && said.contains("unix:///nowhere.sock"),
+        "{said}"
+    );
     let out = Command::new(PROXY)
         .args(["plan", "--api-endpoint", "198.18.0.1:9000", "--node", "a"])
         .output()

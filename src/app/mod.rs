@@ -1,13 +1,16 @@
 //! The binary's modes, each wired here from its configuration: the node
 //! proxy ([`node`]), the API side of the split ([`api_side`]), `plan`
-//! ([`plan`]) and `--cleanup` ([`cleanup`]). `main.rs` parses the command
-//! line, loads the configuration and calls one of them; what each mode
-//! starts and in which order is here, where a test can run it in-process.
+//! ([`plan`]), `list` ([`list`]) and `--cleanup` ([`cleanup`]). `main.rs`
+//! parses the command line, loads the configuration and calls one of
+//! them; what each mode starts and in which order is here, where a test
+//! can run it in-process.
 
 pub mod api_side;
 pub mod cleanup;
 mod clients;
+pub mod list;
 pub mod node;
+mod one_shot;
 pub mod plan;
 #[cfg(test)]
 mod tests;

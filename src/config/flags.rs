@@ -35,9 +35,13 @@ pub struct Cli {
 
 #[derive(Debug, Clone, PartialEq, Subcommand)]
 pub enum Command {
-    /// Print the desired IPVS and ipset state for a state file; changes
-    /// nothing.
+    /// Print the desired IPVS and ipset state of a node, from the source
+    /// the configuration names (`--state`, `--api-endpoint`, or the API
+    /// server); changes nothing.
     Plan(PlanArgs),
+    /// Print the kernel's IPVS table as `ipvsadm -Ln` does, each virtual
+    /// server followed by the Service it is for; changes nothing.
+    List(ListArgs),
     /// Watch the API server once for the whole cluster and serve each
     /// node its own view (the nodes run with `--api-endpoint`).
     ApiServer(ApiServerArgs),
@@ -105,15 +109,15 @@ pub enum OutputFormat {
     Json,
 }
 
-/// `plan`: the same configuration flags, and `--state` or
-/// `--api-endpoint`.
+/// `plan`: the same configuration flags, its source among them.
 #[derive(Debug, Clone, PartialEq, Args)]
-#[command(mut_arg("state", |a| a.required_unless_present("api_endpoint")))]
 pub struct PlanArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
     /// Compute the plan as seen from this node (NodePorts, local
-    /// endpoints); defaults to the only Node in the state file.
+    /// endpoints); defaults to the only Node of a state file, else to the
+    /// node the proxy would be (`--hostname-override`, the `NODE_NAME`
+    /// the DaemonSet sets, the host's name).
     #[arg(long, value_name = "NAME")]
     pub node: Option<String>,
     /// How the plan is printed.
@@ -124,6 +128,23 @@ pub struct PlanArgs {
     /// Services and EndpointSlices differently; the newest by default.
     #[arg(long, value_name = "VERSION", value_parser = kubernetes_release)]
     pub kubernetes_version: Option<(u32, u32)>,
+}
+
+/// `list`: the same configuration flags, whose source names the
+/// virtual servers.
+#[derive(Debug, Clone, PartialEq, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Name the virtual servers as this node's proxy programs them; by
+    /// default a state file's only Node, else the node the proxy would be
+    /// (`--hostname-override`, the `NODE_NAME` the DaemonSet sets, the
+    /// host's name).
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+    /// How the table is printed.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
 }
 
 /// `1.35`, `v1.35` or `v1.35.4`: the release, major and minor.

@@ -1109,9 +1109,12 @@ fn plan_subcommand() {
 #[test]
 fn cli_rejections() {
     let cases: &[(&[&str], clap::error::ErrorKind)] = &[
-        (&["plan"], clap::error::ErrorKind::MissingRequiredArgument),
         (
             &["plan", "--state=s", "--output=yaml"],
+            clap::error::ErrorKind::InvalidValue,
+        ),
+        (
+            &["list", "--output=yaml"],
             clap::error::ErrorKind::InvalidValue,
         ),
         (

@@ -39,6 +39,18 @@ pub enum VirtualServerKind {
     NodePort,
 }
 
+impl VirtualServerKind {
+    /// The frontend's name as the Service's fields spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VirtualServerKind::ClusterIp => "clusterIP",
+            VirtualServerKind::ExternalIp => "externalIP",
+            VirtualServerKind::LoadBalancer => "loadBalancer",
+            VirtualServerKind::NodePort => "nodePort",
+        }
+    }
+}
+
 /// The identity of an IPVS service in the kernel.
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize,

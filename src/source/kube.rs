@@ -395,7 +395,7 @@ fn watch_release(
 /// otherwise fail every watch and list of Services, cluster-wide, for as
 /// long as it exists.
 #[derive(Clone, Debug)]
-struct WatchedService(Service);
+pub(super) struct WatchedService(pub(super) Service);
 
 impl<'de> Deserialize<'de> for WatchedService {
     fn deserialize<D: serde::Deserializer<'de>>(

@@ -12,6 +12,7 @@ pub mod file;
 pub mod kube;
 pub mod nodeview;
 pub mod recorder;
+pub mod snapshot;
 pub mod store;
 pub mod thread;
 

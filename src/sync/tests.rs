@@ -5,7 +5,10 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use pretty_assertions::assert_eq;
 
 use super::*;
-use crate::source::{file, store::ObjectChange};
+use crate::{
+    desired::Plan,
+    source::{file, store::ObjectChange},
+};
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()

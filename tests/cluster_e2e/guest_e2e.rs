@@ -24,6 +24,7 @@ use testkit::{start_pods, PodSpec, Tally};
 use crate::api::{container_ports, Namespaced};
 
 mod dashboards;
+mod inspection;
 mod split;
 use crate::scenarios::{
     self, expect_serving, metric, only, programming, serving, wait_for,

@@ -370,6 +370,24 @@ impl Cluster {
         Ok(())
     }
 
+    /// Runs `kube-ipvs-proxy SUBCOMMAND` on the state file as node-a's
+    /// proxy, `args` after, and returns what it printed and its status.
+    pub fn one_shot(
+        &self,
+        subcommand: &str,
+        args: &[&str],
+    ) -> anyhow::Result<std::process::Output> {
+        Command::new(PROXY)
+            .arg(subcommand)
+            .arg("--state")
+            .arg(&self.state)
+            .args(["--hostname-override", NODE])
+            .args(args)
+            .env("NO_COLOR", "1")
+            .output()
+            .with_context(|| format!("running {PROXY} {subcommand}"))
+    }
+
     pub fn stop_proxy(&mut self) {
         if let Some(mut child) = self.proxy.take() {
             let _ = child.kill();

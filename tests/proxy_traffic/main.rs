@@ -7,12 +7,14 @@
 //! the KUBE- sets and chains), so each holds the root-namespace lock for
 //! its whole run and cleans up after itself (see [`harness::Cluster`]).
 //!
-//! Select them in the guest by module: `make vm-test
-//! VM_TEST_ARGS='basics:: departures:: policies:: privileges:: schedulers::'`.
+//! Select them in the guest by module (basics, departures, inspection,
+//! policies, privileges, schedulers): `make vm-test
+//! VM_TEST_ARGS='inspection:: schedulers::'`.
 
 mod basics;
 mod departures;
 mod harness;
+mod inspection;
 mod policies;
 mod privileges;
 mod schedulers;

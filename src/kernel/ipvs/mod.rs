@@ -8,6 +8,7 @@
 // Test support: a failed expectation is the calling test's failure.
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 pub mod contract;
+pub mod listing;
 #[cfg(any(test, feature = "test-support"))]
 mod model;
 pub(crate) mod proc_table;

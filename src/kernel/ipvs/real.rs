@@ -173,7 +173,7 @@ async fn list_services(
 
 /// A connection whose task runs on the caller's runtime. Outside one
 /// there is nothing to drive it: an error, where tokio would panic.
-fn open() -> Result<Handle, KernelError> {
+pub(super) fn open() -> Result<Handle, KernelError> {
     let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
         transport("no tokio runtime to drive a netlink connection")
     })?;

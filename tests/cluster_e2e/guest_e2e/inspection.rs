@@ -1,0 +1,96 @@
+//! `plan` and `list` against the live API server, as an on-call engineer
+//! runs them in the proxy's Pod with its flags: the plan is what the
+//! running proxy programmed, and `list` names every virtual server.
+
+use std::collections::BTreeSet;
+use std::process::{Command, Output};
+
+use anyhow::{Context, Result};
+use serde_json::{json, Value};
+
+use super::{env_path, sh, GuestCluster, NODE, PROXY};
+use crate::scenarios::{endpoint, expect_serving, programming, Cluster};
+
+/// `kube-ipvs-proxy SUBCOMMAND` with the running proxy's flags.
+fn one_shot(subcommand: &str, args: &[&str]) -> Result<String> {
+    let output: Output = Command::new(PROXY)
+        .arg(subcommand)
+        .arg("--kubeconfig")
+        .arg(env_path("E2E_PROXY_KUBECONFIG")?)
+        .args(["--hostname-override", NODE])
+        .args(args)
+        .env("NO_COLOR", "1")
+        .output()
+        .with_context(|| format!("running {subcommand}"))?;
+    anyhow::ensure!(
+        output.status.success(),
+        "{subcommand}: exit {}: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Ok(String::from_utf8(output.stdout)?)
+}
+
+/// `TCP 198.18.0.10:80` for each virtual server `ipvsadm -Ln` lists.
+fn kernel_virtual_servers() -> Result<BTreeSet<String>> {
+    Ok(sh("ipvsadm -Ln")?
+        .lines()
+        .filter(|l| l.starts_with("TCP") || l.starts_with("UDP"))
+        .filter_map(|l| {
+            let mut words = l.split_whitespace();
+            Some(format!("{} {}", words.next()?, words.next()?))
+        })
+        .collect())
+}
+
+#[test]
+#[cfg_attr(
+    not(all(feature = "kernel-tests", feature = "e2e-tests")),
+    ignore = "needs the guest and the control plane: run `make e2e`"
+)]
+fn plan_and_list_read_what_the_running_proxy_reads() -> Result<()> {
+    let mut c = GuestCluster::new("e2e-inspect", 46)?;
+    let ports = json!([{"name": "http", "port": 80, "targetPort": 8080}]);
+    let ip = c.service("web", ports)?;
+    let vs = endpoint(&ip, 80);
+    let before = programming(c.node().as_ref())?;
+    let pod = endpoint(&c.add_pod("web-1", "web", &[("http", 8080)])?, 8080);
+    expect_serving(&c, "one pod", &vs, &[&pod], before)?;
+
+    // The plan from the API server is what the proxy programmed.
+    let plan: Value =
+        serde_json::from_str(&one_shot("plan", &["--output", "json"])?)?;
+    let planned: BTreeSet<String> = plan["virtualServers"]
+        .as_array()
+        .context("the plan has no virtual servers")?
+        .iter()
+        .map(|v| {
+            let address = v["address"].as_str().unwrap_or_default();
+            let port = v["port"].as_u64().unwrap_or_default();
+            let protocol = v["protocol"].as_str().unwrap_or_default();
+            format!("{protocol} {}", endpoint(address, port as u16))
+        })
+        .collect();
+    assert_eq!(planned, kernel_virtual_servers()?, "{plan:#}");
+
+    // Every virtual server named, this test's Service among them.
+    let listed = one_shot("list", &[])?;
+    let notes: Vec<(&str, &str)> = listed
+        .lines()
+        .filter(|l| l.starts_with("TCP") || l.starts_with("UDP"))
+        .map(|l| l.split_once("  # ").unwrap_or((l, "")))
+        .collect();
+    assert!(!notes.is_empty(), "{listed}");
+    for (line, note) in &notes {
+        assert!(
+            !note.is_empty() && !note.starts_with("no Service"),
+            "{line}: {note:?}\n{listed}"
+        );
+    }
+    let web = notes
+        .iter()
+        .find(|(line, _)| line.split_whitespace().nth(1) == Some(vs.as_str()))
+        .map(|(_, note)| *note);
+    assert_eq!(web, Some("e2e-inspect/web:http clusterIP"), "{listed}");
+    Ok(())
+}
