@@ -13,6 +13,7 @@
 
 #[cfg(test)]
 mod docs_page;
+mod explanation;
 // The fuzz targets' entries (fuzz/), replayed by the tests.
 #[cfg(any(test, feature = "test-support"))]
 pub mod fuzz;

@@ -51,7 +51,10 @@ pub fn main() -> ExitCode {
         }
     }
     // The long-running modes: before any thread starts.
-    if !matches!(cli.command, Some(Command::Plan(_) | Command::List(_))) {
+    if !matches!(
+        cli.command,
+        Some(Command::Plan(_) | Command::List(_) | Command::Explain(_))
+    ) {
         if let Err(e) = signals::stop_on_signal() {
             return exit(&Failure::Failed(anyhow::anyhow!(
                 "cannot wait for SIGTERM: {e}"
@@ -61,6 +64,12 @@ pub fn main() -> ExitCode {
     let ran = match cli.command {
         Some(Command::Plan(args)) => plan(&args),
         Some(Command::List(args)) => list(&args),
+        Some(Command::Explain(args)) => {
+            return match explain(&args) {
+                Ok(verdict) => ExitCode::from(verdict.exit_status()),
+                Err(failure) => exit(&failure),
+            }
+        }
         Some(Command::ApiServer(args)) => api_server(&args),
         None => run(&cli.run),
     };
@@ -102,6 +111,14 @@ fn list(args: &config::ListArgs) -> Result<(), Failure> {
     let config = load(&args.config)?;
     let source = Source::of(&config)?;
     app::list::run(&config, source, args, &mut std::io::stdout().lock())
+}
+
+fn explain(
+    args: &config::ExplainArgs,
+) -> Result<app::explain::Verdict, Failure> {
+    let config = load(&args.config)?;
+    let source = Source::of(&config)?;
+    app::explain::run(&config, source, args, &mut std::io::stdout().lock())
 }
 
 fn api_server(args: &config::ApiServerArgs) -> Result<(), Failure> {

@@ -14,6 +14,7 @@ use crate::model::{
     EndpointInfo, EndpointsMap, Protocol, ServicePortInfo, ServicePortName,
 };
 
+pub mod reasons;
 #[cfg(test)]
 mod tests;
 
@@ -122,6 +123,14 @@ pub trait EndpointsView {
 
     /// [`NodeEndpoints::serving`] alone, for a UDP port.
     fn serving_addresses(&self, name: &ServicePortName) -> Cow<'_, [IpAddr]>;
+
+    /// Every endpoint of the port known here, and whether that is all of
+    /// the Service's slices' (a node fed by the API side knows only those
+    /// its view selected for it): what `explain` shows.
+    fn known_endpoints(
+        &self,
+        name: &ServicePortName,
+    ) -> (Cow<'_, [Arc<EndpointInfo>]>, bool);
 }
 
 impl EndpointsView for EndpointsMap {
@@ -147,6 +156,14 @@ impl EndpointsView for EndpointsMap {
     fn serving_addresses(&self, name: &ServicePortName) -> Cow<'_, [IpAddr]> {
         let endpoints = self.get(name).map(Vec::as_slice).unwrap_or(&[]);
         Cow::Owned(serving_addresses(endpoints))
+    }
+
+    fn known_endpoints(
+        &self,
+        name: &ServicePortName,
+    ) -> (Cow<'_, [Arc<EndpointInfo>]>, bool) {
+        let endpoints = self.get(name).map(Vec::as_slice).unwrap_or(&[]);
+        (Cow::Borrowed(endpoints), true)
     }
 }
 
@@ -176,6 +193,23 @@ impl EndpointsView for NodeEndpointsMap {
 
     fn serving_addresses(&self, name: &ServicePortName) -> Cow<'_, [IpAddr]> {
         Cow::Borrowed(self.get(name).map_or(&[][..], |s| &s.serving))
+    }
+
+    fn known_endpoints(
+        &self,
+        name: &ServicePortName,
+    ) -> (Cow<'_, [Arc<EndpointInfo>]>, bool) {
+        let Some(selected) = self.get(name) else {
+            return (Cow::Borrowed(&[][..]), false);
+        };
+        let mut seen = HashSet::new();
+        let known = (selected.ipv4.all_reachable.iter())
+            .chain(&selected.ipv6.all_reachable)
+            .chain(&selected.local)
+            .filter(|ep| seen.insert((ep.ip, ep.port)))
+            .cloned()
+            .collect();
+        (Cow::Owned(known), false)
     }
 }
 

@@ -106,6 +106,71 @@ fn a_node_fed_by_the_api_side_plans_what_a_proxy_on_it_plans() {
     }
 }
 
+fn explain(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(PROXY)
+        .arg("explain")
+        .args(args)
+        .args(["--output", "json"])
+        .output()
+        .expect("explain runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "explain {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(&String::from_utf8_lossy(&out.stdout)).expect("json")
+}
+
+/// Each frontend with the endpoints it uses, and whether every other
+/// endpoint shown has a reason.
+fn used_by_frontend(answer: &serde_json::Value) -> Vec<(String, Vec<String>)> {
+    let mut used = Vec::new();
+    for port in answer["ports"].as_array().into_iter().flatten() {
+        for f in port["frontends"].as_array().into_iter().flatten() {
+            let name = format!("{} {}:{}", f["kind"], f["address"], f["port"]);
+            let mut addresses = Vec::new();
+            for e in f["endpoints"].as_array().into_iter().flatten() {
+                if e["used"] == true {
+                    addresses.push(e["address"].to_string());
+                } else {
+                    assert!(e["reason"].is_string(), "{e}");
+                }
+            }
+            used.push((name, addresses));
+        }
+    }
+    used
+}
+
+/// Through the API side, `explain` knows only the node's view, and says
+/// so; what each frontend uses is what it uses from the objects.
+#[test]
+fn explain_through_the_api_side_uses_what_the_objects_give() {
+    for file in ["topology-hints.yaml", "loadbalancer-local.yaml"] {
+        let scratch = Scratch::new(&format!("explain-{file}"));
+        let state = Path::new(EXAMPLES).join("plan").join(file);
+        let service = match file {
+            "topology-hints.yaml" => "default/api",
+            _ => "default/shop",
+        };
+        let api = ApiSide::start(&state, &scratch.0);
+        let path = state.to_str().unwrap();
+        let direct = explain(&["--state", path, "--node", "node-a", service]);
+        let fed = explain(&[
+            "--api-endpoint",
+            &api.endpoint,
+            "--node",
+            "node-a",
+            service,
+        ]);
+        assert_eq!(direct["allEndpointsKnown"], true, "{direct:#}");
+        assert_eq!(fed["allEndpointsKnown"], false, "{fed:#}");
+        assert_eq!(used_by_frontend(&fed), used_by_frontend(&direct), "{file}");
+        assert!(!used_by_frontend(&direct).is_empty(), "{direct:#}");
+    }
+}
+
 /// A state file in `scratch` with the NodePort example (node port
 /// 30080), and its text, for a test to edit.
 fn nodeport_state(scratch: &Scratch) -> (PathBuf, String) {

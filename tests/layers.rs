@@ -11,7 +11,8 @@
 //! desired state and the sources turn objects into data, and a node's
 //! view is made of that data; the kernel facilities, the sync state and
 //! the API side (which serves views) use them; the backend contract sits
-//! between the sync state and what implements it; the daemon runs the
+//! between the sync state and what implements it, and `explain`'s answer
+//! is read from the sync state beside it; the daemon runs the
 //! loop, and `app` wires each of the binary's modes from its parts.
 //! The kernel layer holds no policy (the iptables rules are the
 //! proxier's, beside its IPVS plan) and takes from `desired` only the
@@ -44,7 +45,7 @@ const LAYERS: &[&[&str]] = &[
     &["telemetry", "selection"],
     &["tracker", "desired", "source", "nodeview"],
     &["kernel", "sync", "apiside"],
-    &["backend"],
+    &["backend", "explanation"],
     &["proxier", "server"],
     &["daemon", "logging"],
     &["fuzz", "app"],

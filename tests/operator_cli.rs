@@ -381,3 +381,52 @@ fn init_only_on_a_kernel_with_ipvs_sets_the_sysctls_and_leaves_nothing() {
     assert_eq!(ns.sh("ipvsadm -Ln | grep -c ^TCP || true").trim(), "0");
     assert_eq!(ns.sh(FORWARD).trim(), "1", "IPVS mode's sysctls set");
 }
+
+/// `explain` on a state file, where the kernel has no such virtual
+/// servers or none at all: the reasons from the objects, the kernel's
+/// part said either way, and exit 1 for a Service that is not there.
+#[test]
+fn explain_gives_each_endpoint_its_reason_and_its_exit_status() {
+    let state = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/plan/loadbalancer-local.yaml"
+    );
+    let explain = |service: &str| {
+        Command::new(PROXY)
+            .args(["explain", "--state", state, "--output", "json", service])
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("explain runs")
+    };
+    let out = explain("default/shop");
+    let answer: Value =
+        serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+    let frontends = answer["ports"][0]["frontends"].as_array().unwrap();
+    let load_balancer = frontends
+        .iter()
+        .find(|f| f["kind"] == "loadBalancer")
+        .expect("the load balancer's frontend");
+    assert_eq!(load_balancer["policy"], "Local", "{answer:#}");
+    let reasons: Vec<&str> = (load_balancer["endpoints"].as_array().unwrap())
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap_or("used"))
+        .collect();
+    assert_eq!(reasons, ["used", "not-local"], "{answer:#}");
+    // Here the kernel has no IPVS (exit 0, said); in a guest it has no
+    // such virtual servers (exit 2, each missing one named).
+    match out.status.code() {
+        Some(0) => assert!(answer["kernelNotRead"].is_string(), "{answer:#}"),
+        Some(2) => assert!(
+            answer["kernel"]
+                .to_string()
+                .contains("missing from the kernel"),
+            "{answer:#}"
+        ),
+        other => panic!("exit {other:?}: {answer:#}"),
+    }
+
+    let out = explain("default/nosuch");
+    assert_eq!(out.status.code(), Some(1));
+    let answer: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(answer["found"], false, "{answer}");
+}

@@ -1,6 +1,7 @@
 //! The binary's modes, each wired here from its configuration: the node
 //! proxy ([`node`]), the API side of the split ([`api_side`]), `plan`
-//! ([`plan`]), `list` ([`list`]) and `--cleanup` ([`cleanup`]). `main.rs`
+//! ([`plan`]), `list` ([`list`]), `explain` ([`explain`]) and `--cleanup`
+//! ([`cleanup`]). `main.rs`
 //! parses the command line, loads the configuration and calls one of
 //! them; what each mode starts and in which order is here, where a test
 //! can run it in-process.
@@ -8,6 +9,7 @@
 pub mod api_side;
 pub mod cleanup;
 mod clients;
+pub mod explain;
 pub mod list;
 pub mod node;
 mod one_shot;

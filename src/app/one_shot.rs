@@ -96,7 +96,9 @@ fn host_addresses() -> Option<Vec<std::net::IpAddr>> {
     use crate::kernel::addresses::{Addresses as _, NetlinkAddresses};
     let read = on_own_runtime("this host's addresses", async {
         let mut addresses = NetlinkAddresses::new()?;
-        Ok(addresses.local_addresses(crate::proxier::DUMMY_LINK).await?)
+        Ok(addresses
+            .local_addresses(crate::proxier::DUMMY_LINK)
+            .await?)
     });
     match read {
         Ok(local) => Some(local),
@@ -153,8 +155,8 @@ fn on_own_runtime<T>(
         .build()
         .map_err(|e| anyhow::anyhow!("cannot start the runtime: {e}"))?;
     // The timer is made inside the runtime, which it needs.
-    let bounded =
-        runtime.block_on(async { tokio::time::timeout(SOURCE_TIMEOUT, work).await });
+    let bounded = runtime
+        .block_on(async { tokio::time::timeout(SOURCE_TIMEOUT, work).await });
     match bounded {
         Ok(Ok(value)) => Ok(value),
         Ok(Err(e)) => Err(anyhow::anyhow!("reading {what}: {e:#}").into()),

@@ -42,6 +42,12 @@ pub enum Command {
     /// Print the kernel's IPVS table as `ipvsadm -Ln` does, each virtual
     /// server followed by the Service it is for; changes nothing.
     List(ListArgs),
+    /// Explain what the proxy does with one Service on a node: each port
+    /// and frontend with its virtual server and every endpoint, used or
+    /// not and why, then what the kernel holds, where it can be read.
+    /// Exits 0 when found (and the kernel agrees or was not read), 1 when
+    /// not found, 2 when the kernel differs.
+    Explain(ExplainArgs),
     /// Watch the API server once for the whole cluster and serve each
     /// node its own view (the nodes run with `--api-endpoint`).
     ApiServer(ApiServerArgs),
@@ -145,6 +151,24 @@ pub struct ListArgs {
     /// How the table is printed.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub output: OutputFormat,
+}
+
+/// `explain`: the same configuration flags, and the Service.
+#[derive(Debug, Clone, PartialEq, Args)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// As seen from this node; by default a state file's only Node, else
+    /// the node the proxy would be (`--hostname-override`, the
+    /// `NODE_NAME` the DaemonSet sets, the host's name).
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+    /// How the answer is printed.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub output: OutputFormat,
+    /// The Service, as NAMESPACE/NAME.
+    #[arg(value_name = "NAMESPACE/NAME")]
+    pub service: String,
 }
 
 /// `1.35`, `v1.35` or `v1.35.4`: the release, major and minor.

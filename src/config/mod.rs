@@ -19,8 +19,8 @@ mod reference;
 
 pub use error::{ConfigError, ConfigWarning, FieldError};
 pub use flags::{
-    ApiServerArgs, Cli, Command, ConfigArgs, ListArgs, OutputFormat, PlanArgs,
-    RunArgs,
+    ApiServerArgs, Cli, Command, ConfigArgs, ExplainArgs, ListArgs,
+    OutputFormat, PlanArgs, RunArgs,
 };
 pub use flagz::flagz;
 pub use settings::{

@@ -397,7 +397,9 @@ fn spelling(arg: &clap::Arg) -> String {
             .unwrap_or_default()
     };
     // Every flag whose value may be left out takes it after `=` only.
-    let spelled = if !arg.get_action().takes_values() {
+    let spelled = if arg.is_positional() {
+        value
+    } else if !arg.get_action().takes_values() {
         name
     } else if arg.is_require_equals_set() {
         format!("{name}[={value}]")

@@ -54,7 +54,6 @@ impl DesiredState {
         self.services.is_empty()
     }
 
-    #[cfg(test)]
     pub fn service(&self, name: &ServicePortName) -> Option<&ServiceState> {
         self.services.get(name).map(|s| &**s)
     }

@@ -1,14 +1,18 @@
 //! What an on-call engineer runs from the proxy's Pod, whose image has no
 //! ipvsadm: `list`, the kernel's IPVS table as `ipvsadm -Ln` prints it,
 //! each virtual server named by its Service, checked against ipvsadm
-//! itself on the same kernel.
+//! itself on the same kernel; `explain`, one Service's frontends with
+//! every endpoint used or not and why, and the kernel's differences.
 
 use std::net::TcpStream;
 
 use serde_json::Value;
 use testkit::PodSpec;
 
-use super::harness::{endpoint_slice, node, service, sh, Cluster, Port};
+use super::harness::{
+    endpoint_slice, endpoint_slice_with, node, service, sh, Cluster,
+    Conditions, Port,
+};
 
 const PODS: [(&str, &str); 2] = [("a", "198.19.30.2"), ("b", "198.19.30.3")];
 
@@ -174,4 +178,137 @@ fn list_prints_ipvsadms_table_with_each_virtual_server_named(
         "{said}"
     );
     Ok(())
+}
+
+/// `explain default/NAME --output json`: its exit status and answer.
+fn explain(cluster: &Cluster, name: &str) -> anyhow::Result<(i32, Value)> {
+    let out = cluster.one_shot(
+        "explain",
+        &["--output", "json", &format!("default/{name}")],
+    )?;
+    let code = out.status.code().unwrap_or(-1);
+    let text = String::from_utf8(out.stdout)?;
+    let json = serde_json::from_str(&text).unwrap_or(Value::String(text));
+    Ok((code, json))
+}
+
+/// Each endpoint of the frontend `kind` as `address reason` (`used`).
+fn uses(answer: &Value, kind: &str) -> Vec<String> {
+    let frontends = answer["ports"][0]["frontends"].as_array().cloned();
+    let Some(frontend) = frontends
+        .unwrap_or_default()
+        .into_iter()
+        .find(|f| f["kind"] == kind)
+    else {
+        return Vec::new();
+    };
+    (frontend["endpoints"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default())
+    .iter()
+    .map(|e| {
+        let why = e["reason"].as_str().unwrap_or("used");
+        format!("{} {why}", e["address"].as_str().unwrap_or_default())
+    })
+    .collect()
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "kernel-tests"),
+    ignore = "needs the real-kernel guest: run `make vm-test`"
+)]
+fn explain_says_why_each_endpoint_is_used_or_not_and_what_the_kernel_lacks(
+) -> anyhow::Result<()> {
+    testkit::guest::require();
+    let ports = [Port::tcp("http", 80, 8080).node_port(30081)];
+    let not_ready = Conditions {
+        ready: false,
+        serving: false,
+        terminating: false,
+    };
+    let state = vec![
+        node(),
+        service(
+            "shop",
+            "198.18.30.30",
+            &ports,
+            "  externalTrafficPolicy: Local\n",
+        ),
+        endpoint_slice_with(
+            "shop",
+            &ports,
+            &[
+                ("198.19.30.2", "node-a", Conditions::READY),
+                ("198.19.30.3", "node-a", Conditions::READY),
+                ("198.19.30.4", "node-b", not_ready),
+                ("198.19.30.5", "node-b", Conditions::TERMINATING_SERVING),
+            ],
+        ),
+    ];
+    let mut cluster = Cluster::new("inspection-explain", &pods(), &state)?;
+    cluster.start_proxy(&[])?;
+
+    let (code, answer) = explain(&cluster, "shop")?;
+    assert_eq!(code, 0, "{answer:#}");
+    assert_eq!(
+        uses(&answer, "clusterIP"),
+        [
+            "198.19.30.2 used",
+            "198.19.30.3 used",
+            "198.19.30.4 not-ready",
+            "198.19.30.5 terminating",
+        ],
+        "{answer:#}"
+    );
+    assert_eq!(
+        uses(&answer, "nodePort"),
+        [
+            "198.19.30.2 used",
+            "198.19.30.3 used",
+            "198.19.30.4 not-local",
+            "198.19.30.5 not-local",
+        ],
+        "{answer:#}"
+    );
+    let checks = answer["kernel"].as_array().cloned().unwrap_or_default();
+    assert!(!checks.is_empty(), "the kernel was read: {answer:#}");
+    for check in &checks {
+        assert_eq!(check["differences"], serde_json::json!([]), "{answer:#}");
+    }
+
+    // The kernel loses a real server while no proxy runs to put it back.
+    cluster.stop_proxy();
+    sh("ipvsadm -d -t 198.18.30.30:80 -r 198.19.30.2:8080")?;
+    let (code, answer) = explain(&cluster, "shop")?;
+    assert_eq!(code, 2, "{answer:#}");
+    let said: Vec<String> = checks_of(&answer);
+    assert_eq!(
+        said,
+        ["TCP 198.18.30.30:80: real server 198.19.30.2:8080 missing"],
+        "{answer:#}"
+    );
+
+    let (code, answer) = explain(&cluster, "nosuch")?;
+    assert_eq!(code, 1, "{answer}");
+    assert_eq!(answer["found"], false, "{answer}");
+    Ok(())
+}
+
+/// Every difference the answer's kernel part names, with its virtual
+/// server.
+fn checks_of(answer: &Value) -> Vec<String> {
+    let checks = answer["kernel"].as_array().cloned().unwrap_or_default();
+    checks
+        .iter()
+        .flat_map(|c| {
+            let vs = c["virtualServer"].as_str().unwrap_or_default().to_owned();
+            (c["differences"].as_array().cloned().unwrap_or_default())
+                .into_iter()
+                .map(move |d| {
+                    format!("{vs}: {}", d.as_str().unwrap_or_default())
+                })
+        })
+        .collect()
 }

@@ -1,6 +1,7 @@
-//! `plan` and `list` against the live API server, as an on-call engineer
-//! runs them in the proxy's Pod with its flags: the plan is what the
-//! running proxy programmed, and `list` names every virtual server.
+//! `plan`, `list` and `explain` against the live API server, as an
+//! on-call engineer runs them in the proxy's Pod with its flags: the plan
+//! is what the running proxy programmed, `list` names every virtual
+//! server, and `explain` finds the kernel agreeing.
 
 use std::collections::BTreeSet;
 use std::process::{Command, Output};
@@ -48,7 +49,7 @@ fn kernel_virtual_servers() -> Result<BTreeSet<String>> {
     not(all(feature = "kernel-tests", feature = "e2e-tests")),
     ignore = "needs the guest and the control plane: run `make e2e`"
 )]
-fn plan_and_list_read_what_the_running_proxy_reads() -> Result<()> {
+fn plan_list_and_explain_read_what_the_running_proxy_reads() -> Result<()> {
     let mut c = GuestCluster::new("e2e-inspect", 46)?;
     let ports = json!([{"name": "http", "port": 80, "targetPort": 8080}]);
     let ip = c.service("web", ports)?;
@@ -92,5 +93,20 @@ fn plan_and_list_read_what_the_running_proxy_reads() -> Result<()> {
         .find(|(line, _)| line.split_whitespace().nth(1) == Some(vs.as_str()))
         .map(|(_, note)| *note);
     assert_eq!(web, Some("e2e-inspect/web:http clusterIP"), "{listed}");
+
+    // The Service explained: its one pod used, and the kernel agreeing.
+    let answer: Value = serde_json::from_str(&one_shot(
+        "explain",
+        &["--output", "json", "e2e-inspect/web"],
+    )?)?;
+    assert_eq!(answer["allEndpointsKnown"], true, "{answer:#}");
+    let frontend = &answer["ports"][0]["frontends"][0];
+    assert_eq!(frontend["kind"], "clusterIP", "{answer:#}");
+    assert_eq!(frontend["endpoints"][0]["used"], true, "{answer:#}");
+    let checks = answer["kernel"].as_array().cloned().unwrap_or_default();
+    assert!(!checks.is_empty(), "{answer:#}");
+    for check in checks {
+        assert_eq!(check["differences"], json!([]), "{answer:#}");
+    }
     Ok(())
 }
