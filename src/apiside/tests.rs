@@ -827,9 +827,11 @@ async fn nodes_stalled_in_their_first_view_do_not_keep_others_from_theirs() {
         }
     }
     assert_eq!(received.services.len(), 2000);
+    // Without the walk's shorter time the permits would be held until the
+    // general send timeout, 300 s; a busy machine takes seconds, not that.
     let waited = started.elapsed();
     assert!(
-        waited < Duration::from_secs(10),
+        waited < Duration::from_secs(100),
         "the first view took {waited:?} behind stalled nodes"
     );
     // The last of them took their permits only as the first gave theirs
