@@ -126,11 +126,10 @@ pub fn run(
 }
 
 fn read_kernel() -> Result<Listing, String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    runtime.block_on(listing::read()).map_err(|e| e.to_string())
+    one_shot::on_own_runtime("the kernel's IPVS table", async {
+        Ok(listing::read().await?)
+    })
+    .map_err(|e| e.to_string())
 }
 
 /// Each frontend's virtual server in the kernel against the plan.
@@ -152,8 +151,11 @@ fn check(
     let socket = SocketAddr::new(frontend.address, frontend.port);
     let name = format!("{protocol} {socket}");
     let found = listing.services.iter().find(|listed| {
-        listed.name().split_whitespace().collect::<Vec<_>>()
-            == [protocol, &socket.to_string()]
+        listed.key().is_some_and(|key| {
+            key.protocol.as_str() == protocol
+                && key.address == frontend.address
+                && key.port == frontend.port
+        })
     });
     let mut differences = Vec::new();
     let Some(listed) = found else {

@@ -17,7 +17,6 @@ use crate::{
     config::{Config, ListArgs, OutputFormat},
     desired::{Plan, VirtualServerKey},
     kernel::ipvs::listing::{self, ListedService, Listing},
-    model::Protocol,
 };
 
 /// What a virtual server in the kernel is for, by the node's state.
@@ -51,7 +50,7 @@ pub fn run(
     };
     let note = |listed: &ListedService| -> Option<String> {
         let names = names.as_ref()?;
-        Some(match key_of(listed).and_then(|key| names.get(&key)) {
+        Some(match listed.key().and_then(|key| names.get(&key)) {
             Some(name) => name.clone(),
             None => NOT_PROGRAMMED.to_owned(),
         })
@@ -69,13 +68,9 @@ pub fn run(
 
 /// The table, on a runtime of its own.
 fn read_kernel() -> Result<Listing, Failure> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| anyhow::anyhow!("cannot start the runtime: {e}"))?;
-    runtime
-        .block_on(listing::read())
-        .map_err(|e| anyhow::anyhow!("{e}").into())
+    one_shot::on_own_runtime("the kernel's IPVS table", async {
+        Ok(listing::read().await?)
+    })
 }
 
 /// `default/web:http clusterIP` for each virtual server of the plan.
@@ -84,31 +79,6 @@ fn names(plan: &Plan) -> Names {
         .iter()
         .map(|vs| (vs.key(), format!("{} {}", vs.service, vs.kind.as_str())))
         .collect()
-}
-
-/// The key the proxy's state would have for a kernel service; `None`
-/// for those it never programs (firewall marks, other protocols).
-fn key_of(listed: &ListedService) -> Option<VirtualServerKey> {
-    use ipvs_sys::{Protocol as Kernel, ServiceKey};
-    let ServiceKey::Inet {
-        protocol,
-        address,
-        port,
-    } = listed.service.key
-    else {
-        return None;
-    };
-    let protocol = match protocol {
-        Kernel::Tcp => Protocol::Tcp,
-        Kernel::Udp => Protocol::Udp,
-        Kernel::Sctp => Protocol::Sctp,
-        _ => return None,
-    };
-    Some(VirtualServerKey {
-        address,
-        port,
-        protocol,
-    })
 }
 
 #[derive(Serialize)]
@@ -162,10 +132,10 @@ fn json(
         table_size: listing.table_size,
         virtual_servers: (listing.services.iter())
             .map(|listed| JsonVirtualServer {
-                protocol: key_of(listed)
+                protocol: listed.key()
                     .map(|k| k.protocol.as_str().to_owned()),
-                address: key_of(listed).map(|k| k.address),
-                port: key_of(listed).map(|k| k.port),
+                address: listed.key().map(|k| k.address),
+                port: listed.key().map(|k| k.port),
                 fwmark: match listed.service.key {
                     ipvs_sys::ServiceKey::Fwmark { mark, .. } => Some(mark),
                     _ => None,

@@ -146,7 +146,7 @@ fn first_view(
 }
 
 /// Runs `work` on a runtime of its own, within [`SOURCE_TIMEOUT`].
-fn on_own_runtime<T>(
+pub(super) fn on_own_runtime<T>(
     what: &str,
     work: impl Future<Output = anyhow::Result<T>>,
 ) -> Result<T, Failure> {

@@ -55,6 +55,17 @@ impl Port {
     }
 }
 
+/// Pods `(name, address)` answering on 8080.
+pub fn pods_on_8080(pods: &[(&str, &str)]) -> Vec<testkit::PodSpec> {
+    pods.iter()
+        .map(|(name, ip)| {
+            testkit::PodSpec::new(*name)
+                .ip(ip.parse().expect("a fixture address"))
+                .port(8080)
+        })
+        .collect()
+}
+
 pub fn node() -> String {
     format!(
         "apiVersion: v1\nkind: Node\n\

@@ -10,8 +10,8 @@ use serde_json::Value;
 use testkit::PodSpec;
 
 use super::harness::{
-    endpoint_slice, endpoint_slice_with, node, service, sh, Cluster,
-    Conditions, Port,
+    endpoint_slice, endpoint_slice_with, node, pods_on_8080, service, sh,
+    Cluster, Conditions, Port,
 };
 
 const PODS: [(&str, &str); 2] = [("a", "198.19.30.2"), ("b", "198.19.30.3")];
@@ -20,13 +20,7 @@ const PODS: [(&str, &str); 2] = [("a", "198.19.30.2"), ("b", "198.19.30.3")];
 const NOTE: &str = "  # ";
 
 fn pods() -> Vec<PodSpec> {
-    PODS.iter()
-        .map(|(name, ip)| {
-            PodSpec::new(*name)
-                .ip(ip.parse().expect("a fixture address"))
-                .port(8080)
-        })
-        .collect()
+    pods_on_8080(&PODS)
 }
 
 /// `web`, a NodePort Service; `sticky`, with ClientIP affinity and `mh`

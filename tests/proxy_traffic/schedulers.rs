@@ -13,8 +13,8 @@ use anyhow::Context;
 use testkit::{tcp_tally, PodSpec};
 
 use super::harness::{
-    endpoint_slice, ipvs_services, node, service, sh, weighted_real_servers,
-    Cluster, Port, TIMEOUT,
+    endpoint_slice, ipvs_services, node, pods_on_8080, service, sh,
+    weighted_real_servers, Cluster, Port, TIMEOUT,
 };
 
 /// The schedulers of the guest's 6.1 kernel (`tests/vm/modules` loads
@@ -31,13 +31,7 @@ const PODS: [(&str, &str); 3] = [
 ];
 
 fn pods() -> Vec<PodSpec> {
-    PODS.iter()
-        .map(|(name, ip)| {
-            PodSpec::new(*name)
-                .ip(ip.parse().expect("a fixture address"))
-                .port(8080)
-        })
-        .collect()
+    pods_on_8080(&PODS)
 }
 
 fn ports() -> [Port; 1] {

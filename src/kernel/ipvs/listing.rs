@@ -12,7 +12,10 @@ use ipvs_sys::{
     ServiceFlags, ServiceKey,
 };
 
-use super::real::{kernel_error, open};
+use super::{
+    real::{from_key, kernel_error, open},
+    VirtualServerKey,
+};
 use crate::{kernel::KernelError, model::SchedulerFlags};
 
 /// What errors of the listing name.
@@ -35,6 +38,12 @@ pub struct ListedService {
 }
 
 impl ListedService {
+    /// The proxy's key of this virtual server; `None` for those it never
+    /// programs (firewall marks, other protocols).
+    pub fn key(&self) -> Option<VirtualServerKey> {
+        from_key(&self.service.key)
+    }
+
     /// The virtual server's first column, as ipvsadm writes it:
     /// `TCP  198.18.0.10:80`, `UDP  [2001:db8::a]:53`, `FWM  7`.
     pub fn name(&self) -> String {

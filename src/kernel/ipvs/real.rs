@@ -547,11 +547,24 @@ pub(crate) fn to_service(spec: &ServiceSpec) -> Service {
 /// Our view of a kernel service; `None` for those we never program
 /// (fwmark services, other protocols).
 pub(crate) fn from_service(service: &Service) -> Option<ServiceSpec> {
+    let flags = service.flags;
+    Some(ServiceSpec {
+        key: from_key(&service.key)?,
+        scheduler: service.scheduler.clone(),
+        persistence: flags
+            .contains(ServiceFlags::PERSISTENT)
+            .then_some(service.timeout),
+        flags: SchedulerFlags::from_kernel(flags.0),
+    })
+}
+
+/// Our key of a kernel service; `None` for those we never program.
+pub(crate) fn from_key(key: &ipvs_sys::ServiceKey) -> Option<VirtualServerKey> {
     let ipvs_sys::ServiceKey::Inet {
         protocol,
         address,
         port,
-    } = service.key
+    } = *key
     else {
         return None;
     };
@@ -561,18 +574,10 @@ pub(crate) fn from_service(service: &Service) -> Option<ServiceSpec> {
         IpvsProtocol::Sctp => Protocol::Sctp,
         _ => return None,
     };
-    let flags = service.flags;
-    Some(ServiceSpec {
-        key: VirtualServerKey {
-            address,
-            port,
-            protocol,
-        },
-        scheduler: service.scheduler.clone(),
-        persistence: flags
-            .contains(ServiceFlags::PERSISTENT)
-            .then_some(service.timeout),
-        flags: SchedulerFlags::from_kernel(flags.0),
+    Some(VirtualServerKey {
+        address,
+        port,
+        protocol,
     })
 }
 
