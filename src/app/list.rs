@@ -132,8 +132,7 @@ fn json(
         table_size: listing.table_size,
         virtual_servers: (listing.services.iter())
             .map(|listed| JsonVirtualServer {
-                protocol: listed.key()
-                    .map(|k| k.protocol.as_str().to_owned()),
+                protocol: listed.key().map(|k| k.protocol.as_str().to_owned()),
                 address: listed.key().map(|k| k.address),
                 port: listed.key().map(|k| k.port),
                 fwmark: match listed.service.key {
