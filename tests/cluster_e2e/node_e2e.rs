@@ -821,6 +821,121 @@ fn traffic_from_the_node_and_from_a_pod() -> Result<()> {
     })
 }
 
+/// `list` and `explain` as the on-call engineer runs them: `kubectl exec`
+/// into the DaemonSet's Pod, with the container's own capabilities, its
+/// configuration file and its ServiceAccount, and no ipvsadm in the
+/// image. `list` is the node's `ipvsadm -Ln` with this test's virtual
+/// server named; `explain` gives the not-ready pod its reason and reads
+/// the kernel, which agrees.
+#[test]
+#[cfg_attr(
+    not(feature = "node-tests"),
+    ignore = "needs the real node: run `make node-e2e`"
+)]
+fn list_and_explain_in_the_proxys_pod() -> Result<()> {
+    node_test("node-e2e-explain", |c| {
+        let ports = json!([{"name": "http", "port": 80, "targetPort": 8080}]);
+        let vs = endpoint(&c.service("web", ports)?, 80);
+        let before = programming(c.node.as_ref())?;
+        let one =
+            endpoint(&c.add_pod("web-1", "web", &[("http", 8080)])?, 8080);
+        let two =
+            endpoint(&c.add_pod("web-2", "web", &[("http", 8080)])?, 8080);
+        expect_serving(c, "two pods", &vs, &[&one, &two], before)?;
+        let before = programming(c.node.as_ref())?;
+        c.set_ready("web-2", false)?;
+        expect_serving(c, "web-2 not ready", &vs, &[&one], before)?;
+
+        let pod = c.proxy().current()?.context("no proxy Pod")?;
+        let pod_name = pod.metadata.name.unwrap_or_default();
+        let in_pod = |args: &[&str]| {
+            let mut command = vec![
+                "-n",
+                "kube-system",
+                "exec",
+                &pod_name,
+                "-c",
+                "kube-ipvs-proxy",
+                "--",
+                "kube-ipvs-proxy",
+            ];
+            command.extend_from_slice(args);
+            command.extend(["--config", "/var/lib/kube-proxy/config.conf"]);
+            c.env.kubectl(&command, None)
+        };
+
+        // The table is the kernel's; a sync between the two reads (the
+        // repair round) changes nothing, so one retry covers a counter
+        // that moved.
+        let mut attempts = 0;
+        let listed = loop {
+            let listed = in_pod(&["list"])?;
+            let ipvsadm = sh("ipvsadm -Ln")?;
+            let table: String = listed
+                .lines()
+                .map(|l| l.split_once("  # ").map_or(l, |(kernel, _)| kernel))
+                .flat_map(|l| [l, "\n"])
+                .collect();
+            attempts += 1;
+            if table == ipvsadm || attempts == 3 {
+                assert_eq!(table, ipvsadm, "list in the Pod:\n{listed}");
+                break listed;
+            }
+        };
+        let note = listed
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(vs.as_str()))
+            .and_then(|l| l.split_once("  # "))
+            .map(|(_, note)| note);
+        assert_eq!(
+            note,
+            Some("node-e2e-explain/web:http clusterIP"),
+            "{listed}"
+        );
+
+        let answer: Value = serde_json::from_str(&in_pod(&[
+            "explain",
+            "--output",
+            "json",
+            "node-e2e-explain/web",
+        ])?)?;
+        let frontend = answer["ports"][0]["frontends"]
+            .as_array()
+            .and_then(|f| f.iter().find(|f| f["kind"] == "clusterIP"))
+            .with_context(|| format!("no clusterIP frontend: {answer:#}"))?;
+        let endpoints = frontend["endpoints"].as_array().cloned();
+        let by_address = |address: &str| {
+            endpoints
+                .iter()
+                .flatten()
+                .find(|e| e["address"] == address.split(':').next().unwrap())
+                .cloned()
+                .unwrap_or_default()
+        };
+        assert_eq!(by_address(&one)["used"], true, "{answer:#}");
+        let not_ready = by_address(&two);
+        assert_eq!(not_ready["used"], false, "{answer:#}");
+        assert_eq!(not_ready["reason"], "not-ready", "{answer:#}");
+        assert_eq!(not_ready["node"], c.env.node.as_str(), "{answer:#}");
+        assert!(
+            answer.get("kernelNotRead").is_none(),
+            "the Pod could not read the kernel: {answer:#}"
+        );
+        let checks = answer["kernel"].as_array().cloned().unwrap_or_default();
+        assert!(!checks.is_empty(), "{answer:#}");
+        for check in &checks {
+            assert_eq!(check["differences"], json!([]), "{answer:#}");
+        }
+        println!(
+            "node_e2e: list and explain in {pod_name}: {} virtual servers \
+             named, {} frontends of the Service checked against the kernel",
+            listed.lines().filter(|l| l.contains("  # ")).count(),
+            checks.len()
+        );
+        Ok(())
+    })
+}
+
 /// The DaemonSet rolled from one image tag to the other under steady
 /// traffic: no request fails, and the new Pod follows a change.
 #[test]

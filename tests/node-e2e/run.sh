@@ -32,6 +32,7 @@ all_tests=(
     a_service_follows_its_pods
     named_target_ports_span_several_slices
     traffic_from_the_node_and_from_a_pod
+    list_and_explain_in_the_proxys_pod
     a_proxy_restart_loses_no_request
     a_rolling_update_loses_no_request
     a_migration_from_kube_proxy_and_back_loses_no_request
