@@ -105,17 +105,19 @@ pub fn explain(
     let context = state.desired().context();
     let node = (context.node_name.as_str(), context.zone.as_str());
     let mut all_known = true;
+    let dropped = state.dropped_endpoint_copies(service);
     let ports = ports
         .into_iter()
         .map(|(name, info)| {
             let (known, whole) = state.endpoints().known_endpoints(name);
             all_known &= whole;
+            let copies = dropped.get(name).map_or(&[][..], Vec::as_slice);
             let desired = state.desired().service(name);
             PortExplanation {
                 name: name.port.clone(),
                 protocol: info.protocol.as_str().to_owned(),
                 port: info.port,
-                frontends: frontends(desired, info, &known, node),
+                frontends: frontends(desired, info, &known, copies, node),
             }
         })
         .collect();
@@ -128,10 +130,33 @@ pub fn explain(
     })
 }
 
+impl EndpointUse {
+    /// Used (with its real server's weight) when there is no reason not
+    /// to be.
+    fn new(
+        ep: &EndpointInfo,
+        weight: Option<u32>,
+        reason: Option<Unused>,
+    ) -> Self {
+        Self {
+            address: ep.ip,
+            port: ep.port,
+            node: ep.node_name.as_deref().map(str::to_owned),
+            ready: ep.ready,
+            serving: ep.serving,
+            terminating: ep.terminating,
+            used: reason.is_none(),
+            weight,
+            reason,
+        }
+    }
+}
+
 fn frontends(
     desired: Option<&ServiceState>,
     info: &ServicePortInfo,
     known: &[Arc<EndpointInfo>],
+    copies: &[Arc<EndpointInfo>],
     node: (&str, &str),
 ) -> Vec<Frontend> {
     let Some(desired) = desired else {
@@ -142,14 +167,17 @@ fn frontends(
     virtual_servers.sort_by_key(|vs| (vs.kind, vs.address, vs.port));
     virtual_servers
         .into_iter()
-        .map(|vs| frontend(vs, info, known, node))
+        .map(|vs| frontend(vs, info, known, copies, node))
         .collect()
 }
 
+/// `copies`: the endpoints' copies the slices' merge left out, each
+/// reported after the endpoints as a duplicate.
 fn frontend(
     vs: &VirtualServer,
     info: &ServicePortInfo,
     known: &[Arc<EndpointInfo>],
+    copies: &[Arc<EndpointInfo>],
     node: (&str, &str),
 ) -> Frontend {
     let only_local = match vs.kind {
@@ -168,8 +196,7 @@ fn frontend(
         .map(|ep| {
             let real = (vs.real_servers.iter())
                 .find(|rs| rs.address == ep.ip && rs.port == ep.port);
-            let used = real.is_some();
-            let reason = (!used).then(|| {
+            let reason = real.is_none().then(|| {
                 if ep.ip.is_ipv6() != ipv6 {
                     Unused::OtherFamily
                 } else {
@@ -183,18 +210,12 @@ fn frontend(
                     )
                 }
             });
-            EndpointUse {
-                address: ep.ip,
-                port: ep.port,
-                node: ep.node_name.as_deref().map(str::to_owned),
-                ready: ep.ready,
-                serving: ep.serving,
-                terminating: ep.terminating,
-                used,
-                weight: real.map(|rs| rs.weight),
-                reason,
-            }
+            EndpointUse::new(ep, real.map(|rs| rs.weight), reason)
         })
+        .chain(
+            (copies.iter())
+                .map(|ep| EndpointUse::new(ep, None, Some(Unused::Duplicate))),
+        )
         .collect();
     Frontend {
         kind: vs.kind.as_str(),

@@ -16,8 +16,8 @@ use crate::{
     config::{Config, DetectLocal, NodePortAddress},
     desired::{DesiredState, NodeContext, SchedulerPolicy, ServiceDelta},
     model::{
-        EndpointsMap, FlagChoice, IpFamily, NamespacedName, NodeInfo, Protocol,
-        ServicePortMap, ServicePortName,
+        EndpointInfo, EndpointsMap, FlagChoice, IpFamily, NamespacedName,
+        NodeInfo, Protocol, ServicePortMap, ServicePortName,
     },
     nodeview::{Change, Key, Received, Update},
     selection::EndpointsView,
@@ -700,6 +700,19 @@ impl SyncState {
     /// Each service port's endpoints as this node uses them.
     pub fn endpoints(&self) -> &dyn EndpointsView {
         self.input.endpoints()
+    }
+
+    /// The copies of `service`'s endpoints that its slices hold more than
+    /// once and the merge left out, by port: none for a node fed by the
+    /// API side, which receives endpoints already merged.
+    pub fn dropped_endpoint_copies(
+        &self,
+        service: &NamespacedName,
+    ) -> HashMap<ServicePortName, Vec<Arc<EndpointInfo>>> {
+        match &self.input {
+            Input::Objects(t) => t.endpoints.dropped_copies(service),
+            Input::View(_) => HashMap::new(),
+        }
     }
 
     /// Our Node as last seen; `None` before it is known.

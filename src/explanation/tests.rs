@@ -91,6 +91,21 @@ fn with_nothing_ready_the_serving_terminating_are_used() {
 }
 
 #[test]
+fn a_copy_left_out_of_the_merge_is_a_duplicate() {
+    assert_eq!(
+        reasons("duplicate-endpoints.yaml", "default/reused"),
+        [(
+            "clusterIP 198.18.0.90:80".to_owned(),
+            vec![
+                used("198.19.0.11"),
+                used("198.19.1.12"),
+                not("198.19.0.11", Unused::Duplicate),
+            ]
+        )]
+    );
+}
+
+#[test]
 fn a_service_the_state_lacks_is_not_found() {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("examples/plan/nodeport.yaml");

@@ -37,6 +37,10 @@ pub enum Unused {
     NotLocal,
     /// Of the other address family than the virtual server.
     OtherFamily,
+    /// Another slice of the Service has the same address and port, and
+    /// that copy is the one used (the one not terminating, else the
+    /// later slice's by name).
+    Duplicate,
     /// The rules above would use it and the plan does not: a fault of
     /// the proxy's, to report.
     Unexplained,
@@ -51,6 +55,7 @@ impl Unused {
             Unused::OtherNode => "other-node",
             Unused::NotLocal => "not-local",
             Unused::OtherFamily => "other-family",
+            Unused::Duplicate => "duplicate",
             Unused::Unexplained => "unexplained",
         }
     }

@@ -222,6 +222,17 @@ const CASES: &[Case] = &[
             ("KUBE-LOOP-BACK", &["198.19.0.9,tcp:8080,198.19.0.9"]),
         ],
     },
+    // The terminating copy of a reused address is left out.
+    Case {
+        file: "plan/duplicate-endpoints.yaml",
+        virtual_servers: &["TCP 198.18.0.90:80 -> 198.19.0.11:8080,198.19.1.12:8080"],
+        bound: &["198.18.0.90"],
+        sets: &[
+            ("KUBE-CLUSTER-IP", &["198.18.0.90,tcp:80"]),
+            ("KUBE-IPVS-IPS", &["198.18.0.90"]),
+            ("KUBE-LOOP-BACK", &["198.19.0.11,tcp:8080,198.19.0.11"]),
+        ],
+    },
     Case {
         file: "plan/dual-stack.yaml",
         virtual_servers: &[

@@ -92,6 +92,21 @@ impl EndpointSliceCache {
         self.dirty.len()
     }
 
+    /// The copies of `service`'s endpoints that the applied slices hold
+    /// more than once and the merge left out, by port.
+    pub fn dropped_copies(
+        &self,
+        service: &NamespacedName,
+    ) -> HashMap<ServicePortName, Vec<Arc<EndpointInfo>>> {
+        let mut copies: HashMap<_, Vec<_>> = HashMap::new();
+        if let Some(tracker) = self.services.get(service) {
+            merge_slices_dropping(tracker.applied.values(), |key, ep| {
+                copies.entry(key.clone()).or_default().push(Arc::clone(ep));
+            });
+        }
+        copies
+    }
+
     /// Applies the pending slices and returns, for each service that had
     /// some, its endpoints before and after.
     pub fn checkout_changes(&mut self) -> Vec<EndpointsChange> {
@@ -138,29 +153,45 @@ impl EndpointSliceCache {
 pub fn merge_slices<'a>(
     slices: impl IntoIterator<Item = &'a Arc<EndpointSliceInfo>>,
 ) -> EndpointsMap {
-    let mut by_port: HashMap<
-        ServicePortName,
-        BTreeMap<(IpAddr, u16), Arc<EndpointInfo>>,
-    > = HashMap::new();
+    merge_slices_dropping(slices, |_, _| {})
+}
+
+/// [`merge_slices`], handing each copy of an endpoint that the merge
+/// leaves out to `dropped`: one rule for what is kept and what `explain`
+/// reports as a duplicate.
+fn merge_slices_dropping<'a>(
+    slices: impl IntoIterator<Item = &'a Arc<EndpointSliceInfo>>,
+    mut dropped: impl FnMut(&ServicePortName, &Arc<EndpointInfo>),
+) -> EndpointsMap {
+    type Kept = BTreeMap<(IpAddr, u16), Arc<EndpointInfo>>;
+    let mut by_port: HashMap<ServicePortName, (Kept, Vec<Arc<EndpointInfo>>)> =
+        HashMap::new();
     for slice in slices {
         for (key, endpoint) in slice.endpoints_by_port() {
-            let set = by_port.entry(key).or_default();
-            match set.entry((endpoint.ip, endpoint.port)) {
+            let (kept, left_out) = by_port.entry(key).or_default();
+            match kept.entry((endpoint.ip, endpoint.port)) {
                 std::collections::btree_map::Entry::Vacant(entry) => {
                     entry.insert(Arc::clone(endpoint));
                 }
                 std::collections::btree_map::Entry::Occupied(mut entry) => {
-                    if !endpoint.terminating {
-                        entry.insert(Arc::clone(endpoint));
-                    }
+                    left_out.push(if endpoint.terminating {
+                        Arc::clone(endpoint)
+                    } else {
+                        entry.insert(Arc::clone(endpoint))
+                    });
                 }
             }
         }
     }
     by_port
         .into_iter()
-        .filter(|(_, set)| !set.is_empty())
-        .map(|(key, set)| (key, set.into_values().collect()))
+        .filter(|(_, (kept, _))| !kept.is_empty())
+        .map(|(key, (kept, left_out))| {
+            for ep in &left_out {
+                dropped(&key, ep);
+            }
+            (key, kept.into_values().collect())
+        })
         .collect()
 }
 
@@ -272,6 +303,14 @@ impl EndpointsChangeTracker {
     #[cfg(test)]
     pub fn pending(&self) -> usize {
         self.cache.pending()
+    }
+
+    /// [`EndpointSliceCache::dropped_copies`] of the applied slices.
+    pub fn dropped_copies(
+        &self,
+        service: &NamespacedName,
+    ) -> HashMap<ServicePortName, Vec<Arc<EndpointInfo>>> {
+        self.cache.dropped_copies(service)
     }
 
     /// Applies the pending changes to `map` and forgets them. Services

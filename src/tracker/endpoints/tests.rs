@@ -569,6 +569,64 @@ fn pending_gauge_counts_services_not_slices() {
     assert_eq!(tracker.pending(), 2);
 }
 
+/// The copies the merge left out, labelled, by port label.
+fn dropped(
+    tracker: &EndpointsChangeTracker,
+    service: &str,
+) -> BTreeMap<String, Vec<String>> {
+    let service = NamespacedName::new("ns", service);
+    tracker
+        .dropped_copies(&service)
+        .iter()
+        .map(|(key, eps)| {
+            (port_label(key), sorted(eps.iter().map(|ep| ep_label(ep))))
+        })
+        .collect()
+}
+
+#[test]
+fn the_copies_a_merge_leaves_out_are_those_it_does_not_keep() {
+    let mut tracker = EndpointsChangeTracker::new(SystemTime::now());
+    let mut map = EndpointsMap::new();
+    for slice in [
+        web("web-1", vec![ready("198.19.0.1"), ready("198.19.0.2")]),
+        // A terminating copy loses whichever slice comes first.
+        web("web-0", vec![terminating("198.19.0.1")]),
+        // Of two running copies the later slice's is kept, the earlier
+        // one's left out.
+        web("web-2", vec![not_serving("198.19.0.2")]),
+        dns("dns-1", vec![ready("198.19.0.3")]),
+    ] {
+        tracker.update_object(NODE, &slice, false);
+    }
+    // Pending slices are not merged yet: nothing is left out.
+    assert_eq!(dropped(&tracker, "web"), BTreeMap::new());
+    tracker.checkout(&mut map);
+    assert_eq!(
+        map_labels(&map)["web:http/TCP"],
+        ["198.19.0.1:8080", "198.19.0.2:8080 -"]
+    );
+    assert_eq!(
+        dropped(&tracker, "web"),
+        BTreeMap::from([(
+            "web:http/TCP".to_owned(),
+            strings(&["198.19.0.1:8080 T -", "198.19.0.2:8080"])
+        )])
+    );
+    assert_eq!(dropped(&tracker, "dns"), BTreeMap::new());
+    assert_eq!(dropped(&tracker, "nosuch"), BTreeMap::new());
+
+    tracker.update_object(NODE, &web("web-0", vec![]), true);
+    tracker.checkout(&mut map);
+    assert_eq!(
+        dropped(&tracker, "web"),
+        BTreeMap::from([(
+            "web:http/TCP".to_owned(),
+            strings(&["198.19.0.2:8080"])
+        )])
+    );
+}
+
 #[test]
 fn checkout_touches_only_changed_ports() {
     let mut tracker = EndpointsChangeTracker::new(SystemTime::now());
