@@ -7,6 +7,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -95,12 +96,22 @@ fn active_connections(vip: &str) -> anyhow::Result<u64> {
     Ok(active)
 }
 
-/// Whether the guest's kernel ships `ip_vs_NAME`.
+/// [`SCHEDULERS`], and `twos` where the guest's kernel has it.
+fn kernel_schedulers() -> anyhow::Result<Vec<&'static str>> {
+    let mut all = SCHEDULERS.to_vec();
+    if kernel_has("twos")? {
+        all.push("twos");
+    } else {
+        eprintln!("schedulers: this kernel has no twos (6.2+), not tested");
+    }
+    Ok(all)
+}
+
+/// Whether the guest's kernel has `ip_vs_NAME`: the guest loads every
+/// scheduler its kernel ships (tests/vm/modules), and the tests run on the
+/// host's root, whose /lib/modules is not that kernel's.
 fn kernel_has(scheduler: &str) -> anyhow::Result<bool> {
-    let found = sh(&format!(
-        "find /lib/modules/$(uname -r) -name 'ip_vs_{scheduler}.ko*' | head -n 1"
-    ))?;
-    Ok(!found.trim().is_empty())
+    Ok(Path::new(&format!("/sys/module/ip_vs_{scheduler}")).is_dir())
 }
 
 #[test]
@@ -114,13 +125,7 @@ fn every_scheduler_of_the_kernel_serves_as_the_nodes() -> anyhow::Result<()> {
     state.extend(annotated("web", "198.18.20.10", &[]));
     let mut cluster = Cluster::new("schedulers-node", &pods(), &state)?;
     let vip: SocketAddr = "198.18.20.10:80".parse()?;
-    let mut all: Vec<&str> = SCHEDULERS.to_vec();
-    if kernel_has("twos")? {
-        all.push("twos");
-    } else {
-        eprintln!("schedulers: this kernel has no twos (6.2+), not tested");
-    }
-    for scheduler in all {
+    for scheduler in kernel_schedulers()? {
         cluster.start_proxy(&[&format!("--ipvs-scheduler={scheduler}")])?;
         let shown = scheduling_of("198.18.20.10:80")?;
         assert_eq!(
@@ -171,31 +176,27 @@ fn a_scheduler_the_kernel_lacks_stops_the_start_and_changes_nothing(
 )]
 fn every_scheduler_of_the_kernel_serves_by_annotation() -> anyhow::Result<()> {
     testkit::guest::require();
+    let schedulers = kernel_schedulers()?;
     let mut state = vec![node()];
-    for (i, scheduler) in SCHEDULERS.iter().enumerate() {
+    for (i, scheduler) in schedulers.iter().enumerate() {
         state.extend(annotated(
             &format!("s-{scheduler}"),
             &format!("198.18.21.{}", i + 10),
             &[("kube-ipvs-proxy.io/scheduler", scheduler)],
         ));
     }
-    // A scheduler the operator allows and the kernel lacks, and one the
-    // operator does not allow: the node's runs instead of each.
+    // A scheduler the operator allows and the kernel lacks: the node's
+    // runs instead.
     state.extend(annotated(
         "s-nosuch",
         "198.18.21.100",
         &[("kube-ipvs-proxy.io/scheduler", "nosuch")],
     ));
-    state.extend(annotated(
-        "s-twos",
-        "198.18.21.101",
-        &[("kube-ipvs-proxy.io/scheduler", "twos")],
-    ));
     let mut cluster = Cluster::new("schedulers-annotated", &pods(), &state)?;
     let allowed =
-        format!("--ipvs-service-schedulers={},nosuch", SCHEDULERS.join(","));
+        format!("--ipvs-service-schedulers={},nosuch", schedulers.join(","));
     cluster.start_proxy(&[&allowed])?;
-    for (i, scheduler) in SCHEDULERS.iter().enumerate() {
+    for (i, scheduler) in schedulers.iter().enumerate() {
         let vip = format!("198.18.21.{}:80", i + 10);
         let shown = scheduling_of(&vip)?;
         assert_eq!(
@@ -207,15 +208,28 @@ fn every_scheduler_of_the_kernel_serves_by_annotation() -> anyhow::Result<()> {
             .with_context(|| format!("through {scheduler}"))?;
         assert_eq!(tally.values().sum::<usize>(), 3, "{scheduler}: {tally:?}");
     }
-    assert_eq!(
-        scheduling_of("198.18.21.100:80")?
-            .first()
-            .map(String::as_str),
-        Some("rr")
-    );
+    let first = |vip: &str| -> anyhow::Result<Option<String>> {
+        Ok(scheduling_of(vip)?.into_iter().next())
+    };
+    assert_eq!(first("198.18.21.100:80")?.as_deref(), Some("rr"));
     let log = cluster.log()?;
     assert!(
         log.contains("annotated scheduler \"nosuch\": the kernel has none"),
+        "{log}"
+    );
+
+    // The operator allows fewer: a scheduler the kernel has but the list
+    // lacks gives way to the node's, and is said.
+    cluster.stop_proxy();
+    cluster.start_proxy(&["--ipvs-service-schedulers=rr,wrr"])?;
+    // wrr's Service (allowed) and mh's (not), SCHEDULERS' 2nd and 11th.
+    assert_eq!(first("198.18.21.11:80")?.as_deref(), Some("wrr"));
+    assert_eq!(first("198.18.21.20:80")?.as_deref(), Some("rr"));
+    let log = cluster.log()?;
+    assert!(
+        log.contains(
+            "annotated scheduler \"mh\" is not among --ipvs-service-schedulers"
+        ),
         "{log}"
     );
     Ok(())

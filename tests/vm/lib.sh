@@ -249,14 +249,20 @@ vm_boot_module_files() {
 }
 
 # tests/vm/modules without comments, its globs expanded against the kernel's
-# module tree. A glob that matches nothing is an error here, at build time.
+# module tree, its optional names (NAME?) kept where the tree has them. A
+# glob that matches nothing is an error here, at build time.
 vm_module_list() {
     local moddir=$1 line
     while read -r line; do
         line=${line%%#*}
         line=${line//[[:space:]]/}
         [[ -n $line ]] || continue
-        if [[ $line == *'*'* ]]; then
+        if [[ $line == *'?' ]]; then
+            line=${line%'?'}
+            if [[ -n $(find "$moddir/kernel" -name "$line.ko*" | head -n 1) ]]; then
+                echo "$line"
+            fi
+        elif [[ $line == *'*'* ]]; then
             local found
             found=$(find "$moddir/kernel" -name "$line.ko*" -printf '%f\n' |
                 sed 's/\.ko.*//' | sort)
