@@ -5,6 +5,8 @@
 
 use std::collections::BTreeSet;
 use std::process::{Command, Output};
+use std::thread;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
@@ -46,6 +48,34 @@ fn kernel_virtual_servers() -> Result<BTreeSet<String>> {
         .collect())
 }
 
+/// Each virtual server line of `list` with its note (after `  # `).
+fn list_notes(listed: &str) -> Vec<(&str, &str)> {
+    listed
+        .lines()
+        .filter(|l| l.starts_with("TCP") || l.starts_with("UDP"))
+        .map(|l| l.split_once("  # ").unwrap_or((l, "")))
+        .collect()
+}
+
+/// Runs `differs` until it finds nothing (`None`), for up to 20 s; the
+/// error is its last finding.
+fn settle(
+    what: &str,
+    mut differs: impl FnMut() -> Result<Option<String>>,
+) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        let finding = differs()?;
+        match finding {
+            None => return Ok(()),
+            Some(finding) if start.elapsed() > Duration::from_secs(20) => {
+                anyhow::bail!("{what} never agreed: {finding}")
+            }
+            Some(_) => thread::sleep(Duration::from_millis(500)),
+        }
+    }
+}
+
 /// Whether a virtual server (`TCP 198.18.0.10:80`) is on a Service's
 /// address or node0's, which are there before the proxy starts. The
 /// guest's other addresses come and go with the netns pods' bridge; the
@@ -70,37 +100,52 @@ fn plan_list_and_explain_read_what_the_running_proxy_reads() -> Result<()> {
     let pod = endpoint(&c.add_pod("web-1", "web", &[("http", 8080)])?, 8080);
     expect_serving(&c, "one pod", &vs, &[&pod], before)?;
 
-    // The plan from the API server is what the proxy programmed.
-    let plan: Value =
-        serde_json::from_str(&one_shot("plan", &["--output", "json"])?)?;
-    let planned: BTreeSet<String> = plan["virtualServers"]
-        .as_array()
-        .context("the plan has no virtual servers")?
-        .iter()
-        .map(|v| {
-            let address = v["address"].as_str().unwrap_or_default();
-            let port = v["port"].as_u64().unwrap_or_default();
-            let protocol = v["protocol"].as_str().unwrap_or_default();
-            format!("{protocol} {}", endpoint(address, port as u16))
-        })
-        .filter(|vs| steady(vs))
-        .collect();
-    assert_eq!(planned, kernel_virtual_servers()?, "{plan:#}");
+    // The plan from the API server is what the proxy programmed. The
+    // guest's other tests create and delete Services meanwhile, so the
+    // two reads may straddle one of their changes: compare until they
+    // agree, and name what differs when they never do.
+    settle("the plan and the kernel", || {
+        let plan: Value =
+            serde_json::from_str(&one_shot("plan", &["--output", "json"])?)?;
+        let planned: BTreeSet<String> = plan["virtualServers"]
+            .as_array()
+            .context("the plan has no virtual servers")?
+            .iter()
+            .map(|v| {
+                let address = v["address"].as_str().unwrap_or_default();
+                let port = v["port"].as_u64().unwrap_or_default();
+                let protocol = v["protocol"].as_str().unwrap_or_default();
+                format!("{protocol} {}", endpoint(address, port as u16))
+            })
+            .filter(|vs| steady(vs))
+            .collect();
+        let kernel = kernel_virtual_servers()?;
+        Ok((planned != kernel).then(|| {
+            format!(
+                "planned, not in the kernel: {:?}; in the kernel, not planned: {:?}",
+                planned.difference(&kernel).collect::<Vec<_>>(),
+                kernel.difference(&planned).collect::<Vec<_>>()
+            )
+        }))
+    })?;
 
     // Every virtual server named, this test's Service among them.
-    let listed = one_shot("list", &[])?;
-    let notes: Vec<(&str, &str)> = listed
-        .lines()
-        .filter(|l| l.starts_with("TCP") || l.starts_with("UDP"))
-        .map(|l| l.split_once("  # ").unwrap_or((l, "")))
-        .collect();
-    assert!(!notes.is_empty(), "{listed}");
-    for (line, note) in notes.iter().filter(|(line, _)| steady(line)) {
-        assert!(
-            !note.is_empty() && !note.starts_with("no Service"),
-            "{line}: {note:?}\n{listed}"
-        );
-    }
+    let mut listed = String::new();
+    settle("list's notes", || {
+        listed = one_shot("list", &[])?;
+        let notes = list_notes(&listed);
+        let unnamed: Vec<&str> = notes
+            .iter()
+            .filter(|(line, note)| {
+                steady(line)
+                    && (note.is_empty() || note.starts_with("no Service"))
+            })
+            .map(|(line, _)| *line)
+            .collect();
+        Ok((notes.is_empty() || !unnamed.is_empty())
+            .then(|| format!("not named: {unnamed:?}\n{listed}")))
+    })?;
+    let notes = list_notes(&listed);
     let web = notes
         .iter()
         .find(|(line, _)| line.split_whitespace().nth(1) == Some(vs.as_str()))
