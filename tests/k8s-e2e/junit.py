@@ -79,6 +79,13 @@ def summarize(out, junits):
 
 
 def read(results):
+    if not Path(results, "passed.txt").is_file():
+        # What summarize writes over the default selection's runs (whole,
+        # shards, picks); a FOCUS or SKIP run's `custom` folder is not one.
+        sys.exit(
+            f"k8s-e2e: nothing to compare in {results}: no run of the default"
+            " selection (runs with FOCUS or SKIP are not compared)"
+        )
     return {
         kind: set(Path(results, f"{kind}.txt").read_text().splitlines())
         for kind in KINDS

@@ -5,14 +5,14 @@
 
 use std::collections::BTreeSet;
 use std::process::{Command, Output};
-use std::thread;
-use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
 use super::{env_path, sh, GuestCluster, NODE, PROXY};
-use crate::scenarios::{endpoint, expect_serving, programming, Cluster};
+use crate::scenarios::{
+    endpoint, expect_serving, programming, wait_for, Cluster,
+};
 
 /// `kube-ipvs-proxy SUBCOMMAND` with the running proxy's flags.
 fn one_shot(subcommand: &str, args: &[&str]) -> Result<String> {
@@ -57,25 +57,6 @@ fn list_notes(listed: &str) -> Vec<(&str, &str)> {
         .collect()
 }
 
-/// Runs `differs` until it finds nothing (`None`), for up to 20 s; the
-/// error is its last finding.
-fn settle(
-    what: &str,
-    mut differs: impl FnMut() -> Result<Option<String>>,
-) -> Result<()> {
-    let start = Instant::now();
-    loop {
-        let finding = differs()?;
-        match finding {
-            None => return Ok(()),
-            Some(finding) if start.elapsed() > Duration::from_secs(20) => {
-                anyhow::bail!("{what} never agreed: {finding}")
-            }
-            Some(_) => thread::sleep(Duration::from_millis(500)),
-        }
-    }
-}
-
 /// Whether a virtual server (`TCP 198.18.0.10:80`) is on a Service's
 /// address or node0's, which are there before the proxy starts. The
 /// guest's other addresses come and go with the netns pods' bridge; the
@@ -103,8 +84,8 @@ fn plan_list_and_explain_read_what_the_running_proxy_reads() -> Result<()> {
     // The plan from the API server is what the proxy programmed. The
     // guest's other tests create and delete Services meanwhile, so the
     // two reads may straddle one of their changes: compare until they
-    // agree, and name what differs when they never do.
-    settle("the plan and the kernel", || {
+    // agree; the last difference is named when they never do.
+    wait_for(&c, "the plan and the kernel to agree", || {
         let plan: Value =
             serde_json::from_str(&one_shot("plan", &["--output", "json"])?)?;
         let planned: BTreeSet<String> = plan["virtualServers"]
@@ -120,18 +101,18 @@ fn plan_list_and_explain_read_what_the_running_proxy_reads() -> Result<()> {
             .filter(|vs| steady(vs))
             .collect();
         let kernel = kernel_virtual_servers()?;
-        Ok((planned != kernel).then(|| {
-            format!(
-                "planned, not in the kernel: {:?}; in the kernel, not planned: {:?}",
-                planned.difference(&kernel).collect::<Vec<_>>(),
-                kernel.difference(&planned).collect::<Vec<_>>()
-            )
-        }))
+        anyhow::ensure!(
+            planned == kernel,
+            "planned, not in the kernel: {:?}; in the kernel, not planned: {:?}",
+            planned.difference(&kernel).collect::<Vec<_>>(),
+            kernel.difference(&planned).collect::<Vec<_>>()
+        );
+        Ok(true)
     })?;
 
     // Every virtual server named, this test's Service among them.
     let mut listed = String::new();
-    settle("list's notes", || {
+    wait_for(&c, "list to name every virtual server", || {
         listed = one_shot("list", &[])?;
         let notes = list_notes(&listed);
         let unnamed: Vec<&str> = notes
@@ -142,8 +123,11 @@ fn plan_list_and_explain_read_what_the_running_proxy_reads() -> Result<()> {
             })
             .map(|(line, _)| *line)
             .collect();
-        Ok((notes.is_empty() || !unnamed.is_empty())
-            .then(|| format!("not named: {unnamed:?}\n{listed}")))
+        anyhow::ensure!(
+            !notes.is_empty() && unnamed.is_empty(),
+            "not named: {unnamed:?}\n{listed}"
+        );
+        Ok(true)
     })?;
     let notes = list_notes(&listed);
     let web = notes
