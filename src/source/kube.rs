@@ -8,25 +8,17 @@
 //! reach the proxy at all. Before 1.36 kube-proxy put both labels on both
 //! kinds, and that release's own e2e suite expects it.
 
-use std::borrow::Cow;
-
 use ::kube::{
     runtime::{watcher, WatchStreamExt},
-    Api, Client, Resource,
+    Api, Client,
 };
 use futures::{stream, Stream, StreamExt};
-use k8s_openapi::{
-    api::{
-        core::v1::{
-            LoadBalancerStatus, Node, Service, ServiceSpec, ServiceStatus,
-        },
-        discovery::v1::EndpointSlice,
-    },
-    apimachinery::pkg::apis::meta::v1::ObjectMeta,
+use k8s_openapi::api::{
+    core::v1::{Node, Service},
+    discovery::v1::EndpointSlice,
 };
-use serde::Deserialize;
 
-use super::SourceEvent;
+use super::{watched::Watched, SourceEvent};
 use crate::version::Kubernetes;
 
 #[cfg(test)]
@@ -362,22 +354,24 @@ fn watch_release(
     );
 
     let services = watcher(
-        Api::<WatchedService>::all(client.clone()),
+        Api::<Watched<Service>>::all(client.clone()),
         watcher::Config::default().labels(&labels.services),
     )
     .default_backoff()
     .map(|event| event.map(|event| map_event(event, |svc| svc.0)));
     let slices = watcher(
-        Api::<EndpointSlice>::all(client.clone()),
+        Api::<Watched<EndpointSlice>>::all(client.clone()),
         watcher::Config::default().labels(&labels.endpoint_slices),
     )
-    .default_backoff();
+    .default_backoff()
+    .map(|event| event.map(|event| map_event(event, |slice| slice.0)));
     let mut node_config = watcher::Config::default();
     if !fields.is_empty() {
         node_config = node_config.fields(&fields);
     }
-    let nodes =
-        watcher(Api::<Node>::all(client), node_config).default_backoff();
+    let nodes = watcher(Api::<Watched<Node>>::all(client), node_config)
+        .default_backoff()
+        .map(|event| event.map(|event| map_event(event, |node| node.0)));
 
     stream::select(
         log_errors("Service", services).map(SourceEvent::Service),
@@ -386,79 +380,6 @@ fn watch_release(
             log_errors("Node", nodes).map(SourceEvent::Node),
         ),
     )
-}
-
-/// A Service as the proxy reads it: without `status.conditions`, which no
-/// proxy uses and whose entries the generated type holds to the schema
-/// that the API server does not enforce (Kubernetes' own e2e suite writes
-/// a condition with a null lastTransitionTime). One such Service would
-/// otherwise fail every watch and list of Services, cluster-wide, for as
-/// long as it exists.
-#[derive(Clone, Debug)]
-pub(super) struct WatchedService(pub(super) Service);
-
-impl<'de> Deserialize<'de> for WatchedService {
-    fn deserialize<D: serde::Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Self, D::Error> {
-        // Straight from the stream, no intermediate tree: a cold start
-        // decodes every Service of the cluster. Unknown fields are
-        // skipped, the conditions among them.
-        #[derive(Deserialize)]
-        struct Fields {
-            #[serde(default)]
-            metadata: ObjectMeta,
-            spec: Option<ServiceSpec>,
-            status: Option<StatusFields>,
-        }
-        #[derive(Deserialize)]
-        #[serde(rename_all = "camelCase")]
-        struct StatusFields {
-            load_balancer: Option<LoadBalancerStatus>,
-        }
-        let Fields {
-            metadata,
-            spec,
-            status,
-        } = Fields::deserialize(deserializer)?;
-        Ok(WatchedService(Service {
-            metadata,
-            spec,
-            status: status.map(|s| ServiceStatus {
-                load_balancer: s.load_balancer,
-                conditions: None,
-            }),
-        }))
-    }
-}
-
-impl Resource for WatchedService {
-    type DynamicType = ();
-    type Scope = <Service as Resource>::Scope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        Service::kind(dt)
-    }
-
-    fn group(dt: &()) -> Cow<'_, str> {
-        Service::group(dt)
-    }
-
-    fn version(dt: &()) -> Cow<'_, str> {
-        Service::version(dt)
-    }
-
-    fn plural(dt: &()) -> Cow<'_, str> {
-        Service::plural(dt)
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        self.0.meta()
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        self.0.meta_mut()
-    }
 }
 
 /// The same event, its object turned into another type.

@@ -15,6 +15,7 @@ pub mod recorder;
 pub mod snapshot;
 pub mod store;
 pub mod thread;
+pub mod watched;
 
 use ::kube::runtime::watcher::Event;
 use k8s_openapi::api::{

@@ -7,12 +7,16 @@ use ::kube::{
     api::{ListParams, ObjectList},
     Api, Client, Resource,
 };
-use k8s_openapi::api::{core::v1::Node, discovery::v1::EndpointSlice};
+use k8s_openapi::api::{
+    core::v1::{Node, Service},
+    discovery::v1::EndpointSlice,
+};
 use serde::de::DeserializeOwned;
 
 use super::{
     file::Snapshot,
-    kube::{node_field_selector, release, selectors, Release, WatchedService},
+    kube::{node_field_selector, release, selectors, Release},
+        watched::Watched,
 };
 
 /// How many objects one list request asks for: the API server pages a
@@ -31,12 +35,12 @@ pub async fn list(
     selectors(service_proxy_name, Release::NEWEST)?;
     let (release, _) = release(client).await;
     let labels = selectors(service_proxy_name, release)?;
-    let services: Vec<WatchedService> = all(
+    let services: Vec<Watched<Service>> = all(
         Api::all(client.clone()),
         ListParams::default().labels(&labels.services),
     )
     .await?;
-    let endpoint_slices: Vec<EndpointSlice> = all(
+    let endpoint_slices: Vec<Watched<EndpointSlice>> = all(
         Api::all(client.clone()),
         ListParams::default().labels(&labels.endpoint_slices),
     )
@@ -45,11 +49,12 @@ pub async fn list(
     if let Some(fields) = &node_fields {
         node_params = node_params.fields(fields);
     }
-    let nodes: Vec<Node> = all(Api::all(client.clone()), node_params).await?;
+    let nodes: Vec<Watched<Node>> =
+        all(Api::all(client.clone()), node_params).await?;
     let snapshot = Snapshot {
         services: services.into_iter().map(|s| s.0).collect(),
-        endpoint_slices,
-        nodes,
+        endpoint_slices: endpoint_slices.into_iter().map(|s| s.0).collect(),
+        nodes: nodes.into_iter().map(|n| n.0).collect(),
         others: Vec::new(),
     };
     Ok((snapshot, release))
