@@ -186,7 +186,7 @@ e2e:
 	eval "$$(tests/e2e/control-plane.sh env)" && \
 	tests/e2e/control-plane.sh check && \
 	cargo test -p kube-ipvs-proxy --features $(E2E_FEATURES) \
-		--test slices_vs_controller --test api_split_tokens && \
+		--test slices_vs_controller --test api_split_tokens --test api_protobuf && \
 	VM_HOST_PORTS="$$E2E_VM_HOST_PORTS" \
 	VM_PASS_ENV="E2E_PROXY_KUBECONFIG E2E_ADMIN_GUEST_KUBECONFIG E2E_CONTROL_PORT" \
 	VM_TEST_FEATURES=kube-ipvs-proxy/e2e-tests,kube-ipvs-proxy/node-tests \

@@ -50,7 +50,7 @@ use kube::{
 };
 use kube_ipvs_proxy::{
     nodeview::Change,
-    source::{kube::watch, store::Stores, SourceEvent},
+    source::{kube::watch, listwatch::Accept, store::Stores, SourceEvent},
     sync::{NodeSettings, SyncState},
 };
 use serde_json::json;
@@ -309,7 +309,7 @@ async fn direct_node(
     let name = format!("node-{i}");
     // A client of its own: its own connections, as a process has.
     let client = Client::try_default().await.context("KUBECONFIG")?;
-    let events = watch(client, &name, None)?;
+    let events = watch(client, Accept::protobuf(), &name, None)?;
     futures::pin_mut!(events);
     let mut stores = Stores::new(name.as_str());
     let mut state = new_state(&name);

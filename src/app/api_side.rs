@@ -28,6 +28,7 @@ use crate::{
     source::{
         self,
         kube::{Admission, Release},
+        listwatch::Accept,
         SourceEvent,
     },
     version::Kubernetes,
@@ -108,6 +109,7 @@ pub async fn run(config: Config, settings: Settings) -> Result<(), Failure> {
             let read = Arc::clone(&kubernetes);
             source::kube::watch_cluster(
                 client,
+                Accept::configured(&config.api_content_types),
                 config.service_proxy_name.as_deref(),
                 Box::new(move |release| {
                     let _ = read.set(release.clone());

@@ -17,6 +17,7 @@ use crate::{
     source::{
         self,
         kube::{Admission, Release},
+        listwatch::Accept,
         recorder::EventSink,
     },
     sync::{self, NodeSettings, SyncState},
@@ -108,6 +109,7 @@ pub async fn serve<B: Backend>(
             };
             let watch = source::kube::watch(
                 watch_client,
+                Accept::configured(&config.api_content_types),
                 &node_name,
                 config.service_proxy_name.as_deref(),
             )

@@ -415,6 +415,12 @@ pub struct ConfigArgs {
     #[arg(long, value_name = "FILE")]
     pub kubeconfig: Option<PathBuf>,
 
+    /// The encoding the watches ask the API server for
+    /// (clientConnection.contentType); application/vnd.kubernetes.protobuf
+    /// when unset.
+    #[arg(long, value_name = "TYPE")]
+    pub kube_api_content_type: Option<String>,
+
     /// How often informers relist from the API server.
     #[arg(long, value_name = "DURATION", value_parser = GoDuration::parse)]
     pub config_sync_period: Option<GoDuration>,
@@ -484,8 +490,6 @@ pub struct IgnoredFlags {
     #[arg(long, hide = true)]
     pub kube_api_burst: Option<String>,
     #[arg(long, hide = true)]
-    pub kube_api_content_type: Option<String>,
-    #[arg(long, hide = true)]
     pub show_hidden_metrics_for_version: Option<String>,
     #[arg(long, hide = true)]
     pub proxy_port_range: Option<String>,
@@ -515,7 +519,6 @@ impl IgnoredFlags {
             ),
             ("--kube-api-qps", &self.kube_api_qps),
             ("--kube-api-burst", &self.kube_api_burst),
-            ("--kube-api-content-type", &self.kube_api_content_type),
             (
                 "--show-hidden-metrics-for-version",
                 &self.show_hidden_metrics_for_version,
@@ -565,6 +568,7 @@ impl ConfigArgs {
                     .kubeconfig
                     .as_ref()
                     .map(|p| p.to_string_lossy().into_owned()),
+                content_type: self.kube_api_content_type.clone(),
                 ..ClientConnection::default()
             }),
             hostname_override: self.hostname_override.clone(),
@@ -609,6 +613,7 @@ impl ConfigArgs {
             detect_local_mode, pod_bridge_interface, pod_interface_name_prefix,
             nodeport_addresses, masquerade_all, iptables_masquerade_bit,
             bind_address, healthz_bind_address, metrics_bind_address, kubeconfig,
+            kube_api_content_type,
             config_sync_period, oom_score_adj, conntrack_max_per_core,
             conntrack_min, conntrack_tcp_timeout_established,
             conntrack_tcp_timeout_close_wait, conntrack_tcp_be_liberal,

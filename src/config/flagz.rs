@@ -109,7 +109,6 @@ pub(super) fn value_of(
         }
         "kube-api-qps" => text(&ignored.kube_api_qps),
         "kube-api-burst" => text(&ignored.kube_api_burst),
-        "kube-api-content-type" => text(&ignored.kube_api_content_type),
         "show-hidden-metrics-for-version" => {
             text(&ignored.show_hidden_metrics_for_version)
         }

@@ -292,12 +292,7 @@ impl KubeProxyConfiguration {
             });
         }
         if let Some(c) = &self.client_connection {
-            u.check(
-                "clientConnection.acceptContentTypes",
-                &c.accept_content_types,
-            );
             u.check("clientConnection.burst", &c.burst);
-            u.check("clientConnection.contentType", &c.content_type);
             u.check("clientConnection.qps", &c.qps);
         }
         if let Some(l) = &self.logging {

@@ -24,7 +24,8 @@ pub use flags::{
 };
 pub use flagz::flagz;
 pub use settings::{
-    Config, DetectLocal, LogFormat, LoggingConfig, NodePortAddress,
+    ApiContentTypes, Config, DetectLocal, LogFormat, LoggingConfig,
+    NodePortAddress,
 };
 pub use write::{to_configz, to_yaml};
 

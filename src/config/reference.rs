@@ -105,8 +105,15 @@ const FIELDS: &[Field] = &[
     ),
     applied("clientConnection.kubeconfig", "/etc/kube-proxy/kubeconfig")
         .note("Empty: the Pod's in-cluster configuration."),
-    ignored("clientConnection.acceptContentTypes", "application/json"),
-    ignored("clientConnection.contentType", "application/json"),
+    applied("clientConnection.acceptContentTypes", "application/json")
+        .note(
+            "The watches' `Accept` header; empty: `contentType`, then \
+             anything, as client-go.",
+        ),
+    applied("clientConnection.contentType", "application/json").note(
+        "Empty: `application/vnd.kubernetes.protobuf`, as kube-proxy. A \
+         response in JSON is read as JSON, whatever was asked.",
+    ),
     ignored("clientConnection.qps", "10"),
     ignored("clientConnection.burst", "20"),
     applied("logging.format", "json").refused("xml"),

@@ -46,6 +46,10 @@ pub struct Config {
     /// `None` disables the server.
     pub metrics_bind_address: Option<SocketAddr>,
     pub kubeconfig: Option<PathBuf>,
+    /// `clientConnection.contentType` and `acceptContentTypes`
+    /// (`--kube-api-content-type` sets the first): what the watches ask
+    /// the API server for.
+    pub api_content_types: ApiContentTypes,
     /// `--master`: the API server's URL, over the kubeconfig's server.
     pub master: Option<String>,
     /// `bindAddressHardFail`: exit when the health check or metrics
@@ -270,6 +274,27 @@ impl Default for IpvsConfig {
     }
 }
 
+/// The encodings the API client asks for, as kube-proxy's
+/// `clientConnection` names them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiContentTypes {
+    pub content_type: String,
+    /// Empty: `content_type`, then anything.
+    pub accept_content_types: String,
+}
+
+/// kube-proxy's default `contentType`: the API server's protobuf.
+pub const DEFAULT_CONTENT_TYPE: &str = "application/vnd.kubernetes.protobuf";
+
+impl Default for ApiContentTypes {
+    fn default() -> Self {
+        Self {
+            content_type: DEFAULT_CONTENT_TYPE.to_owned(),
+            accept_content_types: String::new(),
+        }
+    }
+}
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -284,6 +309,7 @@ impl Default for Config {
             healthz_bind_address: Some(default_healthz_address(false)),
             metrics_bind_address: Some(default_metrics_address(false)),
             kubeconfig: None,
+            api_content_types: ApiContentTypes::default(),
             master: None,
             bind_address_hard_fail: false,
             allow_service_external_ips: true,

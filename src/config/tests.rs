@@ -113,6 +113,7 @@ fn upstream_defaults() -> Config {
         // defaults.go: 127.0.0.1 and ports.ProxyStatusPort, 10249.
         metrics_bind_address: Some(sock("127.0.0.1:10249")),
         kubeconfig: None,
+        api_content_types: Default::default(),
         master: None,
         bind_address_hard_fail: false,
         allow_service_external_ips: true,
@@ -683,6 +684,7 @@ fn flags_alone_configure_everything() {
         "--healthz-bind-address=127.0.0.1:20256",
         "--metrics-bind-address=",
         "--kubeconfig=/etc/kube/proxy.conf",
+        "--kube-api-content-type=application/json",
         "--config-sync-period=5m",
         "--conntrack-max-per-core=0",
         "--conntrack-tcp-be-liberal",
@@ -716,6 +718,10 @@ fn flags_alone_configure_everything() {
         // An empty flag value disables the server.
         metrics_bind_address: None,
         kubeconfig: Some(PathBuf::from("/etc/kube/proxy.conf")),
+        api_content_types: super::ApiContentTypes {
+            content_type: "application/json".into(),
+            accept_content_types: String::new(),
+        },
         master: None,
         bind_address_hard_fail: false,
         allow_service_external_ips: true,
@@ -805,6 +811,7 @@ fn with_a_config_file_every_configuration_flag_given_is_named() {
         "--healthz-bind-address=127.0.0.1:20256",
         "--metrics-bind-address=127.0.0.1:20249",
         "--kubeconfig=/etc/kube/proxy.conf",
+        "--kube-api-content-type=application/json",
         "--config-sync-period=5m",
         "--oom-score-adj=-500",
         "--conntrack-max-per-core=0",
@@ -1537,4 +1544,44 @@ fn scheduler_flags_apply_with_or_without_a_file() {
     let message = err.to_string();
     assert!(message.starts_with("--ipvs-scheduler-flags"), "{message}");
     assert!(message.contains("mh-fast"), "{message}");
+}
+
+#[test]
+fn the_watches_ask_for_protobuf_unless_told_otherwise() {
+    use super::ApiContentTypes;
+    let protobuf = ApiContentTypes {
+        content_type: "application/vnd.kubernetes.protobuf".into(),
+        accept_content_types: String::new(),
+    };
+    assert_eq!(resolve(&args(&[]), None).unwrap().config.api_content_types, protobuf);
+    assert_eq!(
+        resolve(&args(&[]), Some(KUBEADM)).unwrap().config.api_content_types,
+        protobuf
+    );
+    let flag = resolve(&args(&["--kube-api-content-type=application/json"]), None)
+        .unwrap();
+    assert_eq!(flag.config.api_content_types.content_type, "application/json");
+    assert!(flag.warnings.is_empty(), "{:?}", flag.warnings);
+    let file = KUBEADM
+        .replace("acceptContentTypes: \"\"", "acceptContentTypes: application/json")
+        .replace("contentType: \"\"", "contentType: application/json");
+    let resolved = resolve(&args(&[]), Some(&file)).unwrap();
+    assert_eq!(
+        resolved.config.api_content_types,
+        ApiContentTypes {
+            content_type: "application/json".into(),
+            accept_content_types: "application/json".into(),
+        }
+    );
+    assert!(
+        resolved.warnings.iter().all(|w| !w.field.starts_with("clientConnection")),
+        "{:?}",
+        resolved.warnings
+    );
+    let Err(ConfigError::Invalid(errors)) =
+        resolve(&args(&["--kube-api-content-type=application/\u{7f}json"]), None)
+    else {
+        panic!("a content type that is no header value is refused");
+    };
+    assert_eq!(errors[0].field, "--kube-api-content-type");
 }

@@ -14,9 +14,9 @@ use super::{
     duration::GoDuration,
     kubeproxy::KubeProxyConfiguration,
     settings::{
-        default_healthz_address, default_metrics_address, Config,
+        default_healthz_address, default_metrics_address, ApiContentTypes, Config,
         ConntrackConfig, DetectLocal, IpvsConfig, LogFormat, LoggingConfig,
-        NodePortAddress, Scheduler, DEFAULT_CONFIG_SYNC_PERIOD,
+        NodePortAddress, Scheduler, DEFAULT_CONFIG_SYNC_PERIOD, DEFAULT_CONTENT_TYPE,
         DEFAULT_OOM_SCORE_ADJ, HEALTHZ_PORT, METRICS_PORT,
     },
     ConfigError, ConfigWarning, FieldError,
@@ -42,6 +42,7 @@ pub(super) const FLAG_NAMES: &[(&str, &str)] = &[
     ("ipvs.strictARP", "--ipvs-strict-arp"),
     ("iptables.masqueradeAll", "--masquerade-all"),
     ("clientConnection.kubeconfig", "--kubeconfig"),
+    ("clientConnection.contentType", "--kube-api-content-type"),
     ("iptables.masqueradeBit", "--iptables-masquerade-bit"),
     ("clusterCIDR", "--cluster-cidr"),
     ("detectLocalMode", "--detect-local-mode"),
@@ -252,6 +253,8 @@ pub fn to_config(
         .filter(|k| !k.is_empty())
         .map(PathBuf::from);
 
+    let api_content_types = api_content_types(&mut v, kpc);
+
     let config_sync_period = v.positive(
         "configSyncPeriod",
         kpc.config_sync_period,
@@ -299,6 +302,7 @@ pub fn to_config(
         healthz_bind_address,
         metrics_bind_address,
         kubeconfig,
+        api_content_types,
         master: None,
         bind_address_hard_fail: kpc.bind_address_hard_fail.unwrap_or(false),
         allow_service_external_ips: gates.allow_service_external_ips,
@@ -317,6 +321,38 @@ pub fn to_config(
         conntrack,
     };
     Ok((config, v.warnings))
+}
+
+/// `clientConnection.contentType` (kube-proxy's default when empty) and
+/// `acceptContentTypes`, each a header value.
+fn api_content_types(
+    v: &mut Validator,
+    kpc: &KubeProxyConfiguration,
+) -> ApiContentTypes {
+    let connection = kpc.client_connection.as_ref();
+    let mut field = |path: &str, value: Option<&String>| {
+        let value = value.map(|t| t.trim()).unwrap_or_default();
+        if http::HeaderValue::from_str(value).is_err() {
+            v.err(path, "must be a media type (visible ASCII)");
+        }
+        value.to_owned()
+    };
+    let content_type = field(
+        "clientConnection.contentType",
+        connection.and_then(|c| c.content_type.as_ref()),
+    );
+    let accept_content_types = field(
+        "clientConnection.acceptContentTypes",
+        connection.and_then(|c| c.accept_content_types.as_ref()),
+    );
+    ApiContentTypes {
+        content_type: if content_type.is_empty() {
+            DEFAULT_CONTENT_TYPE.to_owned()
+        } else {
+            content_type
+        },
+        accept_content_types,
+    }
 }
 
 /// The gates that change what the proxy does.

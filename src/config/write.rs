@@ -79,9 +79,11 @@ pub fn to_kube_proxy_configuration(config: &Config) -> KubeProxyConfiguration {
         kind: Some(KIND.to_owned()),
         feature_gates: None,
         client_connection: Some(ClientConnection {
-            accept_content_types: Some(String::new()),
+            accept_content_types: Some(
+                config.api_content_types.accept_content_types.clone(),
+            ),
             burst: Some(0),
-            content_type: Some(String::new()),
+            content_type: Some(config.api_content_types.content_type.clone()),
             kubeconfig: Some(
                 config
                     .kubeconfig

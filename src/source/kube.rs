@@ -10,7 +10,7 @@
 
 use ::kube::{
     runtime::{watcher, WatchStreamExt},
-    Api, Client,
+    Client,
 };
 use futures::{stream, Stream, StreamExt};
 use k8s_openapi::api::{
@@ -18,7 +18,10 @@ use k8s_openapi::api::{
     discovery::v1::EndpointSlice,
 };
 
-use super::{watched::Watched, SourceEvent};
+use super::{
+    listwatch::{list_watch, Accept, Selectors as Query},
+    SourceEvent,
+};
 use crate::version::Kubernetes;
 
 #[cfg(test)]
@@ -295,11 +298,18 @@ fn escape_field_value(value: &str) -> String {
 /// stream, so that the servers a caller starts meanwhile already answer.
 pub fn watch(
     client: Client,
+    accept: Accept,
     node_name: &str,
     service_proxy_name: Option<&str>,
 ) -> Result<impl Stream<Item = SourceEvent> + Send + 'static, SelectorError> {
     let fields = node_field_selector(node_name)?;
-    watch_nodes(client, Some(fields), service_proxy_name, Box::new(|_| {}))
+    watch_nodes(
+        client,
+        accept,
+        Some(fields),
+        service_proxy_name,
+        Box::new(|_| {}),
+    )
 }
 
 /// Called with the API server's release once it is read.
@@ -309,14 +319,16 @@ pub type Announce = Box<dyn FnOnce(&Kubernetes) + Send>;
 /// and tells `announce` the release it behaves as, for its nodes.
 pub fn watch_cluster(
     client: Client,
+    accept: Accept,
     service_proxy_name: Option<&str>,
     announce: Announce,
 ) -> Result<impl Stream<Item = SourceEvent> + Send + 'static, SelectorError> {
-    watch_nodes(client, None, service_proxy_name, announce)
+    watch_nodes(client, accept, None, service_proxy_name, announce)
 }
 
 fn watch_nodes(
     client: Client,
+    accept: Accept,
     node_fields: Option<String>,
     service_proxy_name: Option<&str>,
     announce: Announce,
@@ -333,13 +345,14 @@ fn watch_nodes(
         } else {
             newest
         };
-        watch_release(client, node_fields, labels, release)
+        watch_release(client, accept, node_fields, labels, release)
     })
     .flatten())
 }
 
 fn watch_release(
     client: Client,
+    accept: Accept,
     node_fields: Option<String>,
     labels: Selectors,
     release: Release,
@@ -350,28 +363,28 @@ fn watch_release(
         service_selector = %labels.services,
         endpoint_slice_selector = %labels.endpoint_slices,
         field_selector = %fields,
+        accept = %accept,
         "watching the API server"
     );
 
-    let services = watcher(
-        Api::<Watched<Service>>::all(client.clone()),
-        watcher::Config::default().labels(&labels.services),
+    let query = |labels: &str, fields: &str| Query {
+        labels: labels.to_owned(),
+        fields: fields.to_owned(),
+    };
+    let services = list_watch::<Service>(
+        client.clone(),
+        accept.clone(),
+        query(&labels.services, ""),
     )
-    .default_backoff()
-    .map(|event| event.map(|event| map_event(event, |svc| svc.0)));
-    let slices = watcher(
-        Api::<Watched<EndpointSlice>>::all(client.clone()),
-        watcher::Config::default().labels(&labels.endpoint_slices),
+    .default_backoff();
+    let slices = list_watch::<EndpointSlice>(
+        client.clone(),
+        accept.clone(),
+        query(&labels.endpoint_slices, ""),
     )
-    .default_backoff()
-    .map(|event| event.map(|event| map_event(event, |slice| slice.0)));
-    let mut node_config = watcher::Config::default();
-    if !fields.is_empty() {
-        node_config = node_config.fields(&fields);
-    }
-    let nodes = watcher(Api::<Watched<Node>>::all(client), node_config)
-        .default_backoff()
-        .map(|event| event.map(|event| map_event(event, |node| node.0)));
+    .default_backoff();
+    let nodes = list_watch::<Node>(client, accept, query("", &fields))
+        .default_backoff();
 
     stream::select(
         log_errors("Service", services).map(SourceEvent::Service),
@@ -382,30 +395,16 @@ fn watch_release(
     )
 }
 
-/// The same event, its object turned into another type.
-fn map_event<A, B>(
-    event: watcher::Event<A>,
-    f: impl FnOnce(A) -> B,
-) -> watcher::Event<B> {
-    use watcher::Event;
-    match event {
-        Event::Apply(obj) => Event::Apply(f(obj)),
-        Event::Delete(obj) => Event::Delete(f(obj)),
-        Event::InitApply(obj) => Event::InitApply(f(obj)),
-        Event::Init => Event::Init,
-        Event::InitDone => Event::InitDone,
-    }
-}
-
 /// Drops watcher errors after logging them: the watcher itself recovers
 /// (after the backoff delays its next poll), so an error must not end the
 /// stream that the whole proxy hangs on.
-pub fn log_errors<S, K>(
+pub fn log_errors<S, K, E>(
     kind: &'static str,
     events: S,
 ) -> impl Stream<Item = watcher::Event<K>>
 where
-    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    S: Stream<Item = Result<watcher::Event<K>, E>>,
+    E: std::fmt::Display,
 {
     events.filter_map(move |res| {
         std::future::ready(match res {

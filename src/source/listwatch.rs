@@ -52,7 +52,15 @@ impl Accept {
     /// kube-proxy's default: `contentType` protobuf, no
     /// `acceptContentTypes`.
     pub fn protobuf() -> Self {
-        Self::new("", protobuf::MEDIA_TYPE).expect("a valid header")
+        Self(HeaderValue::from_static(
+            "application/vnd.kubernetes.protobuf, */*",
+        ))
+    }
+
+    /// The configuration's, which checked both values.
+    pub fn configured(types: &crate::config::ApiContentTypes) -> Self {
+        Self::new(&types.accept_content_types, &types.content_type)
+            .unwrap_or_else(Self::protobuf)
     }
 
     /// `acceptContentTypes` when set, else `contentType` and anything;
@@ -66,6 +74,12 @@ impl Accept {
             "application/json, */*".to_owned()
         };
         HeaderValue::from_str(&value).ok().map(Self)
+    }
+}
+
+impl fmt::Display for Accept {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.0.to_str().unwrap_or_default())
     }
 }
 

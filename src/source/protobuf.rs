@@ -499,6 +499,18 @@ fn listed<T, U>(items: Vec<T>, f: impl FnMut(T) -> U) -> Option<Vec<U>> {
     (!items.is_empty()).then(|| items.into_iter().map(f).collect())
 }
 
+/// Go's encoder writes a field that is not a pointer even when it is
+/// empty, where its JSON omits it (`omitempty`): such a field reads as
+/// absent when empty, as from JSON. Pointer fields keep an explicit
+/// empty value in both encodings, and are read as they come.
+fn text(value: Option<String>) -> Option<String> {
+    value.filter(|v| !v.is_empty())
+}
+
+fn nonzero(value: Option<i32>) -> Option<i32> {
+    value.filter(|v| *v != 0)
+}
+
 fn mapped(map: BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
     (!map.is_empty()).then_some(map)
 }
@@ -506,9 +518,9 @@ fn mapped(map: BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
 fn meta(meta: Option<wire::ObjectMeta>) -> ObjectMeta {
     let meta = meta.unwrap_or_default();
     ObjectMeta {
-        name: meta.name,
-        namespace: meta.namespace,
-        resource_version: meta.resource_version,
+        name: text(meta.name),
+        namespace: text(meta.namespace),
+        resource_version: text(meta.resource_version),
         labels: mapped(meta.labels),
         annotations: mapped(meta.annotations),
         // Only its presence is read; a time past what a timestamp holds
@@ -545,28 +557,30 @@ impl FromProtobuf for Service {
             metadata: meta(svc.metadata),
             spec: svc.spec.map(|spec| ServiceSpec {
                 ports: listed(spec.ports, |port| ServicePort {
-                    name: port.name,
-                    protocol: port.protocol,
+                    name: text(port.name),
+                    protocol: text(port.protocol),
                     port: port.port.unwrap_or_default(),
                     target_port: port.target_port.map(int_or_string),
-                    node_port: port.node_port,
+                    node_port: nonzero(port.node_port),
                     app_protocol: port.app_protocol,
                 }),
                 selector: mapped(spec.selector),
-                cluster_ip: spec.cluster_ip,
+                cluster_ip: text(spec.cluster_ip),
                 cluster_ips: listed(spec.cluster_ips, |ip| ip),
-                type_: spec.r#type,
+                type_: text(spec.r#type),
                 external_ips: listed(spec.external_ips, |ip| ip),
-                session_affinity: spec.session_affinity,
-                load_balancer_ip: spec.load_balancer_ip,
+                session_affinity: text(spec.session_affinity),
+                load_balancer_ip: text(spec.load_balancer_ip),
                 load_balancer_source_ranges: listed(
                     spec.load_balancer_source_ranges,
                     |range| range,
                 ),
-                external_name: spec.external_name,
-                external_traffic_policy: spec.external_traffic_policy,
-                health_check_node_port: spec.health_check_node_port,
-                publish_not_ready_addresses: spec.publish_not_ready_addresses,
+                external_name: text(spec.external_name),
+                external_traffic_policy: text(spec.external_traffic_policy),
+                health_check_node_port: nonzero(spec.health_check_node_port),
+                publish_not_ready_addresses: spec
+                    .publish_not_ready_addresses
+                    .filter(|publish| *publish),
                 session_affinity_config: spec.session_affinity_config.map(
                     |config| SessionAffinityConfig {
                         client_ip: config.client_ip.map(|c| ClientIPConfig {
@@ -587,8 +601,8 @@ impl FromProtobuf for Service {
                     LoadBalancerStatus {
                         ingress: listed(lb.ingress, |ingress| {
                             LoadBalancerIngress {
-                                ip: ingress.ip,
-                                hostname: ingress.hostname,
+                                ip: text(ingress.ip),
+                                hostname: text(ingress.hostname),
                                 ip_mode: ingress.ip_mode,
                                 ports: listed(ingress.ports, |port| {
                                     PortStatus {
@@ -657,11 +671,11 @@ impl FromProtobuf for Node {
         Node {
             metadata: meta(node.metadata),
             spec: node.spec.map(|spec| NodeSpec {
-                pod_cidr: spec.pod_cidr,
+                pod_cidr: text(spec.pod_cidr),
                 pod_cidrs: listed(spec.pod_cidrs, |cidr| cidr),
                 taints: listed(spec.taints, |taint| Taint {
                     key: taint.key.unwrap_or_default(),
-                    value: taint.value,
+                    value: text(taint.value),
                     effect: taint.effect.unwrap_or_default(),
                     time_added: None,
                 }),

@@ -294,3 +294,23 @@ async fn refusals_name_the_request_and_the_servers_message_then_retry() {
     assert_eq!(watches.len(), 2);
     assert!(watches.iter().all(|uri| uri.ends_with("resourceVersion=10")));
 }
+
+#[test]
+fn accept_is_made_as_client_gos() {
+    let header = |accept: &str, content: &str| {
+        Accept::new(accept, content).map(|a| a.to_string())
+    };
+    assert_eq!(
+        Some(Accept::protobuf().to_string()),
+        header("", protobuf::MEDIA_TYPE)
+    );
+    assert_eq!(
+        header("application/json", protobuf::MEDIA_TYPE).as_deref(),
+        Some("application/json")
+    );
+    assert_eq!(
+        header("", "application/json").as_deref(),
+        Some("application/json, */*")
+    );
+    assert_eq!(header("", "application/\u{7f}"), None);
+}

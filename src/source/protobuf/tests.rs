@@ -252,3 +252,41 @@ fn a_slice_and_a_node_convert_what_the_proxy_reads() {
     assert_eq!(node.spec.unwrap().taints.unwrap()[0].key, "k");
     assert_eq!(node.status.unwrap().addresses.unwrap()[0].address, "198.18.128.11");
 }
+
+#[test]
+fn empty_fields_that_json_omits_read_as_absent() {
+    // Go writes these even when empty; its JSON leaves them out.
+    let svc = wire::Service {
+        metadata: Some(wire::ObjectMeta {
+            name: Some("web".into()),
+            namespace: Some(String::new()),
+            ..Default::default()
+        }),
+        spec: Some(wire::ServiceSpec {
+            cluster_ip: Some(String::new()),
+            external_traffic_policy: Some(String::new()),
+            health_check_node_port: Some(0),
+            publish_not_ready_addresses: Some(false),
+            ports: vec![wire::ServicePort {
+                name: Some(String::new()),
+                port: Some(80),
+                node_port: Some(0),
+                // A pointer in Go: an empty value is kept, as in JSON.
+                app_protocol: Some(String::new()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }),
+        status: None,
+    };
+    let svc: Service = object(&enveloped(&svc)).unwrap();
+    assert_eq!(svc.metadata.namespace, None);
+    let spec = svc.spec.unwrap();
+    assert_eq!(spec.cluster_ip, None);
+    assert_eq!(spec.external_traffic_policy, None);
+    assert_eq!(spec.health_check_node_port, None);
+    assert_eq!(spec.publish_not_ready_addresses, None);
+    let port = &spec.ports.unwrap()[0];
+    assert_eq!((port.name.clone(), port.node_port), (None, None));
+    assert_eq!(port.app_protocol.as_deref(), Some(""));
+}
