@@ -21,6 +21,7 @@
 mod input;
 mod kernel;
 mod objects;
+mod protobuf;
 mod text;
 mod view;
 
@@ -42,6 +43,7 @@ pub const TARGETS: &[Target] = &[
     ("kube_proxy_config", text::kube_proxy_config),
     ("flags", text::flags),
     ("api_objects", objects::api_objects),
+    ("api_protobuf", protobuf::api_protobuf),
     ("view_updates", view::view_updates),
 ];
 

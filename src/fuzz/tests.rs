@@ -72,6 +72,7 @@ replay!(
     kube_proxy_config,
     flags,
     api_objects,
+    api_protobuf,
     view_updates,
 );
 
@@ -234,6 +235,29 @@ fn seeds() -> Vec<(&'static str, String, Vec<u8>)> {
         let mut bytes = vec![0; msg.buffer_len()];
         msg.serialize(&mut bytes);
         seeds.push(("address_reply", format!("seed-{name}"), bytes));
+    }
+
+    // The API server's protobuf: a list page, and a watch stream (its
+    // first byte the target's cut) of each kind of event.
+    {
+        use crate::source::protobuf::testing as pb;
+        seeds.push((
+            "api_protobuf",
+            "seed-service-list".to_owned(),
+            pb::services(&[("a", "5"), ("b", "7")], "10", "next"),
+        ));
+        let stream = [
+            pb::event("ADDED", pb::service("c", "11")),
+            pb::event("BOOKMARK", pb::service("", "15")),
+            pb::event("DELETED", pb::service("b", "16")),
+            pb::event("ERROR", pb::status(410, "Expired", "too old")),
+        ]
+        .concat();
+        seeds.push((
+            "api_protobuf",
+            "seed-watch".to_owned(),
+            [&[13u8][..], &stream].concat(),
+        ));
     }
 
     // The targets that read choices: a few fixed patterns to start from.
