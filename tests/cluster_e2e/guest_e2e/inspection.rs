@@ -39,7 +39,7 @@ fn one_shot(subcommand: &str, args: &[&str]) -> Result<String> {
 fn kernel_virtual_servers() -> Result<BTreeSet<String>> {
     Ok(sh("ipvsadm -Ln")?
         .lines()
-        .filter(|l| l.starts_with("TCP") || l.starts_with("UDP"))
+        .filter(|l| ["TCP", "UDP", "SCTP"].iter().any(|p| l.starts_with(p)))
         .filter_map(|l| {
             let mut words = l.split_whitespace();
             Some(format!("{} {}", words.next()?, words.next()?))
@@ -52,7 +52,7 @@ fn kernel_virtual_servers() -> Result<BTreeSet<String>> {
 fn list_notes(listed: &str) -> Vec<(&str, &str)> {
     listed
         .lines()
-        .filter(|l| l.starts_with("TCP") || l.starts_with("UDP"))
+        .filter(|l| ["TCP", "UDP", "SCTP"].iter().any(|p| l.starts_with(p)))
         .map(|l| l.split_once("  # ").unwrap_or((l, "")))
         .collect()
 }
