@@ -110,6 +110,8 @@ pub enum Error {
     },
     #[error("{0}: an object without a resourceVersion")]
     NoResourceVersion(&'static str),
+    #[error("watch: {0}; resuming on a new watch")]
+    OutOfStep(String),
 }
 
 /// A kind this list and watch reads.
@@ -366,11 +368,8 @@ impl Watch {
                     protobuf::watch_event::<K>(frame)
                         .map_err(|e| decode(e.to_string())),
                 ),
-                Err(e) => {
-                    // Out of step: nothing after it can be read.
-                    self.frames = Frames::default();
-                    Some(Err(decode(e.to_string())))
-                }
+                // Out of step: nothing after it can be read.
+                Err(e) => Some(Err(Error::OutOfStep(e.to_string()))),
             },
             Encoding::Json => {
                 let end = self.line.iter().position(|&b| b == b'\n')?;
@@ -519,8 +518,18 @@ where
                     (Some(Err(err)), next)
                 }
             },
-            // A connection broken or a frame unreadable: resume from the
-            // last version seen, on a new watch.
+            // One event that does not decode is skipped, the watch going
+            // on, as kube-runtime's watcher does: resuming would be sent
+            // the same event again, and nothing after it would arrive.
+            Some(Err(err @ Error::Decode { .. })) => (
+                Some(Err(err)),
+                State::Watching {
+                    resource_version,
+                    watch,
+                },
+            ),
+            // A broken connection or a stream out of step: resume from
+            // the last version seen, on a new watch.
             Some(Err(err)) => (Some(Err(err)), State::InitListed { resource_version }),
         },
     }

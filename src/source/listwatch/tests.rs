@@ -314,3 +314,37 @@ fn accept_is_made_as_client_gos() {
     );
     assert_eq!(header("", "application/\u{7f}"), None);
 }
+
+#[tokio::test]
+async fn an_event_that_does_not_decode_is_skipped_and_the_watch_goes_on() {
+    let protobuf = protobuf::MEDIA_TYPE;
+    let garbled = {
+        let event = b"\x0a\x05ADDED\x12\x05\x0a\x03k8s".to_vec();
+        let len = u32::try_from(event.len()).unwrap_or_default();
+        [&len.to_be_bytes()[..], &event].concat()
+    };
+    let (client, script) = scripted(vec![
+        (200, protobuf, pb::services(&[], "10", "")),
+        (
+            200,
+            PROTOBUF_STREAM,
+            [
+                garbled,
+                pb::event("ADDED", pb::service("b", "11")),
+                // A length no object has: the rest cannot be read.
+                u32::MAX.to_be_bytes().to_vec(),
+                pb::event("ADDED", pb::service("lost", "12")),
+            ]
+            .concat(),
+        ),
+        (200, PROTOBUF_STREAM, pb::event("ADDED", pb::service("c", "13"))),
+    ]);
+    let got = first(services(client), 6).await;
+    assert_eq!(got[..2], ["init", "init-done"]);
+    assert!(got[2].starts_with("error watch: not a protobuf"), "{}", got[2]);
+    assert_eq!(got[3], "apply b@11");
+    assert!(got[4].contains("resuming on a new watch"), "{}", got[4]);
+    assert_eq!(got[5..], ["apply c@13"]);
+    let seen = script.lock().unwrap().seen.clone();
+    assert!(seen[2].0.ends_with("resourceVersion=11"), "{:?}", seen[2]);
+}
