@@ -105,11 +105,10 @@ const FIELDS: &[Field] = &[
     ),
     applied("clientConnection.kubeconfig", "/etc/kube-proxy/kubeconfig")
         .note("Empty: the Pod's in-cluster configuration."),
-    applied("clientConnection.acceptContentTypes", "application/json")
-        .note(
-            "The watches' `Accept` header; empty: `contentType`, then \
+    applied("clientConnection.acceptContentTypes", "application/json").note(
+        "The watches' `Accept` header; empty: `contentType`, then \
              anything, as client-go.",
-        ),
+    ),
     applied("clientConnection.contentType", "application/json").note(
         "Empty: `application/vnd.kubernetes.protobuf`, as kube-proxy. A \
          response in JSON is read as JSON, whatever was asked.",

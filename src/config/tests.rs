@@ -1553,17 +1553,30 @@ fn the_watches_ask_for_protobuf_unless_told_otherwise() {
         content_type: "application/vnd.kubernetes.protobuf".into(),
         accept_content_types: String::new(),
     };
-    assert_eq!(resolve(&args(&[]), None).unwrap().config.api_content_types, protobuf);
     assert_eq!(
-        resolve(&args(&[]), Some(KUBEADM)).unwrap().config.api_content_types,
+        resolve(&args(&[]), None).unwrap().config.api_content_types,
         protobuf
     );
-    let flag = resolve(&args(&["--kube-api-content-type=application/json"]), None)
-        .unwrap();
-    assert_eq!(flag.config.api_content_types.content_type, "application/json");
+    assert_eq!(
+        resolve(&args(&[]), Some(KUBEADM))
+            .unwrap()
+            .config
+            .api_content_types,
+        protobuf
+    );
+    let flag =
+        resolve(&args(&["--kube-api-content-type=application/json"]), None)
+            .unwrap();
+    assert_eq!(
+        flag.config.api_content_types.content_type,
+        "application/json"
+    );
     assert!(flag.warnings.is_empty(), "{:?}", flag.warnings);
     let file = KUBEADM
-        .replace("acceptContentTypes: \"\"", "acceptContentTypes: application/json")
+        .replace(
+            "acceptContentTypes: \"\"",
+            "acceptContentTypes: application/json",
+        )
         .replace("contentType: \"\"", "contentType: application/json");
     let resolved = resolve(&args(&[]), Some(&file)).unwrap();
     assert_eq!(
@@ -1574,13 +1587,17 @@ fn the_watches_ask_for_protobuf_unless_told_otherwise() {
         }
     );
     assert!(
-        resolved.warnings.iter().all(|w| !w.field.starts_with("clientConnection")),
+        resolved
+            .warnings
+            .iter()
+            .all(|w| !w.field.starts_with("clientConnection")),
         "{:?}",
         resolved.warnings
     );
-    let Err(ConfigError::Invalid(errors)) =
-        resolve(&args(&["--kube-api-content-type=application/\u{7f}json"]), None)
-    else {
+    let Err(ConfigError::Invalid(errors)) = resolve(
+        &args(&["--kube-api-content-type=application/\u{7f}json"]),
+        None,
+    ) else {
         panic!("a content type that is no header value is refused");
     };
     assert_eq!(errors[0].field, "--kube-api-content-type");

@@ -14,10 +14,11 @@ use super::{
     duration::GoDuration,
     kubeproxy::KubeProxyConfiguration,
     settings::{
-        default_healthz_address, default_metrics_address, ApiContentTypes, Config,
-        ConntrackConfig, DetectLocal, IpvsConfig, LogFormat, LoggingConfig,
-        NodePortAddress, Scheduler, DEFAULT_CONFIG_SYNC_PERIOD, DEFAULT_CONTENT_TYPE,
-        DEFAULT_OOM_SCORE_ADJ, HEALTHZ_PORT, METRICS_PORT,
+        default_healthz_address, default_metrics_address, ApiContentTypes,
+        Config, ConntrackConfig, DetectLocal, IpvsConfig, LogFormat,
+        LoggingConfig, NodePortAddress, Scheduler, DEFAULT_CONFIG_SYNC_PERIOD,
+        DEFAULT_CONTENT_TYPE, DEFAULT_OOM_SCORE_ADJ, HEALTHZ_PORT,
+        METRICS_PORT,
     },
     ConfigError, ConfigWarning, FieldError,
 };

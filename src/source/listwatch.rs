@@ -32,7 +32,7 @@ use kube::{
 use serde::de::DeserializeOwned;
 
 use super::{
-    protobuf::{self, FromProtobuf, Frames, WatchEvent},
+    protobuf::{self, Frames, FromProtobuf, WatchEvent},
     watched::Watched,
 };
 
@@ -207,14 +207,13 @@ impl Lister {
         request
             .headers_mut()
             .insert(header::ACCEPT, self.accept.0.clone());
-        let response = self
-            .client
-            .send(request.map(Body::from))
-            .await
-            .map_err(|source| Error::Request {
-                request: what,
-                source,
-            })?;
+        let response =
+            self.client.send(request.map(Body::from)).await.map_err(
+                |source| Error::Request {
+                    request: what,
+                    source,
+                },
+            )?;
         if response.status().is_success() {
             return Ok(response);
         }
@@ -251,12 +250,14 @@ impl Lister {
         let response = self.send("list", self.request.list(&params)).await?;
         let encoding = Encoding::of(&response);
         let bytes =
-            response.into_body().collect_bytes().await.map_err(|source| {
-                Error::Request {
+            response
+                .into_body()
+                .collect_bytes()
+                .await
+                .map_err(|source| Error::Request {
                     request: "list",
                     source,
-                }
-            })?;
+                })?;
         let decode = |reason: String| Error::Decode {
             request: "list",
             reason,
@@ -266,8 +267,9 @@ impl Lister {
                 protobuf::list::<K>(&bytes).map_err(|e| decode(e.to_string()))
             }
             Encoding::Json => {
-                let list: ObjectList<Watched<K>> = serde_json::from_slice(&bytes)
-                    .map_err(|e| decode(e.to_string()))?;
+                let list: ObjectList<Watched<K>> =
+                    serde_json::from_slice(&bytes)
+                        .map_err(|e| decode(e.to_string()))?;
                 Ok(protobuf::Page {
                     resource_version: list.metadata.resource_version,
                     continue_token: list
@@ -301,7 +303,11 @@ impl Lister {
 }
 
 /// The message of an error response, whichever way it is encoded.
-fn status_message(encoding: Encoding, bytes: &[u8], code: StatusCode) -> String {
+fn status_message(
+    encoding: Encoding,
+    bytes: &[u8],
+    code: StatusCode,
+) -> String {
     let message = match encoding {
         Encoding::Protobuf => protobuf::status(bytes).ok().map(|s| s.message),
         Encoding::Json => serde_json::from_slice::<kube::core::Status>(bytes)
@@ -324,8 +330,11 @@ impl Watch {
             if let Some(event) = self.buffered::<K>() {
                 return Some(event);
             }
-            let idle = Duration::from_secs(WATCH_TIMEOUT_S.into()) + IDLE_MARGIN;
-            let frame = match tokio::time::timeout(idle, self.body.frame()).await {
+            let idle =
+                Duration::from_secs(WATCH_TIMEOUT_S.into()) + IDLE_MARGIN;
+            let frame = match tokio::time::timeout(idle, self.body.frame())
+                .await
+            {
                 Err(_) => {
                     tracing::debug!("watch idle past its timeout; resuming");
                     return None;
@@ -482,7 +491,9 @@ where
                 Err(err @ Error::Status { code: 410, .. }) => {
                     (Some(Err(err)), State::Empty)
                 }
-                Err(err) => (Some(Err(err)), State::InitListed { resource_version }),
+                Err(err) => {
+                    (Some(Err(err)), State::InitListed { resource_version })
+                }
             }
         }
         State::Watching {
@@ -499,7 +510,13 @@ where
                     let resource_version = version
                         .filter(|v| !v.is_empty())
                         .unwrap_or(resource_version);
-                    (None, State::Watching { resource_version, watch })
+                    (
+                        None,
+                        State::Watching {
+                            resource_version,
+                            watch,
+                        },
+                    )
                 }
                 WatchEvent::Error(status) => {
                     let next = if status.code == 410 {
@@ -530,7 +547,9 @@ where
             ),
             // A broken connection or a stream out of step: resume from
             // the last version seen, on a new watch.
-            Some(Err(err)) => (Some(Err(err)), State::InitListed { resource_version }),
+            Some(Err(err)) => {
+                (Some(Err(err)), State::InitListed { resource_version })
+            }
         },
     }
 }
@@ -541,7 +560,12 @@ fn applied<K: Resource>(
     watch: Box<Watch>,
     event: fn(K) -> Event<K>,
 ) -> (Option<Result<Event<K>, Error>>, State<K>) {
-    match obj.meta().resource_version.clone().filter(|v| !v.is_empty()) {
+    match obj
+        .meta()
+        .resource_version
+        .clone()
+        .filter(|v| !v.is_empty())
+    {
         Some(resource_version) => (
             Some(Ok(event(obj))),
             State::Watching {

@@ -131,7 +131,9 @@ pub enum ProtobufError {
     FrameTooLarge(usize),
 }
 
-fn malformed(what: &'static str) -> impl FnOnce(prost::DecodeError) -> ProtobufError {
+fn malformed(
+    what: &'static str,
+) -> impl FnOnce(prost::DecodeError) -> ProtobufError {
     move |err| ProtobufError::Malformed {
         what,
         reason: err.to_string(),
@@ -697,9 +699,7 @@ fn unwrap_envelope(bytes: &[u8]) -> Result<Vec<u8>, ProtobufError> {
     let body = bytes.strip_prefix(MAGIC).ok_or(ProtobufError::NoMagic)?;
     let unknown =
         wire::Unknown::decode(body).map_err(malformed("runtime.Unknown"))?;
-    if let Some(encoding) =
-        unknown.content_encoding.filter(|e| !e.is_empty())
-    {
+    if let Some(encoding) = unknown.content_encoding.filter(|e| !e.is_empty()) {
         return Err(ProtobufError::Malformed {
             what: "runtime.Unknown",
             reason: format!("content encoding {encoding:?}"),
@@ -711,7 +711,8 @@ fn unwrap_envelope(bytes: &[u8]) -> Result<Vec<u8>, ProtobufError> {
 /// One object, as a GET or a watch event carries it.
 pub fn object<K: FromProtobuf>(bytes: &[u8]) -> Result<K, ProtobufError> {
     let raw = unwrap_envelope(bytes)?;
-    let message = K::Message::decode(raw.as_slice()).map_err(malformed(K::KIND))?;
+    let message =
+        K::Message::decode(raw.as_slice()).map_err(malformed(K::KIND))?;
     Ok(K::from_message(message))
 }
 
@@ -779,9 +780,9 @@ pub fn watch_event<K: FromProtobuf + Resource>(
         "ADDED" => WatchEvent::Added(object(&raw)?),
         "MODIFIED" => WatchEvent::Modified(object(&raw)?),
         "DELETED" => WatchEvent::Deleted(object(&raw)?),
-        "BOOKMARK" => {
-            WatchEvent::Bookmark(object::<K>(&raw)?.meta().resource_version.clone())
-        }
+        "BOOKMARK" => WatchEvent::Bookmark(
+            object::<K>(&raw)?.meta().resource_version.clone(),
+        ),
         "ERROR" => WatchEvent::Error(status(&raw)?),
         _ => {
             return Err(ProtobufError::Malformed {

@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use super::{
     file::Snapshot,
     kube::{node_field_selector, release, selectors, Release},
-        watched::Watched,
+    watched::Watched,
 };
 
 /// How many objects one list request asks for: the API server pages a

@@ -17,7 +17,8 @@ use pretty_assertions::assert_eq;
 use super::*;
 use crate::source::protobuf::testing as pb;
 
-const PROTOBUF_STREAM: &str = "application/vnd.kubernetes.protobuf;stream=watch";
+const PROTOBUF_STREAM: &str =
+    "application/vnd.kubernetes.protobuf;stream=watch";
 
 /// One scripted answer: status, content type, body.
 type Answer = (u16, &'static str, Vec<u8>);
@@ -130,7 +131,11 @@ async fn protobuf_pages_then_a_watch_resumed_and_relisted_when_gone() {
             .concat(),
         ),
         (200, protobuf, pb::services(&[("c", "11")], "20", "")),
-        (200, PROTOBUF_STREAM, pb::event("ADDED", pb::service("d", "21"))),
+        (
+            200,
+            PROTOBUF_STREAM,
+            pb::event("ADDED", pb::service("d", "21")),
+        ),
     ]);
     let got = first(services(client), 12).await;
     assert_eq!(
@@ -151,10 +156,9 @@ async fn protobuf_pages_then_a_watch_resumed_and_relisted_when_gone() {
         ]
     );
     let seen = script.lock().unwrap().seen.clone();
-    let selector = "labelSelector=%21service.kubernetes.io%2Fservice-proxy-name";
-    let list = format!(
-        "/api/v1/services?&{selector}&limit=500"
-    );
+    let selector =
+        "labelSelector=%21service.kubernetes.io%2Fservice-proxy-name";
+    let list = format!("/api/v1/services?&{selector}&limit=500");
     let watch = |version: &str| {
         format!(
             "/api/v1/services?&watch=true&timeoutSeconds=290&{selector}&allowWatchBookmarks=true&resourceVersion={version}"
@@ -238,9 +242,9 @@ async fn a_server_that_answers_json_only_is_read_as_json() {
     // Asked for protobuf all along, as client-go asks.
     let seen = script.lock().unwrap().seen.clone();
     assert_eq!(seen.len(), 3);
-    assert!(seen
-        .iter()
-        .all(|(_, accept)| accept == "application/vnd.kubernetes.protobuf, */*"));
+    assert!(seen.iter().all(
+        |(_, accept)| accept == "application/vnd.kubernetes.protobuf, */*"
+    ));
 }
 
 #[tokio::test]
@@ -292,7 +296,9 @@ async fn refusals_name_the_request_and_the_servers_message_then_retry() {
         .filter(|uri| uri.contains("watch=true"))
         .collect();
     assert_eq!(watches.len(), 2);
-    assert!(watches.iter().all(|uri| uri.ends_with("resourceVersion=10")));
+    assert!(watches
+        .iter()
+        .all(|uri| uri.ends_with("resourceVersion=10")));
 }
 
 #[test]
@@ -337,11 +343,19 @@ async fn an_event_that_does_not_decode_is_skipped_and_the_watch_goes_on() {
             ]
             .concat(),
         ),
-        (200, PROTOBUF_STREAM, pb::event("ADDED", pb::service("c", "13"))),
+        (
+            200,
+            PROTOBUF_STREAM,
+            pb::event("ADDED", pb::service("c", "13")),
+        ),
     ]);
     let got = first(services(client), 6).await;
     assert_eq!(got[..2], ["init", "init-done"]);
-    assert!(got[2].starts_with("error watch: not a protobuf"), "{}", got[2]);
+    assert!(
+        got[2].starts_with("error watch: not a protobuf"),
+        "{}",
+        got[2]
+    );
     assert_eq!(got[3], "apply b@11");
     assert!(got[4].contains("resuming on a new watch"), "{}", got[4]);
     assert_eq!(got[5..], ["apply c@13"]);

@@ -63,7 +63,10 @@ fn an_object_reads_out_of_its_envelope() {
     let spec = svc.spec.unwrap();
     assert_eq!(spec.external_ips, None);
     let ports = spec.ports.unwrap();
-    assert_eq!(ports[0].target_port, Some(IntOrString::String("web".into())));
+    assert_eq!(
+        ports[0].target_port,
+        Some(IntOrString::String("web".into()))
+    );
     assert_eq!(ports[1].target_port, Some(IntOrString::Int(5353)));
     assert_eq!(ports[1].port, 53);
 }
@@ -83,7 +86,10 @@ fn an_envelope_that_is_not_one_is_an_error() {
     let bytes = [MAGIC, &compressed.encode_to_vec()].concat();
     assert!(matches!(
         object::<Service>(&bytes),
-        Err(ProtobufError::Malformed { what: "runtime.Unknown", .. })
+        Err(ProtobufError::Malformed {
+            what: "runtime.Unknown",
+            ..
+        })
     ));
 }
 
@@ -99,8 +105,11 @@ fn a_list_page_gives_its_items_version_and_next_token() {
     let page = super::list::<Service>(&enveloped(&list)).unwrap();
     assert_eq!(page.resource_version.as_deref(), Some("100"));
     assert_eq!(page.continue_token.as_deref(), Some("next"));
-    let names: Vec<_> =
-        page.items.iter().map(|s| s.metadata.name.clone().unwrap()).collect();
+    let names: Vec<_> = page
+        .items
+        .iter()
+        .map(|s| s.metadata.name.clone().unwrap())
+        .collect();
     assert_eq!(names, ["a", "b"]);
     let last = wire::ServiceList {
         metadata: Some(wire::ListMeta {
@@ -129,9 +138,15 @@ fn frames_come_whole_however_the_bytes_are_cut() {
             frames.push(chunk);
             while let Some(frame) = frames.next_frame().unwrap() {
                 events.push(match watch_event::<Service>(frame).unwrap() {
-                    WatchEvent::Added(s) => format!("added {}", s.metadata.name.unwrap()),
-                    WatchEvent::Modified(s) => format!("modified {}", s.metadata.name.unwrap()),
-                    WatchEvent::Deleted(s) => format!("deleted {}", s.metadata.name.unwrap()),
+                    WatchEvent::Added(s) => {
+                        format!("added {}", s.metadata.name.unwrap())
+                    }
+                    WatchEvent::Modified(s) => {
+                        format!("modified {}", s.metadata.name.unwrap())
+                    }
+                    WatchEvent::Deleted(s) => {
+                        format!("deleted {}", s.metadata.name.unwrap())
+                    }
                     other => format!("{other:?}"),
                 });
             }
@@ -191,7 +206,10 @@ fn bookmarks_and_errors_are_events_of_their_own() {
     let third = frames.next_frame().unwrap().unwrap().to_vec();
     assert!(matches!(
         watch_event::<Service>(&third),
-        Err(ProtobufError::Malformed { what: "WatchEvent", .. })
+        Err(ProtobufError::Malformed {
+            what: "WatchEvent",
+            ..
+        })
     ));
 }
 
@@ -200,7 +218,8 @@ fn a_slice_and_a_node_convert_what_the_proxy_reads() {
     let slice = wire::EndpointSlice {
         metadata: Some(wire::ObjectMeta {
             name: Some("web-1".into()),
-            labels: [("kubernetes.io/service-name".into(), "web".into())].into(),
+            labels: [("kubernetes.io/service-name".into(), "web".into())]
+                .into(),
             ..Default::default()
         }),
         address_type: Some("IPv4".into()),
@@ -213,12 +232,17 @@ fn a_slice_and_a_node_convert_what_the_proxy_reads() {
             }),
             node_name: Some("node-a".into()),
             hints: Some(wire::EndpointHints {
-                for_zones: vec![wire::Named { name: Some("zone-a".into()) }],
+                for_zones: vec![wire::Named {
+                    name: Some("zone-a".into()),
+                }],
                 for_nodes: Vec::new(),
             }),
             ..Default::default()
         }],
-        ports: vec![wire::EndpointPort { port: Some(8080), ..Default::default() }],
+        ports: vec![wire::EndpointPort {
+            port: Some(8080),
+            ..Default::default()
+        }],
     };
     let slice: EndpointSlice = object(&enveloped(&slice)).unwrap();
     let endpoint = &slice.endpoints.as_ref().unwrap()[0];
@@ -232,13 +256,19 @@ fn a_slice_and_a_node_convert_what_the_proxy_reads() {
         metadata: Some(wire::ObjectMeta {
             name: Some("node-a".into()),
             // Beyond what a timestamp holds: still a deletion.
-            deletion_timestamp: Some(wire::Time { seconds: Some(i64::MAX), nanos: None }),
+            deletion_timestamp: Some(wire::Time {
+                seconds: Some(i64::MAX),
+                nanos: None,
+            }),
             ..Default::default()
         }),
         spec: Some(wire::NodeSpec {
             pod_cidr: Some("198.19.0.0/24".into()),
             pod_cidrs: vec!["198.19.0.0/24".into()],
-            taints: vec![wire::Taint { key: Some("k".into()), ..Default::default() }],
+            taints: vec![wire::Taint {
+                key: Some("k".into()),
+                ..Default::default()
+            }],
         }),
         status: Some(wire::NodeStatus {
             addresses: vec![wire::NodeAddress {
@@ -250,7 +280,10 @@ fn a_slice_and_a_node_convert_what_the_proxy_reads() {
     let node: Node = object(&enveloped(&node)).unwrap();
     assert!(node.metadata.deletion_timestamp.is_some());
     assert_eq!(node.spec.unwrap().taints.unwrap()[0].key, "k");
-    assert_eq!(node.status.unwrap().addresses.unwrap()[0].address, "198.18.128.11");
+    assert_eq!(
+        node.status.unwrap().addresses.unwrap()[0].address,
+        "198.18.128.11"
+    );
 }
 
 #[test]

@@ -162,8 +162,10 @@ fn a_service_converts_as_the_generated_type_does() {
     assert_read_meta(&ours.metadata, &generated.metadata);
     assert_eq!(ours.spec, generated.spec);
     assert_eq!(ours.status, generated.status);
-    let (ours, generated) =
-        (ServiceRecord::convert(&ours), ServiceRecord::convert(&generated));
+    let (ours, generated) = (
+        ServiceRecord::convert(&ours),
+        ServiceRecord::convert(&generated),
+    );
     assert!(!ours.value.ports.is_empty());
     assert_eq!(ours.value, generated.value);
     assert_eq!(ours.problems, generated.problems);
@@ -198,7 +200,10 @@ fn a_node_converts_as_the_generated_type_does() {
     assert_read_meta(&ours.metadata, &generated.metadata);
     assert_eq!(ours.spec, generated.spec);
     let status = ours.status.as_ref().unwrap();
-    assert_eq!(status.addresses, generated.status.as_ref().unwrap().addresses);
+    assert_eq!(
+        status.addresses,
+        generated.status.as_ref().unwrap().addresses
+    );
     assert_eq!(status.images, None);
     assert_eq!(status.conditions, None);
     let (ours, generated) = (node_info(&ours), node_info(&generated));
@@ -226,7 +231,8 @@ fn a_service_condition_without_a_time_decodes() {
     // The generated type refuses it, which stopped the whole Service
     // watch (relists included) for as long as the Service had it.
     assert!(serde_json::from_value::<Service>(json.clone()).is_err());
-    let Watched(svc) = serde_json::from_value::<Watched<Service>>(json).unwrap();
+    let Watched(svc) =
+        serde_json::from_value::<Watched<Service>>(json).unwrap();
     assert_eq!(svc.metadata.name.as_deref(), Some("web"));
     let ingress = svc.status.unwrap().load_balancer.unwrap().ingress.unwrap();
     assert_eq!(ingress[0].ip.as_deref(), Some("198.18.200.2"));
