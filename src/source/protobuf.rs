@@ -832,6 +832,7 @@ impl Frames {
     }
 
     /// Bytes of a frame not yet whole.
+    #[cfg(test)]
     pub fn pending(&self) -> usize {
         self.buffer.len() - self.start
     }
