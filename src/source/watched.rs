@@ -97,28 +97,31 @@ fn read_meta<'de, D: Deserializer<'de>>(
 
 /// Straight from the stream, no intermediate tree: a cold start decodes
 /// every object of the cluster.
+/// A Service's and a Node's shape, with the parts of `spec` and `status`
+/// that kind reads.
+#[derive(Deserialize)]
+struct Parts<Spec, Status> {
+    #[serde(default, deserialize_with = "read_meta")]
+    metadata: ObjectMeta,
+    spec: Option<Spec>,
+    status: Option<Status>,
+}
+
 impl<'de> Deserialize<'de> for Watched<Service> {
     fn deserialize<D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        struct Fields {
-            #[serde(default, deserialize_with = "read_meta")]
-            metadata: ObjectMeta,
-            spec: Option<ServiceSpec>,
-            status: Option<StatusFields>,
-        }
         // Without `conditions`, which no proxy uses.
         #[derive(Deserialize)]
         #[serde(rename_all = "camelCase")]
         struct StatusFields {
             load_balancer: Option<LoadBalancerStatus>,
         }
-        let Fields {
+        let Parts {
             metadata,
             spec,
             status,
-        } = Fields::deserialize(deserializer)?;
+        } = Parts::<ServiceSpec, StatusFields>::deserialize(deserializer)?;
         Ok(Watched(Service {
             metadata,
             spec,
@@ -165,24 +168,17 @@ impl<'de> Deserialize<'de> for Watched<Node> {
     fn deserialize<D: Deserializer<'de>>(
         deserializer: D,
     ) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        struct Fields {
-            #[serde(default, deserialize_with = "read_meta")]
-            metadata: ObjectMeta,
-            spec: Option<NodeSpec>,
-            status: Option<StatusFields>,
-        }
         // Its addresses only: a Node's status is mostly images, conditions
         // and capacity, and the kubelet rewrites it.
         #[derive(Deserialize)]
         struct StatusFields {
             addresses: Option<Vec<NodeAddress>>,
         }
-        let Fields {
+        let Parts {
             metadata,
             spec,
             status,
-        } = Fields::deserialize(deserializer)?;
+        } = Parts::<NodeSpec, StatusFields>::deserialize(deserializer)?;
         Ok(Watched(Node {
             metadata,
             spec,
