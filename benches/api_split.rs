@@ -49,7 +49,7 @@ use kube_ipvs_proxy::{
         server::{Access, Shared, ViewService},
     },
     source::{nodeview, store::Stores, SourceEvent},
-    telemetry::API_SIDE_SENT_BYTES_TOTAL,
+    telemetry::{API_SIDE_MESSAGES_ENCODED_TOTAL, API_SIDE_SENT_BYTES_TOTAL},
 };
 use nodeview_protocol::v1;
 use std::{
@@ -88,7 +88,7 @@ fn main() {
 /// Serves the views, then answers commands on stdin, one line each:
 /// `change I VERSION` (moves service I's last endpoint; answers the
 /// views' revision once synced) and `stats` (live heap, heap peak since
-/// the last `stats`, bytes sent to the nodes).
+/// the last `stats`, bytes sent to the nodes, messages encoded).
 fn api_side(services: usize, nodes: usize, socket: &Path) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -139,7 +139,11 @@ fn api_side(services: usize, nodes: usize, socket: &Path) {
                     &metrics.render(),
                     API_SIDE_SENT_BYTES_TOTAL,
                 );
-                format!("stats {live} {peak} {sent}")
+                let encoded = testkit::client::metric_sum(
+                    &metrics.render(),
+                    API_SIDE_MESSAGES_ENCODED_TOTAL,
+                );
+                format!("stats {live} {peak} {sent} {encoded}")
             }
             _ => break,
         };
@@ -167,6 +171,7 @@ struct Stats {
     live: usize,
     peak: usize,
     sent: f64,
+    encoded: f64,
     rss: usize,
     hwm: usize,
     cpu: Duration,
@@ -236,6 +241,7 @@ impl ApiSide {
             live: fields.first().copied().unwrap_or(0.0) as usize,
             peak: fields.get(1).copied().unwrap_or(0.0) as usize,
             sent: fields.get(2).copied().unwrap_or(0.0),
+            encoded: fields.get(3).copied().unwrap_or(0.0),
             rss,
             hwm,
             cpu: cpu_of(self.pid),
@@ -672,6 +678,12 @@ async fn simulation(services: usize, nodes: usize) {
             &format!("{name}_nodes_cpu_per_change_ms"),
             ms(process_cpu() - own_cpu) / changes,
             "ms",
+        );
+        report.figure(
+            &format!("at {rate}/s: messages encoded per change"),
+            &format!("{name}_encodes_per_change"),
+            (after.encoded - before.encoded) / changes,
+            "",
         );
         report.figure(
             &format!("at {rate}/s: bytes per change per node"),

@@ -47,6 +47,11 @@ pub const API_SIDE_CHANGES_SENT_TOTAL: &str =
 /// protobuf encoding, before gRPC framing and TLS).
 pub const API_SIDE_SENT_BYTES_TOTAL: &str =
     "kube_ipvs_proxy_api_side_sent_bytes_total";
+/// Ours, on the API side: messages encoded for nodes. What the nodes of
+/// a zone that kept up receive alike after a sync is encoded once for
+/// them all; the rest once per node.
+pub const API_SIDE_MESSAGES_ENCODED_TOTAL: &str =
+    "kube_ipvs_proxy_api_side_messages_encoded_total";
 /// Ours, on the API side: how long bringing the views up to date with
 /// one batch of changes took.
 pub const API_SIDE_SYNC_DURATION_SECONDS: &str =

@@ -2,6 +2,8 @@
 //! `proto/nodeview.proto`: each node watches its own view, a full state
 //! then the changes, with revisions to resume from.
 
+pub mod encoded;
+
 /// Version 1 of the protocol.
 pub mod v1 {
     tonic::include_proto!("kubeipvsproxy.nodeview.v1");

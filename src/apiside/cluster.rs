@@ -8,7 +8,7 @@ use std::{
 
 use crate::{
     model::{EndpointsMap, NodeInfo, ServicePortMap, ServicePortName},
-    nodeview::{Position, Update, Views},
+    nodeview::{CatchUp, Position, Update, Views},
     source::store::{record, RecordChange},
     tracker::{
         self, endpoints::EndpointsChangeTracker, services::ServiceChangeTracker,
@@ -75,8 +75,11 @@ impl Cluster {
 
     /// Checks the trackers out and brings the views up to date with the
     /// service ports that changed: a change costs an update per zone and
-    /// per node it concerns, not per node of the cluster.
-    pub fn sync(&mut self) {
+    /// per node it concerns, not per node of the cluster. Returns what
+    /// the nodes it left alone lack, per zone, when that fits a message
+    /// of `max` changes.
+    pub fn sync(&mut self, max: usize) -> CatchUp<Update> {
+        let begun = self.views.begin();
         let services = self.services.checkout(&mut self.service_map);
         let endpoints = self.endpoints.checkout(&mut self.endpoints_map);
         for name in std::mem::take(&mut self.nodes_changed) {
@@ -100,6 +103,17 @@ impl Cluster {
             &self.endpoints_map,
             &endpoints.last_change_trigger_times,
         );
+        self.views.catch_up(begun, max)
+    }
+
+    /// How many syncs there were.
+    pub fn syncs(&self) -> u64 {
+        self.views.syncs()
+    }
+
+    /// The zone `node`'s view is made for, once it has one.
+    pub fn zone_of(&self, node: &str) -> Option<&str> {
+        self.views.zone_of(node)
     }
 
     /// The views' revision: a node synced at it or later holds every

@@ -17,8 +17,9 @@ use std::{
 };
 
 use nodeview_protocol::{
-    prost::Message as _,
-    v1::{self, node_view_server::NodeView as NodeViewRpc},
+    encoded::{self, NodeView as NodeViewRpc, Outgoing},
+    prost::bytes::Bytes,
+    v1,
 };
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
@@ -31,10 +32,11 @@ use super::{
     tokens::{TokenRefusal, TokenReviewer},
 };
 use crate::{
-    nodeview::{wire, Position, Update},
+    nodeview::{wire, CatchUp, Position, Update},
     source::store::RecordChange,
     telemetry::{
-        API_SIDE_CHANGES_SENT_TOTAL, API_SIDE_SENT_BYTES_TOTAL,
+        API_SIDE_CHANGES_SENT_TOTAL, API_SIDE_MESSAGES_ENCODED_TOTAL,
+        API_SIDE_SENT_BYTES_TOTAL,
         API_SIDE_SYNC_DURATION_SECONDS, API_SIDE_UPDATES_SENT_TOTAL,
         API_SIDE_VIEWS, API_SIDE_WATCHES,
     },
@@ -77,8 +79,34 @@ enum Work {
         node: String,
         position: Position,
         always: bool,
-        reply: oneshot::Sender<Option<(Update, Position)>>,
+        reply: oneshot::Sender<Next>,
     },
+}
+
+/// The next part of what a node lacks, and the zone its view is made
+/// for, whose shared catch-ups it can take from then on.
+struct Next {
+    part: Option<(Update, Position)>,
+    zone: Option<String>,
+    /// The syncs made so far, whose changes the node has with this part
+    /// once it is synced.
+    syncs: u64,
+}
+
+/// A catch-up that the nodes of a zone share, encoded once.
+#[derive(Debug)]
+struct SharedUpdate {
+    bytes: Bytes,
+    changes: usize,
+}
+
+/// What each sync publishes to the watches.
+#[derive(Debug, Default, Clone)]
+struct Published {
+    /// Counts syncs; 0 until the cluster was listed once.
+    generation: u64,
+    /// What the nodes the sync left alone lack, per zone.
+    catch_up: Option<Arc<CatchUp<SharedUpdate>>>,
 }
 
 /// What the feeding loop and the watches share. The cluster itself lives
@@ -88,8 +116,7 @@ enum Work {
 #[derive(Debug)]
 pub struct Shared {
     requests: std_mpsc::Sender<Work>,
-    /// Counts syncs; 0 until the cluster was listed once.
-    generation: watch::Receiver<u64>,
+    published: watch::Receiver<Published>,
     /// Revisions are this process's own: a node that comes back to
     /// another process (a restart, another replica) starts over.
     instance: String,
@@ -154,19 +181,23 @@ impl Shared {
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_nanos();
+        let instance = format!("{}-{nanos:x}", process::id());
         let (requests, inbox) = std_mpsc::channel();
-        let (generation_tx, generation) = watch::channel(0);
-        let owner = std::thread::Builder::new()
-            .name("api-side-cluster".into())
-            .spawn(move || own(cluster, &inbox, &generation_tx));
+        let (publish, published) = watch::channel(Published::default());
+        let owner = {
+            let instance = instance.clone();
+            std::thread::Builder::new()
+                .name("api-side-cluster".into())
+                .spawn(move || own(cluster, &inbox, &publish, &instance))
+        };
         if let Err(e) = owner {
             // Requests then fail, and the API side says so and exits.
             tracing::error!(error = %e, "starting the cluster's thread");
         }
         Arc::new(Self {
             requests,
-            generation,
-            instance: format!("{}-{nanos:x}", process::id()),
+            published,
+            instance,
             send_timeout,
             walk_send_timeout,
             walks: Arc::new(Semaphore::new(MAX_WALKS)),
@@ -225,7 +256,7 @@ impl Shared {
         node: &str,
         position: Position,
         always: bool,
-    ) -> Result<Option<(Update, Position)>, ClusterGone> {
+    ) -> Result<Next, ClusterGone> {
         let (reply, next) = oneshot::channel();
         self.requests
             .send(Work::Next {
@@ -248,7 +279,8 @@ impl Shared {
 fn own(
     mut cluster: Cluster,
     inbox: &std_mpsc::Receiver<Work>,
-    generation: &watch::Sender<u64>,
+    publish: &watch::Sender<Published>,
+    instance: &str,
 ) {
     let mut changed = false;
     while let Ok(request) = inbox.recv() {
@@ -264,11 +296,16 @@ fn own(
             } => {
                 if changed || !only_if_changed {
                     let started = Instant::now();
-                    cluster.sync();
+                    let catch_up = cluster
+                        .sync(CHANGES_PER_MESSAGE)
+                        .map(|update| encode_shared(&update, instance));
                     metrics::histogram!(API_SIDE_SYNC_DURATION_SECONDS)
                         .record(started.elapsed().as_secs_f64());
                     metrics::gauge!(API_SIDE_VIEWS).set(cluster.views() as f64);
-                    generation.send_modify(|g| *g += 1);
+                    publish.send_modify(|p| {
+                        p.generation += 1;
+                        p.catch_up = Some(Arc::new(catch_up));
+                    });
                     changed = false;
                 }
                 let _ = done.send(cluster.revision());
@@ -279,7 +316,7 @@ fn own(
                 always,
                 reply,
             } => {
-                let next = cluster.next_for(
+                let part = cluster.next_for(
                     &node,
                     position,
                     always,
@@ -287,9 +324,20 @@ fn own(
                 );
                 // A node's first watch makes its view.
                 metrics::gauge!(API_SIDE_VIEWS).set(cluster.views() as f64);
-                let _ = reply.send(next);
+                let zone = cluster.zone_of(&node).map(str::to_owned);
+                let syncs = cluster.syncs();
+                let _ = reply.send(Next { part, zone, syncs });
             }
         }
+    }
+}
+
+/// A zone's shared catch-up as its nodes receive it.
+fn encode_shared(update: &Update, instance: &str) -> SharedUpdate {
+    metrics::counter!(API_SIDE_MESSAGES_ENCODED_TOTAL).increment(1);
+    SharedUpdate {
+        bytes: Outgoing::encode(&wire::encode(update, instance)),
+        changes: update.changes.len(),
     }
 }
 
@@ -384,17 +432,15 @@ impl ViewService {
         Ok(())
     }
 
-    pub fn into_server(
-        self,
-    ) -> v1::node_view_server::NodeViewServer<ViewService> {
-        v1::node_view_server::NodeViewServer::new(self)
+    pub fn into_server(self) -> encoded::NodeViewServer<ViewService> {
+        encoded::NodeViewServer::new(self)
             .max_decoding_message_size(MAX_REQUEST_BYTES)
     }
 }
 
 #[tonic::async_trait]
 impl NodeViewRpc for ViewService {
-    type WatchStream = ReceiverStream<Result<v1::ViewUpdate, Status>>;
+    type WatchStream = ReceiverStream<Result<Outgoing, Status>>;
 
     async fn watch(
         &self,
@@ -449,95 +495,78 @@ async fn stream_view(
     shared: Arc<Shared>,
     node: String,
     held: Option<u64>,
-    tx: mpsc::Sender<Result<v1::ViewUpdate, Status>>,
+    tx: mpsc::Sender<Result<Outgoing, Status>>,
 ) {
     let _open = OpenWatch::new(shared.clone());
-    let mut generation = shared.generation.clone();
+    let mut published = shared.published.clone();
     tokio::select! {
-        listed = generation.wait_for(|g| *g > 0) => if listed.is_err() {
+        listed = published.wait_for(|p| p.generation > 0) => if listed.is_err() {
             return;
         },
         () = tx.closed() => return,
     }
+    let sent = Sent::new();
     let mut position = Position::Held(held);
     // Nothing new, but a node that just connected must still hear that
     // what it holds is consistent.
     let mut always = true;
     let mut announced = false;
+    // The zone whose catch-ups the node shares, as its last walk said,
+    // and the last sync's catch-ups.
+    let mut zone: Option<String> = None;
+    let mut seen = 0;
+    let mut catch_up: Option<Arc<CatchUp<SharedUpdate>>> = None;
     loop {
-        let mut walk: Option<OwnedSemaphorePermit> = None;
-        let mut full = false;
-        loop {
-            // A walk of more than one message (every node's first) waits
-            // for its turn; a node that keeps up never does.
-            let long = !matches!(position, Position::Held(Some(_)));
-            if long && walk.is_none() {
-                walk = tokio::select! {
-                    permit = shared.walks.clone().acquire_owned() => permit.ok(),
-                    () = tx.closed() => return,
-                };
+        // A node that kept up, and that the sync left alone, takes its
+        // zone's catch-up: the same bytes as the zone's other nodes.
+        let known = announced || shared.kubernetes.get().is_none();
+        let shared_part = match (position, &zone, &catch_up) {
+            (Position::Held(Some(held)), Some(zone), Some(catch_up))
+                if known =>
+            {
+                catch_up
+                    .for_node(&node, zone, held, seen)
+                    .map(|part| (part, catch_up.upto, catch_up.sync))
             }
-            let next = match shared.next(&node, position, always).await {
-                Ok(next) => next,
-                Err(e) => {
-                    warn!(node, error = %e, "ending the watch");
+            _ => None,
+        };
+        match shared_part {
+            Some((Some(part), upto, sync)) => {
+                sent.count(part.changes, false, true, part.bytes.len());
+                let message = Outgoing::Encoded(part.bytes.clone());
+                let timeout = shared.send_timeout;
+                if !send(&tx, &node, message, timeout).await {
                     return;
                 }
-            };
-            always = false;
-            let Some((update, next)) = next else { break };
-            full |= update.full;
-            metrics::counter!(API_SIDE_CHANGES_SENT_TOTAL)
-                .increment(update.changes.len() as u64);
-            if update.synced {
-                let kind = if full { "full" } else { "changes" };
-                metrics::counter!(API_SIDE_UPDATES_SENT_TOTAL, "kind" => kind)
-                    .increment(1);
+                position = Position::Held(Some(upto));
+                seen = sync;
             }
-            let mut message = wire::encode(&update, &shared.instance);
-            drop(update);
-            if !announced {
-                message.kubernetes =
-                    shared.kubernetes.get().map(wire::encode_kubernetes);
-                announced = message.kubernetes.is_some();
-            }
-            metrics::counter!(API_SIDE_SENT_BYTES_TOTAL)
-                .increment(message.encoded_len() as u64);
-            let timeout = if walk.is_some() {
-                shared.walk_send_timeout
-            } else {
-                shared.send_timeout
-            };
-            let sent =
-                tokio::time::timeout(timeout, tx.send(Ok(message))).await;
-            match sent {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => {
-                    debug!(node, "node stopped watching");
+            // Nothing it reads changed.
+            Some((None, _, sync)) => seen = sync,
+            None => {
+                let walked = walk(
+                    &shared,
+                    &node,
+                    &tx,
+                    &sent,
+                    Walker {
+                        position: &mut position,
+                        always: &mut always,
+                        announced: &mut announced,
+                        zone: &mut zone,
+                        seen: &mut seen,
+                    },
+                )
+                .await;
+                if !walked {
                     return;
                 }
-                // Its buffers are freed; its view stays, and it resumes
-                // from its revision when it reads again.
-                Err(_) => {
-                    Refusal::Stalled.count();
-                    warn!(
-                        node,
-                        waited = ?timeout,
-                        "ended the watch of a node that did not read"
-                    );
-                    return;
-                }
-            }
-            position = next;
-            if matches!(position, Position::Held(_)) {
-                break;
             }
         }
-        drop(walk);
         // A node that goes away between syncs ends its watch now, not
         // at the next sync, which a quiet cluster may not have for hours.
         tokio::select! {
-            changed = generation.changed() => if changed.is_err() {
+            changed = published.changed() => if changed.is_err() {
                 return;
             },
             () = tx.closed() => {
@@ -545,6 +574,147 @@ async fn stream_view(
                 return;
             }
         }
+        catch_up = published.borrow_and_update().catch_up.clone();
+    }
+}
+
+/// Sends `node` what it lacks, made for it, a part at a time, until it
+/// holds a consistent state. False when the watch is over.
+async fn walk(
+    shared: &Shared,
+    node: &str,
+    tx: &mpsc::Sender<Result<Outgoing, Status>>,
+    sent: &Sent,
+    walker: Walker<'_>,
+) -> bool {
+    let Walker {
+        position,
+        always,
+        announced,
+        zone,
+        seen,
+    } = walker;
+    let mut permit: Option<OwnedSemaphorePermit> = None;
+    let mut full = false;
+    loop {
+        // A walk of more than one message (every node's first) waits
+        // for its turn; a node that keeps up never does.
+        let long = !matches!(position, Position::Held(Some(_)));
+        if long && permit.is_none() {
+            permit = tokio::select! {
+                permit = shared.walks.clone().acquire_owned() => permit.ok(),
+                () = tx.closed() => return false,
+            };
+        }
+        let next = match shared.next(node, *position, *always).await {
+            Ok(next) => next,
+            Err(e) => {
+                warn!(node, error = %e, "ending the watch");
+                return false;
+            }
+        };
+        *always = false;
+        *zone = next.zone;
+        *seen = next.syncs;
+        let Some((update, next)) = next.part else {
+            return true;
+        };
+        full |= update.full;
+        let mut message = wire::encode(&update, &shared.instance);
+        sent.encoded.increment(1);
+        if !*announced {
+            message.kubernetes =
+                shared.kubernetes.get().map(wire::encode_kubernetes);
+            *announced = message.kubernetes.is_some();
+        }
+        let message = Outgoing::Message(message);
+        let bytes = message.encoded_len();
+        sent.count(update.changes.len(), full, update.synced, bytes);
+        drop(update);
+        let timeout = if permit.is_some() {
+            shared.walk_send_timeout
+        } else {
+            shared.send_timeout
+        };
+        if !send(tx, node, message, timeout).await {
+            return false;
+        }
+        *position = next;
+        if matches!(position, Position::Held(_)) {
+            return true;
+        }
+    }
+}
+
+/// What a watch knows of its node, which a walk moves on.
+struct Walker<'a> {
+    position: &'a mut Position,
+    always: &'a mut bool,
+    announced: &'a mut bool,
+    zone: &'a mut Option<String>,
+    seen: &'a mut u64,
+}
+
+/// Sends one message, waiting at most `timeout` for the node to take
+/// it. False when the watch is over: the node stopped watching, or did
+/// not read.
+async fn send(
+    tx: &mpsc::Sender<Result<Outgoing, Status>>,
+    node: &str,
+    message: Outgoing,
+    timeout: Duration,
+) -> bool {
+    match tokio::time::timeout(timeout, tx.send(Ok(message))).await {
+        Ok(Ok(())) => true,
+        Ok(Err(_)) => {
+            debug!(node, "node stopped watching");
+            false
+        }
+        // Its buffers are freed; its view stays, and it resumes from its
+        // revision when it reads again.
+        Err(_) => {
+            Refusal::Stalled.count();
+            warn!(
+                node,
+                waited = ?timeout,
+                "ended the watch of a node that did not read"
+            );
+            false
+        }
+    }
+}
+
+/// One watch's counters, looked up once rather than at every message.
+struct Sent {
+    changes: metrics::Counter,
+    full: metrics::Counter,
+    updates: metrics::Counter,
+    bytes: metrics::Counter,
+    encoded: metrics::Counter,
+}
+
+impl Sent {
+    fn new() -> Self {
+        Self {
+            changes: metrics::counter!(API_SIDE_CHANGES_SENT_TOTAL),
+            full: metrics::counter!(API_SIDE_UPDATES_SENT_TOTAL, "kind" => "full"),
+            updates: metrics::counter!(API_SIDE_UPDATES_SENT_TOTAL, "kind" => "changes"),
+            bytes: metrics::counter!(API_SIDE_SENT_BYTES_TOTAL),
+            encoded: metrics::counter!(API_SIDE_MESSAGES_ENCODED_TOTAL),
+        }
+    }
+
+    /// A message of `changes` sent, of `bytes`; the last of an update,
+    /// full or not, when `synced`.
+    fn count(&self, changes: usize, full: bool, synced: bool, bytes: usize) {
+        self.changes.increment(changes as u64);
+        if synced {
+            match full {
+                true => self.full.increment(1),
+                false => self.updates.increment(1),
+            }
+        }
+        self.bytes.increment(bytes as u64);
     }
 }
 

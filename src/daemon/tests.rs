@@ -469,7 +469,7 @@ fn view_source(
             cluster.apply(&change);
         }
     }
-    cluster.sync();
+    let _ = cluster.sync(usize::MAX);
     let first = cluster.full("node-a");
     let mut held = first.revision;
     let mut updates = vec![(0, first)];
@@ -478,7 +478,7 @@ fn view_source(
         for change in stores.apply(event) {
             cluster.apply(&change);
         }
-        cluster.sync();
+        let _ = cluster.sync(usize::MAX);
         let update = cluster.update_for("node-a", Some(held), true).unwrap();
         held = update.revision;
         updates.push((*at, update));

@@ -233,7 +233,7 @@ pub fn view_updates(data: &[u8]) {
                 objects.put_node(objects::node(&mut input, version)),
             ))),
             6 => {
-                cluster.sync();
+                let _ = cluster.sync(usize::MAX);
                 None
             }
             7 | 8 => {
@@ -290,7 +290,7 @@ pub fn view_updates(data: &[u8]) {
     }
     // Undamaged and caught up, the node programs what a proxy watching
     // the API server itself does.
-    cluster.sync();
+    let _ = cluster.sync(usize::MAX);
     node.reconnect();
     if let Some(update) = cluster.update_for(NODE, node.revision, false) {
         node.receive(wire::encode(&update, "fuzz"));

@@ -32,7 +32,7 @@ mod layer;
 mod views;
 pub mod wire;
 
-pub use views::{Position, Views};
+pub use views::{Begun, CatchUp, Position, Views, ZoneCatchUp};
 
 #[cfg(test)]
 mod tests;

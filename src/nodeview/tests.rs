@@ -472,3 +472,81 @@ fn a_hint_for_the_empty_node_name_is_a_hint_for_no_node() {
     assert_eq!(ips(&own.ipv4.cluster), ["198.19.0.1", "198.19.0.2"]);
     assert_eq!(ips(&sent.ipv4.cluster), ips(&own.ipv4.cluster));
 }
+
+#[test]
+fn nodes_a_sync_leaves_alone_share_their_zone_catch_up() {
+    let mut cluster = Cluster::new();
+    let web = cluster.service("web", |_| {}, vec![on("node-b", "198.19.0.1")]);
+    for node in ["node-a", "node-b", "node-c"] {
+        cluster.watch(node, "zone-a");
+    }
+    cluster.watch("node-d", "zone-b");
+    let _ = cluster.views.catch_up(cluster.views.begin(), 32);
+    let held: Vec<u64> = ["node-a", "node-b", "node-c", "node-d"]
+        .map(|node| cluster.revision(node))
+        .into();
+    // web's endpoint on node-b moves: node-b's own selection changes,
+    // node-a and node-c take zone-a's, node-d zone-b's.
+    let begun = cluster.views.begin();
+    cluster
+        .endpoints
+        .insert(web.clone(), vec![on("node-b", "198.19.0.2")]);
+    cluster.update(&[&web]);
+    let catch_up = cluster.views.catch_up(begun, 32);
+    for (node, zone, held) in [
+        ("node-a", "zone-a", held[0]),
+        ("node-c", "zone-a", held[2]),
+        ("node-d", "zone-b", held[3]),
+    ] {
+        let shared = catch_up.for_node(node, zone, held, catch_up.sync - 1);
+        let shared = shared.flatten().unwrap_or_else(|| panic!("{node}"));
+        assert_eq!(*shared, cluster.since(node, Some(held)), "{node}");
+        let Change::Endpoints(_, eps) = &shared.changes[0] else {
+            panic!("{shared:?}");
+        };
+        assert_eq!(ips(&eps.ipv4.cluster), ["198.19.0.2"]);
+    }
+    // node-b walks its own: its endpoint is local to it only.
+    let seen = catch_up.sync - 1;
+    assert_eq!(catch_up.for_node("node-b", "zone-a", held[1], seen), None);
+    // A node that missed an earlier change walks too, and one that has
+    // this sync's lacks nothing.
+    assert_eq!(catch_up.for_node("node-a", "zone-a", 0, seen), None);
+    assert_eq!(
+        catch_up.for_node("node-a", "zone-a", catch_up.upto, seen),
+        Some(None)
+    );
+    // So does one that missed a sync, which may have touched it.
+    assert_eq!(catch_up.for_node("node-a", "zone-a", held[0], seen - 1), None);
+    // A sync that changes nothing a zone reads has nothing to send it.
+    let begun = cluster.views.begin();
+    cluster.update(&[]);
+    let quiet = cluster.views.catch_up(begun, 32);
+    let held = cluster.revision("node-a");
+    let seen = quiet.sync - 1;
+    assert_eq!(quiet.for_node("node-a", "zone-a", held, seen), Some(None));
+}
+
+#[test]
+fn a_catch_up_larger_than_a_message_is_walked_by_each_node() {
+    let mut cluster = Cluster::new();
+    let names: Vec<ServicePortName> = (0..3)
+        .map(|i| {
+            let ip = format!("198.19.0.{}", i + 1);
+            cluster.service(&format!("web-{i}"), |_| {}, vec![on("node-b", &ip)])
+        })
+        .collect();
+    cluster.watch("node-a", "zone-a");
+    let _ = cluster.views.catch_up(cluster.views.begin(), 32);
+    let held = cluster.revision("node-a");
+    let begun = cluster.views.begin();
+    for name in &names {
+        cluster.endpoints.insert(name.clone(), vec![on("node-c", "198.19.1.1")]);
+    }
+    let changed: Vec<&ServicePortName> = names.iter().collect();
+    cluster.update(&changed);
+    // Three endpoint changes do not fit messages of two.
+    let catch_up = cluster.views.catch_up(begun, 2);
+    let seen = catch_up.sync - 1;
+    assert_eq!(catch_up.for_node("node-a", "zone-a", held, seen), None);
+}

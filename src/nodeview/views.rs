@@ -74,6 +74,11 @@ pub struct Views {
     /// times, and the revision after that update. A node behind it is
     /// sent them with the port's endpoints.
     triggers: HashMap<Arc<ServicePortName>, Trigger>,
+    /// The nodes changed, or given a selection of their own or a new one,
+    /// since the last [`Views::catch_up`]: what they lack is theirs alone.
+    touched: HashSet<String>,
+    /// How many catch-ups were made: how many syncs there were.
+    syncs: u64,
 }
 
 #[derive(Debug)]
@@ -142,6 +147,93 @@ impl Walk {
     }
 }
 
+/// The layers one walk reads.
+#[derive(Clone, Copy)]
+struct Layers<'a> {
+    node: Option<&'a Entry<NodeInfo>>,
+    zone: Option<&'a Layer<NodeEndpoints>>,
+    own: Option<&'a Layer<NodeEndpoints>>,
+}
+
+/// Where the views stood when a sync began ([`Views::begin`]).
+#[derive(Debug)]
+pub struct Begun {
+    from: u64,
+    /// Per zone, the last change a node of it reads in the layers all its
+    /// nodes share.
+    floors: HashMap<String, u64>,
+}
+
+/// What the nodes that a sync left alone lack after it: one update per
+/// zone, the same for each of its nodes, so that the API side makes it
+/// (and encodes it) once for all of them. `T` is the update, or its
+/// encoding.
+#[derive(Debug)]
+pub struct CatchUp<T> {
+    /// Which sync it was ([`Views::syncs`]).
+    pub sync: u64,
+    /// The views' revision before the sync and after it.
+    pub from: u64,
+    pub upto: u64,
+    pub zones: HashMap<String, ZoneCatchUp<T>>,
+    /// The nodes that the sync (or a first watch since the last sync)
+    /// changed something of their own for: they walk their own view.
+    pub touched: HashSet<String>,
+}
+
+#[derive(Debug)]
+pub struct ZoneCatchUp<T> {
+    /// A node holding an older revision lacks more than this sync's
+    /// changes, or is behind a forgotten deletion.
+    pub floor: u64,
+    /// `None`: the sync changed nothing the zone's nodes read.
+    pub update: Option<T>,
+}
+
+impl<T> CatchUp<T> {
+    /// What `node`, in `zone` and holding `held`, lacks after the sync,
+    /// if that is its zone's shared update: `Some(None)` when it lacks
+    /// nothing. `None`: it must walk its own view ([`Views::next`]).
+    ///
+    /// `seen` is the last sync the node took the catch-up of, or walked
+    /// after: one it missed may have touched it.
+    pub fn for_node(
+        &self,
+        node: &str,
+        zone: &str,
+        held: u64,
+        seen: u64,
+    ) -> Option<Option<&T>> {
+        if held >= self.upto {
+            return Some(None);
+        }
+        let shared = self.zones.get(zone)?;
+        let fits = shared.floor <= held && held <= self.from;
+        let alone = seen + 1 == self.sync && !self.touched.contains(node);
+        (fits && alone).then_some(shared.update.as_ref())
+    }
+
+    /// The same, each zone's update made into something else (its bytes
+    /// on the wire).
+    pub fn map<U>(self, mut f: impl FnMut(T) -> U) -> CatchUp<U> {
+        CatchUp {
+            sync: self.sync,
+            from: self.from,
+            upto: self.upto,
+            zones: (self.zones.into_iter())
+                .map(|(zone, shared)| {
+                    let update = shared.update.map(&mut f);
+                    (zone, ZoneCatchUp {
+                        floor: shared.floor,
+                        update,
+                    })
+                })
+                .collect(),
+            touched: self.touched,
+        }
+    }
+}
+
 impl Default for Views {
     fn default() -> Self {
         Self::with_tombstones(TOMBSTONES)
@@ -171,6 +263,8 @@ impl Views {
             named: HashMap::new(),
             by_node: HashMap::new(),
             triggers: HashMap::new(),
+            touched: HashSet::new(),
+            syncs: 0,
         }
     }
 
@@ -230,6 +324,9 @@ impl Views {
                 .filter(|node| self.nodes.contains_key(node))
                 .collect();
             let before = self.owners.remove(&*name).unwrap_or_default();
+            // Even an owner whose selection stays must not take its
+            // zone's new one.
+            self.touched.extend(before.union(&owners).cloned());
             for node in before.difference(&owners) {
                 if let Some(state) = self.nodes.get_mut(node) {
                     state.own.put(&name, None, &mut self.revision);
@@ -285,6 +382,7 @@ impl Views {
     ) {
         let zone = info.as_ref().map(|n| n.zone.clone()).unwrap_or_default();
         self.zone(&zone, services, endpoints);
+        self.touched.insert(node.to_owned());
         let info = info.map(Arc::new);
         let known = self.nodes.contains_key(node);
         let state =
@@ -381,6 +479,81 @@ impl Views {
             layer.put(&name, Some(Arc::new(selected)), &mut self.revision);
         }
         self.zones.insert(zone.to_owned(), layer);
+    }
+
+    /// The zone `node`'s view is made for.
+    pub fn zone_of(&self, node: &str) -> Option<&str> {
+        self.nodes.get(node).map(|s| s.zone.as_str())
+    }
+
+    /// How many syncs there were: a node that walked its view now has
+    /// what each of them changed.
+    pub fn syncs(&self) -> u64 {
+        self.syncs
+    }
+
+    /// Notes where the views stand before a sync, for [`Views::catch_up`].
+    pub fn begin(&self) -> Begun {
+        let shared = self.services.last();
+        Begun {
+            from: self.revision,
+            floors: (self.zones.iter())
+                .map(|(zone, layer)| (zone.clone(), shared.max(layer.last())))
+                .collect(),
+        }
+    }
+
+    /// What each zone's nodes lack after the sync that began at `begun`,
+    /// when it fits one part of `max` changes; a zone whose update
+    /// does not, or that is new since, has its nodes walk.
+    ///
+    /// A node holding a revision between its zone's last change before
+    /// the sync and the sync's start lacks, in the layers it shares with
+    /// its zone, exactly what changed in the sync. If it took the last
+    /// sync's catch-up or walked since, and this sync did not touch it,
+    /// its own layer and Node did not change since it last heard of
+    /// them: it lacks that and nothing else, as [`Views::next`] would
+    /// walk it.
+    pub fn catch_up(&mut self, begun: Begun, max: usize) -> CatchUp<Update> {
+        let touched = std::mem::take(&mut self.touched);
+        self.syncs += 1;
+        let mut zones = HashMap::new();
+        for (zone, layer) in &self.zones {
+            let Some(floor) = begun.floors.get(zone) else {
+                continue;
+            };
+            let floor = (*floor)
+                .max(self.services.horizon())
+                .max(layer.horizon());
+            let mut walk = Walk::new(Some(begun.from), self.revision);
+            let mut update = Update {
+                full: false,
+                changes: Vec::new(),
+                revision: self.revision,
+                synced: true,
+                trigger_times: TriggerTimes::new(),
+            };
+            let layers = Layers {
+                node: None,
+                zone: Some(layer),
+                own: None,
+            };
+            // A walk that fills a part goes on in another, as a node's
+            // own walk would.
+            self.walk_layers(layers, &mut walk, max, &mut update);
+            if walk.stage != Stage::Done || update.changes.len() >= max {
+                continue;
+            }
+            let update = (!update.changes.is_empty()).then_some(update);
+            zones.insert(zone.clone(), ZoneCatchUp { floor, update });
+        }
+        CatchUp {
+            sync: self.syncs,
+            from: begun.from,
+            upto: self.revision,
+            zones,
+            touched,
+        }
     }
 
     /// The revision of the latest change `node` is concerned by.
@@ -521,8 +694,24 @@ impl Views {
         update: &mut Update,
     ) {
         let state = self.nodes.get(node);
-        let zone = state.and_then(|s| self.zones.get(&s.zone));
-        let own = state.map(|s| &s.own);
+        let layers = Layers {
+            node: state.and_then(|s| s.node.as_ref()),
+            zone: state.and_then(|s| self.zones.get(&s.zone)),
+            own: state.map(|s| &s.own),
+        };
+        self.walk_layers(layers, walk, max, update);
+    }
+
+    /// [`Views::walk`] through the layers given: a node's, or a zone's
+    /// alone for what its nodes share.
+    fn walk_layers(
+        &self,
+        layers: Layers<'_>,
+        walk: &mut Walk,
+        max: usize,
+        update: &mut Update,
+    ) {
+        let Layers { node, zone, own } = layers;
         let deletions = walk.from.is_some();
         // What the node programs for a port: its own selection, else its
         // zone's.
@@ -538,8 +727,7 @@ impl Views {
             let (after, upto) = (walk.after, walk.upto);
             match walk.stage {
                 Stage::Node => {
-                    let entry = state.and_then(|s| s.node.as_ref());
-                    let change = match entry {
+                    let change = match node {
                         Some(e) if e.revision <= after => None,
                         Some(Entry {
                             value: Some(info), ..

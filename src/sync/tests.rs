@@ -293,7 +293,7 @@ fn every_example_plans_the_same_when_fed_by_the_api_side() {
         for change in snapshot_changes(&snapshot, NO_NODE) {
             cluster.apply(&change);
         }
-        cluster.sync();
+        let _ = cluster.sync(usize::MAX);
         let update = cluster.full(&node);
         let fed = plan_from_view(update, &node, &settings);
         assert!(!fed.virtual_servers.is_empty(), "{}", case.file);
@@ -529,7 +529,7 @@ fn a_node_fed_by_its_view_reports_deleted_udp_cluster_ips() {
             cluster.apply(&change);
         }
     }
-    cluster.sync();
+    let _ = cluster.sync(usize::MAX);
     let mut state = node_a_fed_by_view();
     let first = cluster.update_for("node-a", None, true).unwrap();
     let held = first.revision;
@@ -541,7 +541,7 @@ fn a_node_fed_by_its_view_reports_deleted_udp_cluster_ips() {
     for change in stores.apply(SourceEvent::Service(Event::Delete(dns))) {
         cluster.apply(&change);
     }
-    cluster.sync();
+    let _ = cluster.sync(usize::MAX);
     state.apply_view(cluster.update_for("node-a", Some(held), false).unwrap());
     let outcome = state.sync();
     assert_eq!(
@@ -591,7 +591,7 @@ fn a_node_fed_by_its_view_reports_the_trigger_times_of_what_it_programs() {
                 cluster.apply(&change);
             }
         }
-        cluster.sync();
+        let _ = cluster.sync(usize::MAX);
     };
     feed(
         &mut cluster,

@@ -8,7 +8,8 @@ use super::{
     network_programming_buckets,
     rest_client::{self, REQUESTS_TOTAL, REQUEST_DURATION_SECONDS},
     stage_buckets, sync_duration_buckets, API_SIDE_CHANGES_SENT_TOTAL,
-    API_SIDE_REFUSED_TOTAL, API_SIDE_SENT_BYTES_TOTAL,
+    API_SIDE_MESSAGES_ENCODED_TOTAL, API_SIDE_REFUSED_TOTAL,
+    API_SIDE_SENT_BYTES_TOTAL,
     API_SIDE_SYNC_DURATION_SECONDS, API_SIDE_UPDATES_SENT_TOTAL,
     API_SIDE_VIEWS, API_SIDE_WATCHES, BUILD_INFO,
     CHANGE_STAGE_DURATION_SECONDS, CONNTRACK_RECONCILER_DELETED_ENTRIES_TOTAL,
@@ -345,6 +346,15 @@ pub fn recorded() -> Vec<Metric> {
             [],
             None,
             "Bytes of the messages the API side sent to nodes"
+        ),
+        metric!(
+            API_SIDE_MESSAGES_ENCODED_TOTAL,
+            Counter,
+            Ours,
+            [],
+            None,
+            "Messages the API side encoded for nodes: once for all the \
+             nodes of a zone that receive the same, else once per node"
         ),
         metric!(
             API_SIDE_REFUSED_TOTAL,

@@ -11,7 +11,7 @@ use std::{
 use k8s_openapi::api::{core::v1::Service, discovery::v1::EndpointSlice};
 use proptest::prelude::*;
 
-use crate::nodeview::{wire, Position, Received, Update, Views};
+use crate::nodeview::{wire, CatchUp, Position, Received, Update, Views};
 use crate::{
     desired::DesiredState,
     model::{EndpointsMap, NodeInfo, ServicePortMap, ServicePortName},
@@ -111,6 +111,8 @@ struct Fed {
     /// Where it stands in its view, and the parts it has of a batch.
     position: Position,
     batch: Option<Update>,
+    /// The last sync it walked after.
+    seen: u64,
 }
 
 impl Fed {
@@ -124,6 +126,7 @@ impl Fed {
             fed: DesiredState::new(ctx),
             position: Position::Held(None),
             batch: None,
+            seen: 0,
         }
     }
 
@@ -165,6 +168,37 @@ impl Fed {
         }
         Ok(false)
     }
+}
+
+/// Where the sync's shared catch-up says it is what `n` lacks, it is
+/// what `n`'s own walk would send it.
+fn check_catch_up(
+    views: &Views,
+    catch_up: &CatchUp<Update>,
+    n: &Fed,
+    part_size: usize,
+) -> Result<(), TestCaseError> {
+    let (Position::Held(Some(held)), None) = (n.position, &n.batch) else {
+        return Ok(());
+    };
+    let Some(zone) = views.zone_of(n.name) else {
+        return Ok(());
+    };
+    let Some(shared) = catch_up.for_node(n.name, zone, held, n.seen) else {
+        return Ok(());
+    };
+    let own = views.next(n.name, n.position, false, part_size);
+    match (shared, own) {
+        (None, None) => {}
+        (Some(shared), Some((own, position))) => {
+            prop_assert_eq!(shared, &own);
+            prop_assert_eq!(position, Position::Held(Some(catch_up.upto)));
+        }
+        (shared, own) => {
+            prop_assert!(false, "{} held {held} in {zone}: shared {shared:?}, own walk {own:?}, catch-up from {} upto {} touched {:?}", n.name, catch_up.from, catch_up.upto, catch_up.touched);
+        }
+    }
+    Ok(())
 }
 
 proptest! {
@@ -249,6 +283,7 @@ proptest! {
                 Event::Checkout => {
                     let changed = api.checkout();
                     let (services, slices) = (&api.service_map, &api.endpoints_map);
+                    let begun = views.begin();
                     views.update(&changed, services, slices, &Default::default());
                     checkouts += 1;
                     if checkouts == late {
@@ -261,6 +296,10 @@ proptest! {
                         let proxy = (&n.proxy.service_map, &n.proxy.endpoints_map);
                         n.programmed.set_context(context(&info), proxy.0, proxy.1);
                         views.set_node(NODE, Some(info), services, slices);
+                    }
+                    let shared = views.catch_up(begun, part_size);
+                    for n in &nodes {
+                        check_catch_up(&views, &shared, n, part_size)?;
                     }
                     let is_last = std::ptr::eq(event, &last);
                     let catch_up =
@@ -276,6 +315,7 @@ proptest! {
                             continue;
                         }
                         let parts = if is_last { 0 } else { parts[checkouts % parts.len()] };
+                        n.seen = views.syncs();
                         if !n.walk(&views, parts, part_size)? {
                             continue;
                         }
