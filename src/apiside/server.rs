@@ -100,13 +100,27 @@ struct SharedUpdate {
     changes: usize,
 }
 
+/// How many syncs' catch-ups the watches are offered: a node still
+/// sending one sync's when the next ones come takes theirs in turn.
+const RECENT_SYNCS: usize = 8;
+
 /// What each sync publishes to the watches.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 struct Published {
     /// Counts syncs; 0 until the cluster was listed once.
     generation: u64,
-    /// What the nodes the sync left alone lack, per zone.
-    catch_up: Option<Arc<CatchUp<SharedUpdate>>>,
+    /// What the nodes the last syncs left alone lack, per zone, oldest
+    /// first.
+    recent: Arc<[Arc<CatchUp<SharedUpdate>>]>,
+}
+
+impl Default for Published {
+    fn default() -> Self {
+        Self {
+            generation: 0,
+            recent: Arc::new([]),
+        }
+    }
 }
 
 /// What the feeding loop and the watches share. The cluster itself lives
@@ -283,6 +297,7 @@ fn own(
     instance: &str,
 ) {
     let mut changed = false;
+    let mut recent = std::collections::VecDeque::with_capacity(RECENT_SYNCS);
     while let Ok(request) = inbox.recv() {
         match request {
             Work::Apply(changes) => {
@@ -302,9 +317,13 @@ fn own(
                     metrics::histogram!(API_SIDE_SYNC_DURATION_SECONDS)
                         .record(started.elapsed().as_secs_f64());
                     metrics::gauge!(API_SIDE_VIEWS).set(cluster.views() as f64);
+                    if recent.len() == RECENT_SYNCS {
+                        recent.pop_front();
+                    }
+                    recent.push_back(Arc::new(catch_up));
                     publish.send_modify(|p| {
                         p.generation += 1;
-                        p.catch_up = Some(Arc::new(catch_up));
+                        p.recent = recent.iter().cloned().collect();
                     });
                     changed = false;
                 }
@@ -512,55 +531,64 @@ async fn stream_view(
     let mut always = true;
     let mut announced = false;
     // The zone whose catch-ups the node shares, as its last walk said,
-    // and the last sync's catch-ups.
+    // the last sync it heard of, and the last syncs' catch-ups.
     let mut zone: Option<String> = None;
     let mut seen = 0;
-    let mut catch_up: Option<Arc<CatchUp<SharedUpdate>>> = None;
+    let mut recent: Arc<[Arc<CatchUp<SharedUpdate>>]> = Arc::new([]);
+    let mut first = true;
     loop {
-        // A node that kept up, and that the sync left alone, takes its
-        // zone's catch-up: the same bytes as the zone's other nodes.
+        // A node that kept up takes the catch-ups of the syncs since the
+        // last it heard of, in turn, each the same bytes as its zone's
+        // other nodes; unless a sync touched it, or it fell further
+        // behind: then it walks what it lacks, made for it.
+        let mut must_walk = std::mem::take(&mut first);
         let known = announced || shared.kubernetes.get().is_none();
-        let shared_part = match (position, &zone, &catch_up) {
-            (Position::Held(Some(held)), Some(zone), Some(catch_up))
-                if known =>
-            {
-                catch_up
-                    .for_node(&node, zone, held, seen)
-                    .map(|part| (part, catch_up.upto, catch_up.sync))
+        for catch_up in recent.iter() {
+            if must_walk {
+                break;
             }
-            _ => None,
-        };
-        match shared_part {
-            Some((Some(part), upto, sync)) => {
-                sent.count(part.changes, false, true, part.bytes.len());
-                let message = Outgoing::Encoded(part.bytes.clone());
-                let timeout = shared.send_timeout;
-                if !send(&tx, &node, message, timeout).await {
-                    return;
-                }
-                position = Position::Held(Some(upto));
-                seen = sync;
+            if catch_up.sync <= seen {
+                continue;
             }
-            // Nothing it reads changed.
-            Some((None, _, sync)) => seen = sync,
-            None => {
-                let walked = walk(
-                    &shared,
-                    &node,
-                    &tx,
-                    &sent,
-                    Walker {
-                        position: &mut position,
-                        always: &mut always,
-                        announced: &mut announced,
-                        zone: &mut zone,
-                        seen: &mut seen,
-                    },
-                )
-                .await;
-                if !walked {
-                    return;
+            let part = match (position, &zone) {
+                (Position::Held(Some(held)), Some(zone)) if known => {
+                    catch_up.for_node(&node, zone, held, seen)
                 }
+                _ => None,
+            };
+            match part {
+                Some(Some(part)) => {
+                    sent.count(part.changes, false, true, part.bytes.len());
+                    let message = Outgoing::Encoded(part.bytes.clone());
+                    let timeout = shared.send_timeout;
+                    if !send(&tx, &node, message, timeout).await {
+                        return;
+                    }
+                    position = Position::Held(Some(catch_up.upto));
+                    seen = catch_up.sync;
+                }
+                // Nothing it reads changed.
+                Some(None) => seen = catch_up.sync,
+                None => must_walk = true,
+            }
+        }
+        if must_walk {
+            let walked = walk(
+                &shared,
+                &node,
+                &tx,
+                &sent,
+                Walker {
+                    position: &mut position,
+                    always: &mut always,
+                    announced: &mut announced,
+                    zone: &mut zone,
+                    seen: &mut seen,
+                },
+            )
+            .await;
+            if !walked {
+                return;
             }
         }
         // A node that goes away between syncs ends its watch now, not
@@ -574,7 +602,7 @@ async fn stream_view(
                 return;
             }
         }
-        catch_up = published.borrow_and_update().catch_up.clone();
+        recent = published.borrow_and_update().recent.clone();
     }
 }
 
