@@ -53,9 +53,7 @@ impl Outgoing {
 /// The `NodeView` service, with [`Outgoing`] messages.
 #[tonic::async_trait]
 pub trait NodeView: Send + Sync + 'static {
-    type WatchStream: Stream<Item = Result<Outgoing, Status>>
-        + Send
-        + 'static;
+    type WatchStream: Stream<Item = Result<Outgoing, Status>> + Send + 'static;
 
     async fn watch(
         &self,

@@ -32,7 +32,7 @@ mod layer;
 mod views;
 pub mod wire;
 
-pub use views::{Begun, CatchUp, Position, Views, ZoneCatchUp};
+pub use views::{CatchUp, Position, Views};
 
 #[cfg(test)]
 mod tests;

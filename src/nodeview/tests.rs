@@ -517,7 +517,10 @@ fn nodes_a_sync_leaves_alone_share_their_zone_catch_up() {
         Some(None)
     );
     // So does one that missed a sync, which may have touched it.
-    assert_eq!(catch_up.for_node("node-a", "zone-a", held[0], seen - 1), None);
+    assert_eq!(
+        catch_up.for_node("node-a", "zone-a", held[0], seen - 1),
+        None
+    );
     // A sync that changes nothing a zone reads has nothing to send it.
     let begun = cluster.views.begin();
     cluster.update(&[]);
@@ -533,7 +536,11 @@ fn a_catch_up_larger_than_a_message_is_walked_by_each_node() {
     let names: Vec<ServicePortName> = (0..3)
         .map(|i| {
             let ip = format!("198.19.0.{}", i + 1);
-            cluster.service(&format!("web-{i}"), |_| {}, vec![on("node-b", &ip)])
+            cluster.service(
+                &format!("web-{i}"),
+                |_| {},
+                vec![on("node-b", &ip)],
+            )
         })
         .collect();
     cluster.watch("node-a", "zone-a");
@@ -541,7 +548,9 @@ fn a_catch_up_larger_than_a_message_is_walked_by_each_node() {
     let held = cluster.revision("node-a");
     let begun = cluster.views.begin();
     for name in &names {
-        cluster.endpoints.insert(name.clone(), vec![on("node-c", "198.19.1.1")]);
+        cluster
+            .endpoints
+            .insert(name.clone(), vec![on("node-c", "198.19.1.1")]);
     }
     let changed: Vec<&ServicePortName> = names.iter().collect();
     cluster.update(&changed);

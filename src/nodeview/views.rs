@@ -223,10 +223,13 @@ impl<T> CatchUp<T> {
             zones: (self.zones.into_iter())
                 .map(|(zone, shared)| {
                     let update = shared.update.map(&mut f);
-                    (zone, ZoneCatchUp {
-                        floor: shared.floor,
-                        update,
-                    })
+                    (
+                        zone,
+                        ZoneCatchUp {
+                            floor: shared.floor,
+                            update,
+                        },
+                    )
                 })
                 .collect(),
             touched: self.touched,
@@ -522,9 +525,8 @@ impl Views {
             let Some(floor) = begun.floors.get(zone) else {
                 continue;
             };
-            let floor = (*floor)
-                .max(self.services.horizon())
-                .max(layer.horizon());
+            let floor =
+                (*floor).max(self.services.horizon()).max(layer.horizon());
             let mut walk = Walk::new(Some(begun.from), self.revision);
             let mut update = Update {
                 full: false,
