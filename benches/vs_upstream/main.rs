@@ -34,7 +34,8 @@
 //!   deleted real servers, which every add walks, is then as a churn of
 //!   S seconds leaves it (180 s is its steady state), so that the
 //!   churn's first minute starts where its later ones are.
-//!   5. the proxy's CPU seconds (utime + stime) and peak RSS (VmHWM).
+//!   5. the proxy's CPU seconds (utime + stime) and peak RSS (VmHWM);
+//!   6. once the proxy has exited, its cold sync's floor (floor.rs).
 //!
 //!   It prints `RESULT proxy services metric value` lines, among them
 //!   how busy the guest's CPUs were over the churn and how much of that
@@ -58,6 +59,7 @@ mod api;
 mod api_alone;
 mod breakdown;
 mod churn;
+mod floor;
 mod guest_cpu;
 mod measure;
 mod measurement;

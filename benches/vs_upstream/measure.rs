@@ -19,7 +19,7 @@ use ipvs_sys::Handle;
 use crate::{
     api,
     breakdown::{breakdown, each_minute, single},
-    churn,
+    churn, floor,
     guest_cpu::{cpu_by_name, own_cpu, MachineCpu},
     measurement::{median_ms, percentile_ms, Results},
     objects::{self, Addresses},
@@ -130,6 +130,7 @@ pub async fn run(
                 .await?;
         }
         let cpu_before = proxy.cpu()?;
+        let times_before = proxy.cpu_times()?;
         let machine_before = MachineCpu::read()?;
         let own_before = own_cpu()?;
         let threads_before = thread_cpu(proxy.pid())?;
@@ -153,6 +154,9 @@ pub async fn run(
         let machine = MachineCpu::read()?.since(machine_before);
         let own = own_cpu()?.since(own_before);
         let proxy_churn = proxy.cpu()?.saturating_sub(cpu_before);
+        // The kernel's share (its IPVS writes, the trash walk of every
+        // real server added) apart from the proxy's own code.
+        let times = proxy.cpu_times()?.since(times_before);
         breakdown(&results, &metrics_before);
         guest_share(&results, machine, proxy_churn, own);
         let threads: Vec<String> = thread_cpu(proxy.pid())?
@@ -213,14 +217,18 @@ pub async fn run(
         results.print("churn_unobserved", churn.unobserved as f64);
         results.print("churn_write_errors", churn.write_errors as f64);
         results.print("churn_cpu_s", proxy_churn.as_secs_f64());
+        results.print("churn_user_cpu_s", times.user.as_secs_f64());
+        results.print("churn_system_cpu_s", times.system.as_secs_f64());
         results.costs(&proxy)?;
-        anyhow::Ok(())
+        anyhow::Ok(cold)
     }
     .await;
     // The guest's /tmp goes with it: what the proxy said, for the
     // record.
     eprintln!("--- the end of {proxy_name}'s log:\n{}", proxy.log_tail());
-    outcome
+    // What it left in the kernel, loaded again without it.
+    drop(proxy);
+    floor::measure(&results, &handle, outcome?).await
 }
 
 /// With BENCH_PERF set, a `perf record` of the proxy (call graphs, the

@@ -20,6 +20,12 @@ use bench_support::result_line::ResultLine;
 const MEASURES: &[(&str, &str, bool)] = &[
     ("cold_sync_s", "cold sync (s)", true),
     ("cold_cpu_s", "cold sync CPU (s)", true),
+    (
+        "cold_sync_floor_s",
+        "cold sync: its state loaded alone, the kernel's floor (s)",
+        false,
+    ),
+    ("cold_sync_over_floor", "cold sync over its floor", false),
     ("endpoint_change_ms", "one endpoint change (ms)", true),
     ("new_service_ms", "one new service (ms)", true),
     (
@@ -86,6 +92,8 @@ const MEASURES: &[(&str, &str, bool)] = &[
         true,
     ),
     ("churn_cpu_s", "churn CPU (s)", true),
+    ("churn_user_cpu_s", "churn CPU: user (s)", true),
+    ("churn_system_cpu_s", "churn CPU: system (s)", true),
     ("total_cpu_s", "CPU, whole run (s)", true),
     ("peak_rss_mib", "peak RSS (MiB)", true),
     (
