@@ -3,11 +3,7 @@
 //! then the changes, with revisions to resume from.
 
 pub mod encoded;
-
-/// Version 1 of the protocol.
-pub mod v1 {
-    tonic::include_proto!("kubeipvsproxy.nodeview.v1");
-}
+pub mod v1;
 
 /// The message trait, for sizes and encoding without a direct dependency.
 pub use prost;
