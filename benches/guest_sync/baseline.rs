@@ -4,52 +4,17 @@
 
 use std::{
     fmt::Write as _,
-    io::Write as _,
     net::IpAddr,
-    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use bench_support::fixtures::ENDPOINTS_PER_SERVICE;
+pub use bench_support::tool::{run, timed};
 use kube_ipvs_proxy::{
     desired::{Plan, SetKind, SetType, VirtualServer},
     model::Protocol,
 };
-
-/// Runs `program args` with `input` on stdin; fails on a non-zero exit.
-pub fn run(program: &str, args: &[&str], input: &str) -> anyhow::Result<()> {
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {program}"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(input.as_bytes())
-            .with_context(|| format!("{program}'s stdin"))?;
-    }
-    let out = child.wait_with_output()?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let first = stderr.lines().take(5).collect::<Vec<_>>().join("; ");
-        bail!("{program} {}: {}: {first}", args.join(" "), out.status);
-    }
-    Ok(())
-}
-
-/// [`run`], timed from the start of the process to its exit.
-pub fn timed(
-    program: &str,
-    args: &[&str],
-    input: &str,
-) -> anyhow::Result<Duration> {
-    let start = Instant::now();
-    run(program, args, input)?;
-    Ok(start.elapsed())
-}
 
 fn service_flag(protocol: Protocol) -> &'static str {
     match protocol {

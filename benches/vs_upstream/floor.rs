@@ -19,13 +19,12 @@
 //! floor: the floor is the kernel's.
 
 use std::{
-    io::Write as _,
     net::IpAddr,
-    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context};
+use bench_support::tool::{output, run, timed};
 use futures::TryStreamExt;
 use ipvs_sys::{Destination, Handle, Service, ServiceKey, SockoptSocket};
 use kube_ipvs_proxy::kernel::{
@@ -233,54 +232,4 @@ fn load(left: &Left) -> anyhow::Result<Floor> {
         ipsets,
         iptables: (iptables, lines),
     })
-}
-
-fn output(program: &str, args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .with_context(|| format!("{program} {}", args.join(" ")))?;
-    if !out.status.success() {
-        bail!(
-            "{program} {}: {}: {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    String::from_utf8(out.stdout).with_context(|| program.to_owned())
-}
-
-/// Runs `program` with `input` on its stdin; fails unless it succeeds.
-fn run(program: &str, args: &[&str], input: &str) -> anyhow::Result<()> {
-    let mut child = Command::new(program)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("{program} {}", args.join(" ")))?;
-    let mut stdin = child.stdin.take().context("a piped stdin")?;
-    stdin.write_all(input.as_bytes())?;
-    drop(stdin);
-    let out = child.wait_with_output()?;
-    if !out.status.success() {
-        bail!(
-            "{program} {}: {}: {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
-}
-
-/// [`run`], timed from its start to its exit.
-fn timed(
-    program: &str,
-    args: &[&str],
-    input: &str,
-) -> anyhow::Result<Duration> {
-    let started = Instant::now();
-    run(program, args, input)?;
-    Ok(started.elapsed())
 }

@@ -103,24 +103,10 @@ struct SharedUpdate {
 /// sending one sync's when the next ones come takes theirs in turn.
 const RECENT_SYNCS: usize = 8;
 
-/// What each sync publishes to the watches.
-#[derive(Debug, Clone)]
-struct Published {
-    /// Counts syncs; 0 until the cluster was listed once.
-    generation: u64,
-    /// What the nodes the last syncs left alone lack, per zone, oldest
-    /// first.
-    recent: Arc<[Arc<CatchUp<SharedUpdate>>]>,
-}
-
-impl Default for Published {
-    fn default() -> Self {
-        Self {
-            generation: 0,
-            recent: Arc::new([]),
-        }
-    }
-}
+/// What the last syncs left the nodes they did not touch lacking, per
+/// zone, oldest first, as each sync publishes it to the watches; empty
+/// until the cluster was listed once.
+type Published = Arc<[Arc<CatchUp<SharedUpdate>>]>;
 
 /// What the feeding loop and the watches share. The cluster itself lives
 /// on a thread of its own, which does its work (syncs, a node's first
@@ -196,7 +182,7 @@ impl Shared {
             .as_nanos();
         let instance = format!("{}-{nanos:x}", process::id());
         let (requests, inbox) = std_mpsc::channel();
-        let (publish, published) = watch::channel(Published::default());
+        let (publish, published) = watch::channel(Published::from([]));
         let owner = {
             let instance = instance.clone();
             std::thread::Builder::new()
@@ -320,10 +306,7 @@ fn own(
                         recent.pop_front();
                     }
                     recent.push_back(Arc::new(catch_up));
-                    publish.send_modify(|p| {
-                        p.generation += 1;
-                        p.recent = recent.iter().cloned().collect();
-                    });
+                    publish.send_replace(recent.iter().cloned().collect());
                     changed = false;
                 }
                 let _ = done.send(cluster.revision());
@@ -518,7 +501,7 @@ async fn stream_view(
     let _open = OpenWatch::new(shared.clone());
     let mut published = shared.published.clone();
     tokio::select! {
-        listed = published.wait_for(|p| p.generation > 0) => if listed.is_err() {
+        listed = published.wait_for(|p| !p.is_empty()) => if listed.is_err() {
             return;
         },
         () = tx.closed() => return,
@@ -533,7 +516,7 @@ async fn stream_view(
     // the last sync it heard of, and the last syncs' catch-ups.
     let mut zone: Option<String> = None;
     let mut seen = 0;
-    let mut recent: Arc<[Arc<CatchUp<SharedUpdate>>]> = Arc::new([]);
+    let mut recent: Published = Arc::new([]);
     let mut first = true;
     loop {
         // A node that kept up takes the catch-ups of the syncs since the
@@ -601,7 +584,7 @@ async fn stream_view(
                 return;
             }
         }
-        recent = published.borrow_and_update().recent.clone();
+        recent = published.borrow_and_update().clone();
     }
 }
 

@@ -8,4 +8,5 @@ pub mod fixtures;
 pub mod ipvs;
 pub mod proxy;
 pub mod result_line;
+pub mod tool;
 pub mod view_node;
