@@ -60,22 +60,35 @@ pub async fn run(
     let log = logs.join(format!("{proxy_name}-{n}.proxy.log"));
     let start = Instant::now();
     let mut proxy = Proxy::spawn(command, log)?;
+    // BENCH_PERF=cold: the cold sync's profile instead of the churn's.
+    let cold_profile = std::env::var("BENCH_PERF").is_ok_and(|p| p == "cold");
     let outcome = async {
-        let cold =
-            match cold_sync(settings, &mut proxy, &handle, n, start).await {
-                Ok(cold) => cold,
-                Err(e) => {
-                    // A lower bound is still a result, with what it cost.
-                    if start.elapsed() > settings.cold_timeout {
-                        results.print(
-                            "cold_sync_over_s",
-                            settings.cold_timeout.as_secs_f64(),
-                        );
-                        results.costs(&proxy)?;
-                    }
-                    return Err(e);
+        let profile = match cold_profile {
+            true => Some(Profile::start(
+                &format!("{proxy_name}-cold"),
+                n,
+                proxy.pid(),
+            )?),
+            false => None,
+        };
+        let cold = cold_sync(settings, &mut proxy, &handle, n, start).await;
+        if let Some(profile) = profile {
+            profile.stop()?;
+        }
+        let cold = match cold {
+            Ok(cold) => cold,
+            Err(e) => {
+                // A lower bound is still a result, with what it cost.
+                if start.elapsed() > settings.cold_timeout {
+                    results.print(
+                        "cold_sync_over_s",
+                        settings.cold_timeout.as_secs_f64(),
+                    );
+                    results.costs(&proxy)?;
                 }
-            };
+                return Err(e);
+            }
+        };
         results.print("cold_sync_s", cold.as_secs_f64());
         results.print("cold_cpu_s", proxy.cpu()?.as_secs_f64());
         tokio::time::sleep(QUIET).await;
@@ -139,11 +152,11 @@ pub async fn run(
         eprintln!("churn: the writes are made {}", writer.describe());
         // BENCH_PERF=bench: the bench's own share of the guest instead.
         let profile = match std::env::var("BENCH_PERF").as_deref() {
+            Ok("cold") | Err(_) => None,
             Ok("bench") => {
                 Some(Profile::start("bench", n, std::process::id())?)
             }
             Ok(_) => Some(Profile::start(proxy_name, n, proxy.pid())?),
-            Err(_) => None,
         };
         let churn =
             churn::run(settings, writer, &handle, &addresses, n, &mut proxy)
@@ -235,7 +248,8 @@ pub async fn run(
 /// CPU clock: TCG has no hardware counters) for the churn, written to
 /// the guest's results share (`VM_KEEP=1` keeps it) as
 /// perf-PROXY-N.data; of this bench instead (perf-bench-N.data) with
-/// BENCH_PERF=bench.
+/// BENCH_PERF=bench; of the proxy's start and cold sync instead
+/// (perf-PROXY-cold-N.data) with BENCH_PERF=cold.
 struct Profile {
     perf: std::process::Child,
     name: String,

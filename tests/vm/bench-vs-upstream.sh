@@ -13,7 +13,8 @@
 # BENCH_CHANGE_TIMEOUT, BENCH_COLD_TIMEOUT (see the
 # bench), BENCH_SYNC_PERIOD (both proxies' syncPeriod, 30s by default),
 # BENCH_PERF (a perf profile of the churn, of the proxy or with
-# BENCH_PERF=bench of the bench itself; with VM_KEEP=1 it stays in the
+# BENCH_PERF=bench of the bench itself, or with BENCH_PERF=cold of the
+# proxy's start and cold sync; with VM_KEEP=1 it stays in the
 # kept results folder with the guest's kallsyms, for `perf report
 # --kallsyms`), BENCH_WRITER (`relay`, the default: the churn's
 # writes are made on the host on the guest's schedule, on BENCH_RELAY_PORT,
