@@ -233,6 +233,14 @@ impl Addresses for Nothing {
     ) -> Vec<Result<(), KernelError>> {
         ok(ops)
     }
+    fn apply_detached(
+        &mut self,
+        _: &str,
+        ops: Vec<AddressOp>,
+    ) -> impl Future<Output = Vec<Result<(), KernelError>>> + Send + 'static + use<>
+    {
+        std::future::ready(ok(&ops))
+    }
 }
 
 impl Ipsets for Nothing {

@@ -21,6 +21,7 @@ async fn kernel_passes_the_contract() -> anyhow::Result<()> {
     contract::multicast_is_an_address_like_any_other(&mut k).await;
     contract::errors_are_per_operation(&mut k).await;
     contract::missing_link(&mut k).await;
+    contract::detached_writes_answer_like_apply(&mut k).await;
     contract::local_addresses_skip_the_link(&mut k).await;
     Ok(())
 }

@@ -161,7 +161,9 @@ where
         let input = self.input();
         // The first sync (and the one after a failed restore) has nothing
         // applied to trust, so it reads each table back first.
+        let started = std::time::Instant::now();
         let report = self.applier.sync(&mut self.iptables, &input, false).await;
+        tracing::debug!(elapsed = ?started.elapsed(), "iptables synced");
         for (family, table, error) in &report.errors {
             warn!(%family, table, %error, "iptables rules not applied");
         }

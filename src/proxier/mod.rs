@@ -482,15 +482,42 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
             desired.services().map(|(_, state)| &**state),
         ));
         self.suspects = Suspects::default();
+        let started = Instant::now();
         let mut observed = self.begin_repair().await;
+        debug!(elapsed = ?started.elapsed(), "full reconcile: the kernel read");
         // Nothing else writes meanwhile.
         self.touched = None;
         let mut report = ApplyReport::default();
+        self.round_begins(&mut observed, &mut report).await;
+        // Binding an address is the kernel's slowest write here (each
+        // walks the link's list), and a cold sync binds one per service:
+        // the link's addresses are written on a thread of their own while
+        // the steps write IPVS and the sets, which they do not depend on.
+        let mut addresses = RepairCursor::addresses_alone();
+        let binds = plan::repair_step(
+            &self.ledger,
+            &[],
+            &observed.kernel,
+            &self.ownership,
+            &Touched::new(),
+            &mut addresses,
+            usize::MAX,
+        )
+        .ops
+        .addresses;
+        let link = self.config.link.clone();
+        let binding = Instant::now();
+        let bound = self.addresses.apply_detached(&link, binds.clone());
+        observed.cursor = RepairCursor::all_but_addresses();
         while !observed.is_done() {
             report.merge(
                 self.repair_step(&mut observed, REPAIR_STEP_BUDGET).await,
             );
         }
+        let mut counts = KernelOperations::new();
+        let results = bound.await;
+        self.settle_addresses(binds, results, binding, &mut counts, &mut report);
+        counts.emit();
         // Only a reconcile that saw every facility describes the kernel.
         let kernel = &observed.kernel;
         self.needs_full = kernel.ipvs.is_none()
@@ -536,6 +563,23 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
         }
     }
 
+    /// What a round's first step does before comparing: the read's
+    /// errors reported, the sets' entries known, the link there.
+    async fn round_begins(
+        &mut self,
+        observed: &mut ProxierObserved,
+        report: &mut ApplyReport,
+    ) {
+        report.errors.append(&mut observed.errors);
+        if let Some(sets) = &observed.kernel.sets {
+            self.ownership.listed = plan::listed_in_sets(sets);
+        }
+        let link = self.config.link.clone();
+        if let Err(e) = self.addresses.ensure_dummy(&link).await {
+            report.errors.push(e);
+        }
+    }
+
     /// Compares up to `budget` keys of the round's read with the ledger,
     /// leaving alone what syncs touched since the round began, and
     /// repairs the difference. The round ends when `observed` is done.
@@ -552,14 +596,7 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
             return report;
         }
         if observed.cursor == RepairCursor::new() {
-            report.errors.append(&mut observed.errors);
-            if let Some(sets) = &observed.kernel.sets {
-                self.ownership.listed = plan::listed_in_sets(sets);
-            }
-            let link = self.config.link.clone();
-            if let Err(e) = self.addresses.ensure_dummy(&link).await {
-                report.errors.push(e);
-            }
+            self.round_begins(observed, &mut report).await;
         }
         // Out while the step's own operations go: only syncs' writes are
         // what a round must leave alone.
@@ -714,19 +751,13 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
             let started = Instant::now();
             let link = self.config.link.clone();
             let results = self.addresses.apply(&link, &ops.addresses).await;
-            report.address_ops = ops.addresses.len();
-            for (op, result) in
-                settle(ops.addresses, results, started, &mut counts)
-            {
-                if let Err(e) = result {
-                    if !op.settled(&e) {
-                        // The link itself is gone: every address with it.
-                        self.needs_full |= e.errno == Some(ENODEV);
-                        self.suspects.addresses.insert(op.address());
-                    }
-                    report.failed_addresses.push((op, e));
-                }
-            }
+            self.settle_addresses(
+                ops.addresses,
+                results,
+                started,
+                &mut counts,
+                &mut report,
+            );
         }
         if !ops.ipsets.is_empty() {
             let started = Instant::now();
@@ -743,6 +774,29 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
         }
         counts.emit();
         report
+    }
+
+    /// A failed address is retried at the next sync; a missing link
+    /// calls for a full reconcile.
+    fn settle_addresses(
+        &mut self,
+        ops: Vec<AddressOp>,
+        results: Vec<OpResult>,
+        started: Instant,
+        counts: &mut KernelOperations,
+        report: &mut ApplyReport,
+    ) {
+        report.address_ops += ops.len();
+        for (op, result) in settle(ops, results, started, counts) {
+            if let Err(e) = result {
+                if !op.settled(&e) {
+                    // The link itself is gone: every address with it.
+                    self.needs_full |= e.errno == Some(ENODEV);
+                    self.suspects.addresses.insert(op.address());
+                }
+                report.failed_addresses.push((op, e));
+            }
+        }
     }
 
     /// A failed entry is retried at the next sync; a set that is gone

@@ -137,6 +137,40 @@ pub async fn errors_are_per_operation<K: Addresses>(k: &mut K) {
     k.delete_link(link).await.expect("delete link");
 }
 
+/// Detached writes answer as `apply` does, one result per operation in
+/// order, errors per operation and naming the address and the link, and
+/// a missing link fails each; by the future's end the link shows them.
+pub async fn detached_writes_answer_like_apply<K: Addresses>(k: &mut K) {
+    let link = "kipt-det0";
+    fresh(k, link).await;
+    let missing = k.apply_detached(link, vec![AddressOp::Add(v4(40))]).await;
+    assert_eq!(kinds(&missing), vec![Some(ErrorKind::NotFound)]);
+    assert!(missing[0].as_ref().is_err_and(|e| e.object.contains(link)));
+    k.ensure_dummy(link).await.expect("create");
+    // More than the pipeline keeps in flight, with failures among them.
+    let mut ops: Vec<_> = (1..=250)
+        .flat_map(|i| [AddressOp::Add(v4(i)), AddressOp::Add(v6(i.into()))])
+        .collect();
+    ops.extend([AddressOp::Add(v4(7)), AddressOp::Delete(v6(300))]);
+    let results = k.apply_detached(link, ops).await;
+    let mut expected = vec![None; 500];
+    expected.extend([Some(ErrorKind::Exists), Some(ErrorKind::NotFound)]);
+    assert_eq!(kinds(&results), expected, "{:?}", &results[500..]);
+    for (result, object) in results[500..].iter().zip(["198.18.0.7/32", "2001:db8::12c/128"]) {
+        let e = result.as_ref().expect_err("a failure");
+        assert!(e.object.contains(&format!("{object} on {link}")), "{e}");
+    }
+    let shown = k.list(link).await.expect("list");
+    assert_eq!(shown.len(), 500);
+    let unbind = vec![AddressOp::Delete(v4(1)), AddressOp::Delete(v6(1))];
+    let results = k.apply_detached(link, unbind).await;
+    assert_eq!(kinds(&results), vec![None; 2], "{results:?}");
+    let shown = k.list(link).await.expect("list");
+    assert!(!shown.contains(&v4(1)) && !shown.contains(&v6(1)));
+    assert_eq!(shown.len(), 498);
+    k.delete_link(link).await.expect("delete link");
+}
+
 /// Every operation on a missing link is NotFound and names the link.
 pub async fn missing_link<K: Addresses>(k: &mut K) {
     let link = "kipt-miss0";

@@ -128,6 +128,18 @@ pub trait Addresses {
         link: &str,
         ops: &[AddressOp],
     ) -> impl Future<Output = Vec<Result<(), KernelError>>> + Send;
+
+    /// [`Addresses::apply`] as a future that borrows nothing, its
+    /// requests sent and answered on a connection and thread of their
+    /// own: binding an address is the kernel's slowest write here (each
+    /// walks the link's list of addresses), and a full reconcile binds
+    /// thousands while the loop writes IPVS. Whatever the operations do
+    /// may happen at any time between the call and the future's end.
+    fn apply_detached(
+        &mut self,
+        link: &str,
+        ops: Vec<AddressOp>,
+    ) -> impl Future<Output = Vec<Result<(), KernelError>>> + Send + 'static + use<Self>;
 }
 
 pub(crate) use libc::{EADDRNOTAVAIL, ENODEV};

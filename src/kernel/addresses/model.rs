@@ -160,4 +160,16 @@ impl Addresses for AddressesModel {
         let results = ops.iter().map(|op| self.apply_one(link, *op)).collect();
         ready(results)
     }
+
+    /// Applied at once: the real ones may be, too.
+    fn apply_detached(
+        &mut self,
+        link: &str,
+        ops: Vec<AddressOp>,
+    ) -> impl Future<Output = Vec<Result<(), KernelError>>> + Send + 'static + use<>
+    {
+        self.address_ops += ops.len();
+        let results = ops.iter().map(|op| self.apply_one(link, *op)).collect();
+        ready(results)
+    }
 }

@@ -1,6 +1,6 @@
 //! [`Addresses`] over rtnetlink: one socket, requests pipelined.
 
-use std::{collections::BTreeSet, net::IpAddr};
+use std::{collections::BTreeSet, future::Future, net::IpAddr, sync::OnceLock};
 
 use futures::{StreamExt, TryStreamExt};
 use rtnetlink::{
@@ -22,11 +22,29 @@ const IN_FLIGHT: usize = 256;
 
 /// The rtnetlink implementation. One connection, for this handle's
 /// requests, runs as a task on the tokio runtime that created it; the
-/// detached reads' connection runs on the reads' thread.
+/// detached reads' connection runs on the reads' thread, and the
+/// detached writes' on a thread of their own: a connection's task is
+/// where its requests are sent, and so where the kernel does their work.
 #[derive(Clone)]
 pub struct NetlinkAddresses {
     handle: Handle,
     reader: Handle,
+    writer: Handle,
+}
+
+static WRITES: OnceLock<Result<tokio::runtime::Handle, String>> =
+    OnceLock::new();
+
+/// The detached writes' runtime, started on first use. Unlike the reads'
+/// it keeps the process's priority: a full reconcile's binds are the
+/// sync's own work.
+fn writes() -> Result<&'static tokio::runtime::Handle, KernelError> {
+    WRITES
+        .get_or_init(|| crate::runtime_thread::start("address-writes", || {}))
+        .as_ref()
+        .map_err(|e| {
+            KernelError::new(ErrorKind::Transport, "address writes thread", e)
+        })
 }
 
 impl NetlinkAddresses {
@@ -61,14 +79,19 @@ impl NetlinkAddresses {
         let handle = open()?;
         // The detached reads' connection runs on the reads' thread, and
         // its socket must be created inside the runtime it belongs to.
-        let reads = read_thread::handle()?;
-        let reader = {
-            let _inside = reads.enter();
-            let (connection, reader) = connect()?;
-            reads.spawn(connection);
-            reader
+        let on = |runtime: &tokio::runtime::Handle| {
+            let _inside = runtime.enter();
+            let (connection, handle) = connect()?;
+            runtime.spawn(connection);
+            Ok::<_, KernelError>(handle)
         };
-        Ok(Self { handle, reader })
+        let reader = on(read_thread::handle()?)?;
+        let writer = on(writes()?)?;
+        Ok(Self {
+            handle,
+            reader,
+            writer,
+        })
     }
 }
 
@@ -297,35 +320,71 @@ impl Addresses for NetlinkAddresses {
         link: &str,
         ops: &[AddressOp],
     ) -> Vec<Result<(), KernelError>> {
-        if ops.is_empty() {
-            return Vec::new();
-        }
-        // One lookup per batch, not per operation.
-        let index = match link_index(&self.handle, link).await {
-            Ok(Some(index)) => index,
-            Ok(None) => {
-                return ops
-                    .iter()
-                    .map(|op| {
-                        Err(errno_error(
-                            op.object(link),
-                            ENODEV,
-                            "no such link",
-                        ))
-                    })
-                    .collect()
-            }
-            Err(e) => return ops.iter().map(|_| Err(e.clone())).collect(),
-        };
-        // Built up front: a closure inside the stream would make this
-        // future's Send-ness higher-ranked, which rustc cannot prove.
-        let requests: Vec<_> = ops
-            .iter()
-            .map(|op| apply_one(self.handle.clone(), index, link, *op))
-            .collect();
-        futures::stream::iter(requests)
-            .buffered(IN_FLIGHT)
-            .collect()
-            .await
+        apply(&self.handle, link, ops).await
     }
+
+    fn apply_detached(
+        &mut self,
+        link: &str,
+        ops: Vec<AddressOp>,
+    ) -> impl Future<Output = Vec<Result<(), KernelError>>> + Send + 'static + use<>
+    {
+        let (writer, object) = (self.writer.clone(), link.to_owned());
+        let link = object.clone();
+        let count = ops.len();
+        let spawned = writes().map(|runtime| {
+            runtime.spawn(async move { apply(&writer, &link, &ops).await })
+        });
+        async move {
+            let failed = |message: String| {
+                let e = KernelError::new(ErrorKind::Transport, &object, message);
+                std::iter::repeat_n(Err(e), count).collect()
+            };
+            match spawned {
+                Ok(task) => match task.await {
+                    Ok(results) => results,
+                    Err(e) => failed(format!("the address writes failed: {e}")),
+                },
+                Err(e) => failed(e.to_string()),
+            }
+        }
+    }
+}
+
+/// Adds and deletes addresses on `link` over `handle`, pipelined.
+async fn apply(
+    handle: &Handle,
+    link: &str,
+    ops: &[AddressOp],
+) -> Vec<Result<(), KernelError>> {
+    if ops.is_empty() {
+        return Vec::new();
+    }
+    // One lookup per batch, not per operation.
+    let index = match link_index(handle, link).await {
+        Ok(Some(index)) => index,
+        Ok(None) => {
+            return ops
+                .iter()
+                .map(|op| {
+                    Err(errno_error(
+                        op.object(link),
+                        ENODEV,
+                        "no such link",
+                    ))
+                })
+                .collect()
+        }
+        Err(e) => return ops.iter().map(|_| Err(e.clone())).collect(),
+    };
+    // Built up front: a closure inside the stream would make this
+    // future's Send-ness higher-ranked, which rustc cannot prove.
+    let requests: Vec<_> = ops
+        .iter()
+        .map(|op| apply_one(handle.clone(), index, link, *op))
+        .collect();
+    futures::stream::iter(requests)
+        .buffered(IN_FLIGHT)
+        .collect()
+        .await
 }

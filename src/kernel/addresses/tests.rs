@@ -11,6 +11,7 @@ async fn model_passes_the_contract() {
     contract::multicast_is_an_address_like_any_other(&mut m).await;
     contract::errors_are_per_operation(&mut m).await;
     contract::missing_link(&mut m).await;
+    contract::detached_writes_answer_like_apply(&mut m).await;
     contract::local_addresses_skip_the_link(&mut m).await;
     // Every scenario cleaned up after itself.
     assert_eq!(m.links.keys().collect::<Vec<_>>(), ["lo"]);

@@ -101,11 +101,23 @@ enum Phase {
     Done,
 }
 
+/// Which phases a cursor walks: all of them, or the link's addresses
+/// apart from the rest, so that a full reconcile can write the two side
+/// by side.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Walks {
+    #[default]
+    Everything,
+    AllButAddresses,
+    AddressesAlone,
+}
+
 /// Where a repair round stands: each phase walks its keys in order, and
 /// a step resumes after the last key the previous one compared.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RepairCursor {
     phase: Phase,
+    walks: Walks,
     after_service: Option<VirtualServerKey>,
     after_address: Option<IpAddr>,
     /// The index of the set being compared in the expected sets.
@@ -126,8 +138,41 @@ impl RepairCursor {
         }
     }
 
+    /// A cursor that walks the link's addresses alone; its steps list
+    /// address operations only.
+    pub fn addresses_alone() -> Self {
+        Self {
+            phase: Phase::Addresses,
+            walks: Walks::AddressesAlone,
+            ..Self::default()
+        }
+    }
+
+    /// A cursor that walks everything but the link's addresses (which
+    /// one of [`RepairCursor::addresses_alone`] walks).
+    pub fn all_but_addresses() -> Self {
+        Self {
+            walks: Walks::AllButAddresses,
+            ..Self::default()
+        }
+    }
+
     pub fn is_done(&self) -> bool {
         self.phase == Phase::Done
+    }
+
+    fn ipvs_done(&mut self) {
+        self.phase = match self.walks {
+            Walks::AllButAddresses => Phase::Sets,
+            Walks::Everything | Walks::AddressesAlone => Phase::Addresses,
+        };
+    }
+
+    fn addresses_done(&mut self) {
+        self.phase = match self.walks {
+            Walks::AddressesAlone => Phase::Done,
+            Walks::Everything | Walks::AllButAddresses => Phase::Sets,
+        };
     }
 }
 
@@ -233,7 +278,7 @@ struct Step<'a> {
 impl Step<'_> {
     fn virtual_servers(&mut self, cursor: &mut RepairCursor) {
         let Some(table) = &self.observed.ipvs else {
-            cursor.phase = Phase::Addresses;
+            cursor.ipvs_done();
             return;
         };
         let range = after(&cursor.after_service);
@@ -258,13 +303,13 @@ impl Step<'_> {
             }
         }
         if exhausted {
-            cursor.phase = Phase::Addresses;
+            cursor.ipvs_done();
         }
     }
 
     fn addresses(&mut self, cursor: &mut RepairCursor) {
         let Some(have) = &self.observed.link_addresses else {
-            cursor.phase = Phase::Sets;
+            cursor.addresses_done();
             return;
         };
         let range = after(&cursor.after_address);
@@ -290,7 +335,7 @@ impl Step<'_> {
             }
         }
         if exhausted {
-            cursor.phase = Phase::Sets;
+            cursor.addresses_done();
         }
     }
 

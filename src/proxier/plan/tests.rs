@@ -1009,6 +1009,48 @@ fn a_repair_round_in_steps_repairs_what_one_whole_comparison_does() {
     }
 }
 
+/// A round split in two, the link's addresses apart from the rest (a
+/// full reconcile writes them side by side), repairs exactly what one
+/// whole comparison does: the addresses on one side, all else on the
+/// other.
+#[test]
+fn a_round_split_at_the_addresses_repairs_what_one_whole_comparison_does() {
+    let (ledger, observed) = drifted(12);
+    let sets = expected_sets(true, false);
+    let whole = reconcile(&ledger, &sets, &observed, &ownership());
+    assert!(!whole.ops.addresses.is_empty(), "{whole:?}");
+    let walk = |mut cursor: RepairCursor, budget: usize| {
+        let mut out = Reconciled::default();
+        while !cursor.is_done() {
+            let step = repair_step(
+                &ledger,
+                &sets,
+                &observed,
+                &ownership(),
+                &Touched::new(),
+                &mut cursor,
+                budget,
+            );
+            out.ops.ipvs.extend(step.ops.ipvs);
+            out.ops.addresses.extend(step.ops.addresses);
+            out.ops.ipsets.extend(step.ops.ipsets);
+            out.foreign.extend(step.foreign);
+        }
+        out
+    };
+    for budget in [1, 3, usize::MAX] {
+        let alone = walk(RepairCursor::addresses_alone(), budget);
+        assert!(alone.ops.ipvs.is_empty() && alone.ops.ipsets.is_empty());
+        assert!(alone.foreign.is_empty(), "{alone:?}");
+        let rest = walk(RepairCursor::all_but_addresses(), budget);
+        assert!(rest.ops.addresses.is_empty(), "{rest:?}");
+        let mut both = rest.ops;
+        both.addresses = alone.ops.addresses;
+        assert_eq!(sorted(&both), sorted(&whole.ops), "budget {budget}");
+        assert_eq!(rest.foreign, whole.foreign, "budget {budget}");
+    }
+}
+
 /// What a sync wrote since the round began is left alone: the round's
 /// read may predate the write.
 #[test]
