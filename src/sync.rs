@@ -256,24 +256,47 @@ pub struct SyncOutcome {
 
 impl SyncOutcome {
     /// This sync followed at once by `next`, as one: a port both changed
-    /// goes from this one's previous state to `next`'s current.
-    pub fn then(mut self, next: SyncOutcome) -> SyncOutcome {
-        let mut at: HashMap<ServicePortName, usize> = (self.deltas.iter())
-            .enumerate()
-            .map(|(i, d)| (d.service.clone(), i))
-            .collect();
+    /// goes from this one's previous state to `next`'s current, and the
+    /// trackers' results are joined.
+    pub fn then(self, next: SyncOutcome) -> SyncOutcome {
+        let mut merged = Merged::default();
+        merged.push(self);
+        merged.push(next);
+        merged.into_outcome()
+    }
+}
+
+/// Syncs' outcomes taken as one, as [`SyncOutcome::then`] joins two,
+/// each pushed at the cost of its own deltas: what a node computes while
+/// a list arrives, for its first sync to apply.
+#[derive(Debug, Default)]
+pub struct Merged {
+    outcome: SyncOutcome,
+    /// Where each port's delta is in the outcome's.
+    at: HashMap<ServicePortName, usize>,
+}
+
+impl Merged {
+    pub fn push(&mut self, next: SyncOutcome) {
+        let outcome = &mut self.outcome;
+        outcome.services.merge(next.services);
+        outcome.endpoints.merge(next.endpoints);
         for delta in next.deltas {
-            match at.get(&delta.service) {
-                Some(&i) => self.deltas[i].current = delta.current,
+            match self.at.get(&delta.service) {
+                Some(&i) => outcome.deltas[i].current = delta.current,
                 None => {
-                    at.insert(delta.service.clone(), self.deltas.len());
-                    self.deltas.push(delta);
+                    self.at.insert(delta.service.clone(), outcome.deltas.len());
+                    outcome.deltas.push(delta);
                 }
             }
         }
+    }
+
+    pub fn into_outcome(self) -> SyncOutcome {
+        let mut outcome = self.outcome;
         // A port that came back to where it was is no change.
-        self.deltas.retain(|d| d.previous != d.current);
-        self
+        outcome.deltas.retain(|d| d.previous != d.current);
+        outcome
     }
 }
 

@@ -33,7 +33,7 @@ use crate::{
     runner::{BoundedFrequencyRunner, RunnerHandle, SyncTrigger},
     server::SyncReporter,
     source::SourceEvent,
-    sync::{ChangeOutcome, RestartReason, SyncState},
+    sync::{ChangeOutcome, Merged, RestartReason, SyncState},
     telemetry::events::{InternalEvent, RepairPart, RepairTimed},
 };
 use feeder::Input;
@@ -173,6 +173,9 @@ struct SyncLoop<B: Backend> {
     repair: Repair<B::Observed>,
     /// Failed syncs in a row.
     failures: u32,
+    /// What the syncs computed ahead of the first, while the list was
+    /// still arriving, for the first to apply.
+    ahead: Option<Merged>,
 }
 
 impl<B: Backend> SyncLoop<B> {
@@ -199,6 +202,7 @@ impl<B: Backend> SyncLoop<B> {
             stages: Stages::default(),
             repair: Repair::Waiting(Instant::now() + settings.sync_period),
             failures: 0,
+            ahead: None,
         }
     }
 
@@ -236,6 +240,9 @@ impl<B: Backend> SyncLoop<B> {
                     // it all.
                     while let Ok(input) = inputs.try_recv() {
                         self.take(input)?;
+                    }
+                    if !self.listed {
+                        self.compute_ahead().await;
                     }
                 }
                 () = tick(poll.as_mut()) => self.backend.poll().await,
@@ -292,6 +299,22 @@ impl<B: Backend> SyncLoop<B> {
         Ok(())
     }
 
+    /// Brings the desired state up to what the list has delivered so
+    /// far, without applying it: the first sync then computes only the
+    /// rest, and a cold start's largest computation runs while the API
+    /// server is still sending, not after.
+    async fn compute_ahead(&mut self) {
+        if self.ahead.is_none() {
+            // The node's addresses first, as the first sync would take
+            // them: learnt later, they would recompute every port.
+            if let Some(local) = self.backend.local_addresses().await {
+                self.state.set_local_addresses(local);
+            }
+        }
+        let outcome = self.state.sync();
+        self.ahead.get_or_insert_default().push(outcome);
+    }
+
     fn request_sync(&self) {
         self.reporter.queued();
         self.runner_handle.run();
@@ -314,6 +337,17 @@ impl<B: Backend> SyncLoop<B> {
         }
         let changes = self.stages.checkout(started);
         let mut outcome = self.state.sync();
+        if let Some(mut ahead) = self.ahead.take() {
+            ahead.push(outcome);
+            outcome = ahead.into_outcome();
+        }
+        span.in_scope(|| {
+            debug!(
+                elapsed = ?started.elapsed(),
+                deltas = outcome.deltas.len(),
+                "desired state computed"
+            )
+        });
         // A scheduler a Service's annotation names is asked of the kernel
         // once, before a virtual server uses it; one the kernel lacks is
         // replaced by the node's in the same sync.

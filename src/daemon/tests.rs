@@ -410,6 +410,30 @@ async fn the_poller_runs_every_interval() {
     assert_eq!(polls, 11);
 }
 
+/// A list that takes seconds goes into the desired state as it comes;
+/// the first sync, once both kinds are listed, hands over every listed
+/// port once.
+#[tokio::test(start_paused = true)]
+async fn a_list_taken_in_as_it_arrives_is_synced_once_whole() {
+    let backend = Recording::new(1);
+    let slow = futures::stream::iter(vec![
+        SourceEvent::Service(Event::Init),
+        SourceEvent::EndpointSlice(Event::Init),
+        SourceEvent::Service(Event::InitApply(service(0))),
+        SourceEvent::Service(Event::InitApply(service(1))),
+        SourceEvent::Service(Event::InitApply(service(2))),
+        SourceEvent::Service(Event::InitDone),
+        SourceEvent::EndpointSlice(Event::InitDone),
+    ])
+    .then(|event| async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        event
+    })
+    .chain(futures::stream::pending());
+    run_for(backend.clone(), slow, Duration::from_secs(20)).await;
+    assert_eq!(backend.syncs(), [(7, SyncReason::Requested, 3)]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn nothing_syncs_before_both_kinds_are_listed() {
     let backend = Recording::new(1);

@@ -88,6 +88,9 @@ pub struct Store<K: Keep> {
     objects: HashMap<NamespacedName, Arc<Kept<K::Record>>>,
     /// Objects of a relist in progress; swapped in at `InitDone`.
     relist: Option<HashMap<NamespacedName, Arc<Kept<K::Record>>>>,
+    /// A first list into an empty store: it has nothing to diff against,
+    /// so its objects go out as they arrive.
+    streaming: bool,
     synced: bool,
 }
 
@@ -109,6 +112,7 @@ impl<K: Keep> Store<K> {
             node_name,
             objects: HashMap::new(),
             relist: None,
+            streaming: false,
             synced: false,
         }
     }
@@ -163,8 +167,26 @@ impl<K: Keep> Store<K> {
                     None => Vec::new(),
                 }
             }
+            // The first list goes out object by object, so that the
+            // trackers (and a node's desired state) keep up with it
+            // rather than take it whole at its end; a later relist, or a
+            // first one that began again, is diffed against what went
+            // out.
+            Event::Init if !self.synced && self.objects.is_empty() => {
+                self.streaming = true;
+                Vec::new()
+            }
             Event::Init => {
+                self.streaming = false;
                 self.relist = Some(HashMap::new());
+                Vec::new()
+            }
+            Event::InitApply(obj) if self.streaming => {
+                self.apply(Event::Apply(obj))
+            }
+            Event::InitDone if self.streaming => {
+                self.streaming = false;
+                self.synced = true;
                 Vec::new()
             }
             Event::InitApply(obj) => {

@@ -1,4 +1,9 @@
-use std::{collections::BTreeMap, net::IpAddr, path::Path, sync::Arc};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+    path::Path,
+    sync::Arc,
+};
 
 use ipnet::IpNet;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -415,6 +420,53 @@ fn slice_change(
         previous: previous.cloned().map(Arc::new),
         current: current.cloned().map(Arc::new),
     }
+}
+
+/// Two syncs taken as one (the first applied only with the second, as
+/// the syncs computed while a list arrives are): each port once, from
+/// the first's previous state to the second's current, and the
+/// trackers' results of both, so that conntrack still hears of UDP
+/// endpoints the second took away.
+#[test]
+fn two_syncs_then_one_keep_each_ports_ends_and_both_trackers_results() {
+    let snapshot = example("cluster.yaml");
+    let mut state = SyncState::new(
+        "node-a",
+        NodeSettings::default(),
+        None,
+        SystemTime::now(),
+    );
+    state.apply_snapshot(&snapshot);
+    let first = state.sync();
+    let dns = |s: &&EndpointSlice| {
+        s.metadata.labels.as_ref().unwrap()["kubernetes.io/service-name"]
+            == "dns"
+            && s.metadata.namespace.as_deref() == Some("kube-system")
+    };
+    for slice in snapshot.endpoint_slices.iter().filter(dns) {
+        state.apply_objects(&slice_change(Some(slice), None));
+    }
+    let second = state.sync();
+    assert!(!second.endpoints.deleted_udp_endpoints.is_empty());
+    let udp_active = first.endpoints.newly_active_udp_services.clone();
+    assert!(!udp_active.is_empty());
+    let deleted = second.endpoints.deleted_udp_endpoints.clone();
+    let both = first.then(second);
+    let names: BTreeSet<String> =
+        both.deltas.iter().map(|d| d.service.to_string()).collect();
+    assert_eq!(both.deltas.len(), 4, "{names:?}");
+    for delta in &both.deltas {
+        assert!(delta.previous.is_none(), "{}", delta.service);
+        let dns = delta.service.to_string().starts_with("kube-system/dns:");
+        let real_servers = (delta.current.as_ref().unwrap().virtual_servers)
+            .iter()
+            .map(|vs| vs.real_servers.len())
+            .sum::<usize>();
+        assert_eq!(real_servers == 0, dns, "{}", delta.service);
+    }
+    assert_eq!(both.endpoints.newly_active_udp_services, udp_active);
+    assert_eq!(both.endpoints.deleted_udp_endpoints, deleted);
+    assert!(both.endpoints.changed_ports.iter().any(|p| p.to_string().starts_with("kube-system/dns:")));
 }
 
 #[test]

@@ -225,6 +225,25 @@ pub struct EndpointsUpdateResult {
     pub last_change_trigger_times: HashMap<NamespacedName, Vec<SystemTime>>,
 }
 
+impl EndpointsUpdateResult {
+    /// This checkout's result followed by `next`'s, as one: an endpoint
+    /// flushed twice, or a port active twice over, costs a flush that
+    /// finds nothing.
+    pub fn merge(&mut self, next: EndpointsUpdateResult) {
+        self.updated_services.extend(next.updated_services);
+        self.changed_ports.extend(next.changed_ports);
+        self.deleted_udp_endpoints
+            .extend(next.deleted_udp_endpoints);
+        self.newly_active_udp_services
+            .extend(next.newly_active_udp_services);
+        self.conntrack_cleanup_required |= next.conntrack_cleanup_required;
+        for (service, times) in next.last_change_trigger_times {
+            (self.last_change_trigger_times.entry(service).or_default())
+                .extend(times);
+        }
+    }
+}
+
 /// Tracks EndpointSlice changes between syncs.
 #[derive(Debug)]
 pub struct EndpointsChangeTracker {

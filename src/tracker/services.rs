@@ -42,6 +42,16 @@ pub struct ServiceUpdateResult {
     pub deleted_udp_cluster_ips: HashSet<IpAddr>,
 }
 
+impl ServiceUpdateResult {
+    /// This checkout's result followed by `next`'s, as one.
+    pub fn merge(&mut self, next: ServiceUpdateResult) {
+        self.updated_services.extend(next.updated_services);
+        self.changed_ports.extend(next.changed_ports);
+        self.deleted_udp_cluster_ips
+            .extend(next.deleted_udp_cluster_ips);
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct ServiceChangeTracker {
     items: HashMap<NamespacedName, Change>,

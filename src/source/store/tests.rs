@@ -160,14 +160,14 @@ async fn events_become_changes() {
             vec![],
         ),
         (
-            "a first relist adds everything at InitDone, in key order",
+            "a first list into an empty store adds as it arrives",
             vec![
                 s(Init),
                 s(InitApply(svc("b", Some("1"), 80))),
                 s(InitApply(svc("a", Some("2"), 80))),
                 s(InitDone),
             ],
-            vec!["+svc default/a@2", "+svc default/b@1"],
+            vec!["+svc default/b@1", "+svc default/a@2"],
         ),
         (
             "a relist yields the diff: removed, changed, added; \
@@ -192,15 +192,29 @@ async fn events_become_changes() {
             ],
         ),
         (
-            "a relist restarted by Init drops what the first one buffered",
+            "a first list restarted by Init takes back what went out",
             vec![
                 s(Init),
                 s(InitApply(svc("a", Some("1"), 80))),
+                s(InitApply(svc("c", Some("3"), 80))),
                 s(Init),
                 s(InitApply(svc("b", Some("2"), 80))),
+                s(InitApply(svc("c", Some("3"), 80))),
                 s(InitDone),
             ],
-            vec!["+svc default/b@2"],
+            vec!["+svc default/a@1", "+svc default/c@3", "-svc default/a@1", "+svc default/b@2"],
+        ),
+        (
+            "a relist restarted by Init drops what the first one buffered",
+            vec![
+                s(Apply(svc("a", Some("1"), 80))),
+                s(Init),
+                s(InitApply(svc("b", Some("2"), 80))),
+                s(Init),
+                s(InitApply(svc("c", Some("3"), 80))),
+                s(InitDone),
+            ],
+            vec!["+svc default/a@1", "-svc default/a@1", "+svc default/c@3"],
         ),
         (
             "an empty relist deletes everything",
@@ -233,6 +247,31 @@ async fn events_become_changes() {
         let (changes, _) = run(events).await;
         assert_eq!(changes, expected, "{name}");
     }
+}
+
+/// The first list's objects reach the trackers while it is still
+/// arriving, yet readiness waits for its end.
+#[test]
+fn a_first_list_goes_out_object_by_object_and_is_ready_at_its_end() {
+    let mut stores = Stores::new("node-a");
+    let out = |stores: &mut Stores, ev| -> Vec<String> {
+        stores.apply(ev).iter().map(describe).collect()
+    };
+    assert!(out(&mut stores, s(Event::Init)).is_empty());
+    assert!(out(&mut stores, e(Event::Init)).is_empty());
+    let first = out(&mut stores, s(Event::InitApply(svc("a", Some("1"), 80))));
+    assert_eq!(first, ["+svc default/a@1"]);
+    let eps = out(&mut stores, e(Event::InitApply(slice("a-1", "2"))));
+    assert_eq!(eps, ["+eps default/a-1@2"]);
+    assert!(out(&mut stores, s(Event::InitDone)).is_empty());
+    assert!(!stores.ready(), "the slices are still listing");
+    assert!(out(&mut stores, e(Event::InitDone)).is_empty());
+    assert!(stores.ready());
+    // Later relists are diffed as before: nothing new, nothing out.
+    assert!(out(&mut stores, s(Event::Init)).is_empty());
+    let again = out(&mut stores, s(Event::InitApply(svc("a", Some("1"), 80))));
+    assert!(again.is_empty());
+    assert!(out(&mut stores, s(Event::InitDone)).is_empty());
 }
 
 #[tokio::test]
@@ -303,10 +342,17 @@ fn store_reports_contents_and_sync() {
     assert!(!store.is_synced());
     store.apply(Event::Init);
     store.apply(Event::InitApply(svc("a", Some("1"), 80)));
-    assert!(store.is_empty(), "a relist is invisible until InitDone");
+    assert_eq!(store.len(), 1, "a first list is taken in as it comes");
+    assert!(!store.is_synced());
     store.apply(Event::InitDone);
     assert!(store.is_synced());
     assert_eq!(store.len(), 1);
+    store.apply(Event::Init);
+    store.apply(Event::InitApply(svc("b", Some("2"), 80)));
+    assert_eq!(store.len(), 1, "a relist is invisible until InitDone");
+    store.apply(Event::InitApply(svc("a", Some("1"), 80)));
+    store.apply(Event::InitDone);
+    assert_eq!(store.len(), 2);
     let got = store.get(&NamespacedName::new("default", "a"));
     assert_eq!(
         got.map(|s| s.resource_version.clone()),
