@@ -6,7 +6,8 @@
 //! requests (kube-core builds them) and the same steps: a relist in pages
 //! of 500 (kube-core drops the watcher's `resourceVersion=0` beside a
 //! limit, so each is a consistent read), handed on as `Init`,
-//! `InitApply`…, `InitDone`; a watch from the list's version with
+//! `InitApply`…, `InitDone`, each page asked for as soon as the one
+//! before names it, while that one's objects are handed on; a watch from the list's version with
 //! bookmarks, resumed from the last version seen when the server ends it,
 //! and a relist when the server answers 410 Gone. Errors are yielded and
 //! the stream goes on, for a backoff to pace (`WatchStreamExt`'s, as
@@ -16,7 +17,7 @@
 #[cfg(test)]
 mod tests;
 
-use std::{collections::VecDeque, fmt, time::Duration};
+use std::{collections::VecDeque, fmt, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use futures::{stream, Stream};
@@ -112,6 +113,8 @@ pub enum Error {
     NoResourceVersion(&'static str),
     #[error("watch: {0}; resuming on a new watch")]
     OutOfStep(String),
+    #[error("list: the next page's request ended: {0}")]
+    NextPage(String),
 }
 
 /// A kind this list and watch reads.
@@ -173,6 +176,7 @@ enum State<K> {
         continue_token: Option<String>,
         objects: VecDeque<K>,
         resource_version: Option<String>,
+        next: Option<NextPage<K>>,
     },
     InitListed {
         resource_version: String,
@@ -181,6 +185,33 @@ enum State<K> {
         resource_version: String,
         watch: Box<Watch>,
     },
+}
+
+/// The next page of a list, asked for as soon as its token is known:
+/// the API server prepares it while this page's objects are handed on,
+/// rather than after. Dropped, it is no longer waited for.
+struct NextPage<K>(tokio::task::JoinHandle<Result<protobuf::Page<K>, Error>>);
+
+impl<K: Listed> NextPage<K>
+where
+    Watched<K>: DeserializeOwned,
+{
+    fn ask(lister: &Arc<Lister>, token: String) -> Self {
+        let lister = Arc::clone(lister);
+        Self(tokio::spawn(async move { lister.list::<K>(Some(token)).await }))
+    }
+
+    async fn take(mut self) -> Result<protobuf::Page<K>, Error> {
+        (&mut self.0)
+            .await
+            .unwrap_or_else(|e| Err(Error::NextPage(e.to_string())))
+    }
+}
+
+impl<K> Drop for NextPage<K> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 struct Lister {
@@ -247,6 +278,7 @@ impl Lister {
             continue_token,
             ..ListParams::default()
         };
+        let asked = std::time::Instant::now();
         let response = self.send("list", self.request.list(&params)).await?;
         let encoding = Encoding::of(&response);
         let bytes =
@@ -262,7 +294,8 @@ impl Lister {
             request: "list",
             reason,
         };
-        match encoding {
+        let received = asked.elapsed();
+        let page = match encoding {
             Encoding::Protobuf => {
                 protobuf::list::<K>(&bytes).map_err(|e| decode(e.to_string()))
             }
@@ -279,7 +312,14 @@ impl Lister {
                     items: list.items.into_iter().map(|w| w.0).collect(),
                 })
             }
-        }
+        };
+        tracing::debug!(
+            bytes = bytes.len(),
+            ?received,
+            decoded = ?asked.elapsed().saturating_sub(received),
+            "listed a page"
+        );
+        page
     }
 
     async fn watch(&self, resource_version: &str) -> Result<Watch, Error> {
@@ -416,7 +456,7 @@ where
 
 /// One step: the event it yields, if any, and the state after it.
 async fn step<K: Listed>(
-    lister: &Lister,
+    lister: &Arc<Lister>,
     state: State<K>,
 ) -> (Option<Result<Event<K>, Error>>, State<K>)
 where
@@ -429,20 +469,23 @@ where
                 continue_token: None,
                 objects: VecDeque::new(),
                 resource_version: None,
+                next: None,
             },
         ),
         State::InitPage {
             continue_token,
             mut objects,
             resource_version,
+            next,
         } => {
-            if let Some(next) = objects.pop_front() {
+            if let Some(object) = objects.pop_front() {
                 return (
-                    Some(Ok(Event::InitApply(next))),
+                    Some(Ok(Event::InitApply(object))),
                     State::InitPage {
                         continue_token,
                         objects,
                         resource_version,
+                        next,
                     },
                 );
             }
@@ -454,7 +497,11 @@ where
                     );
                 }
             }
-            match lister.list::<K>(continue_token).await {
+            let page = match next {
+                Some(next) => next.take().await,
+                None => lister.list::<K>(continue_token).await,
+            };
+            match page {
                 Ok(page) => {
                     let resource_version =
                         page.resource_version.filter(|v| !v.is_empty());
@@ -466,12 +513,15 @@ where
                             State::Empty,
                         );
                     }
+                    let next = (page.continue_token.clone())
+                        .map(|token| NextPage::ask(lister, token));
                     (
                         None,
                         State::InitPage {
                             continue_token: page.continue_token,
                             objects: page.items.into(),
                             resource_version,
+                            next,
                         },
                     )
                 }
@@ -596,12 +646,12 @@ pub fn list_watch<K: Listed>(
 where
     Watched<K>: DeserializeOwned,
 {
-    let lister = Lister {
+    let lister = Arc::new(Lister {
         client,
         accept,
         request: Request::new(K::url_path(&(), None)),
         selectors,
-    };
+    });
     stream::unfold(
         (lister, State::<K>::Empty),
         |(lister, mut state)| async move {

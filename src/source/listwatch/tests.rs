@@ -181,6 +181,36 @@ async fn protobuf_pages_then_a_watch_resumed_and_relisted_when_gone() {
     }
 }
 
+/// A page that names the next has it asked for at once, while its own
+/// objects are still being handed on; the objects still come in order.
+#[tokio::test]
+async fn the_next_page_is_asked_for_while_a_page_is_handed_on() {
+    let protobuf = protobuf::MEDIA_TYPE;
+    let (client, script) = scripted(vec![
+        (
+            200,
+            protobuf,
+            pb::services(&[("a", "5"), ("b", "6")], "10", "page-2"),
+        ),
+        (200, protobuf, pb::services(&[("c", "7")], "10", "")),
+    ]);
+    let mut stream = std::pin::pin!(services(client));
+    let asked = |script: &Mutex<Script>| script.lock().unwrap().seen.len();
+    let head = first(stream.as_mut(), 2).await;
+    assert_eq!(head, ["init", "init-apply a@5"]);
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while asked(&script) < 2 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await
+    .expect("page 2 asked for before page 1's objects were all taken");
+    let rest = first(stream, 3).await;
+    assert_eq!(rest, ["init-apply b@6", "init-apply c@7", "init-done"]);
+    let seen = script.lock().unwrap().seen.clone();
+    assert!(seen[1].0.ends_with("&continue=page-2"), "{seen:?}");
+}
+
 fn json_service(name: &str, version: &str) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "v1", "kind": "Service",
