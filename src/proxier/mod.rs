@@ -516,7 +516,13 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
         }
         let mut counts = KernelOperations::new();
         let results = bound.await;
-        self.settle_addresses(binds, results, binding, &mut counts, &mut report);
+        self.settle_addresses(
+            binds,
+            results,
+            binding,
+            &mut counts,
+            &mut report,
+        );
         counts.emit();
         // Only a reconcile that saw every facility describes the kernel.
         let kernel = &observed.kernel;

@@ -198,7 +198,9 @@ where
 {
     fn ask(lister: &Arc<Lister>, token: String) -> Self {
         let lister = Arc::clone(lister);
-        Self(tokio::spawn(async move { lister.list::<K>(Some(token)).await }))
+        Self(tokio::spawn(
+            async move { lister.list::<K>(Some(token)).await },
+        ))
     }
 
     async fn take(mut self) -> Result<protobuf::Page<K>, Error> {

@@ -466,7 +466,11 @@ fn two_syncs_then_one_keep_each_ports_ends_and_both_trackers_results() {
     }
     assert_eq!(both.endpoints.newly_active_udp_services, udp_active);
     assert_eq!(both.endpoints.deleted_udp_endpoints, deleted);
-    assert!(both.endpoints.changed_ports.iter().any(|p| p.to_string().starts_with("kube-system/dns:")));
+    assert!(both
+        .endpoints
+        .changed_ports
+        .iter()
+        .any(|p| p.to_string().starts_with("kube-system/dns:")));
 }
 
 #[test]

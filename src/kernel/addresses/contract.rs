@@ -156,7 +156,10 @@ pub async fn detached_writes_answer_like_apply<K: Addresses>(k: &mut K) {
     let mut expected = vec![None; 500];
     expected.extend([Some(ErrorKind::Exists), Some(ErrorKind::NotFound)]);
     assert_eq!(kinds(&results), expected, "{:?}", &results[500..]);
-    for (result, object) in results[500..].iter().zip(["198.18.0.7/32", "2001:db8::12c/128"]) {
+    for (result, object) in results[500..]
+        .iter()
+        .zip(["198.18.0.7/32", "2001:db8::12c/128"])
+    {
         let e = result.as_ref().expect_err("a failure");
         assert!(e.object.contains(&format!("{object} on {link}")), "{e}");
     }

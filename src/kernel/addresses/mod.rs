@@ -139,7 +139,10 @@ pub trait Addresses {
         &mut self,
         link: &str,
         ops: Vec<AddressOp>,
-    ) -> impl Future<Output = Vec<Result<(), KernelError>>> + Send + 'static + use<Self>;
+    ) -> impl Future<Output = Vec<Result<(), KernelError>>>
+           + Send
+           + 'static
+           + use<Self>;
 }
 
 pub(crate) use libc::{EADDRNOTAVAIL, ENODEV};

@@ -337,7 +337,8 @@ impl Addresses for NetlinkAddresses {
         });
         async move {
             let failed = |message: String| {
-                let e = KernelError::new(ErrorKind::Transport, &object, message);
+                let e =
+                    KernelError::new(ErrorKind::Transport, &object, message);
                 std::iter::repeat_n(Err(e), count).collect()
             };
             match spawned {
@@ -367,11 +368,7 @@ async fn apply(
             return ops
                 .iter()
                 .map(|op| {
-                    Err(errno_error(
-                        op.object(link),
-                        ENODEV,
-                        "no such link",
-                    ))
+                    Err(errno_error(op.object(link), ENODEV, "no such link"))
                 })
                 .collect()
         }

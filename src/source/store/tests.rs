@@ -202,7 +202,12 @@ async fn events_become_changes() {
                 s(InitApply(svc("c", Some("3"), 80))),
                 s(InitDone),
             ],
-            vec!["+svc default/a@1", "+svc default/c@3", "-svc default/a@1", "+svc default/b@2"],
+            vec![
+                "+svc default/a@1",
+                "+svc default/c@3",
+                "-svc default/a@1",
+                "+svc default/b@2",
+            ],
         ),
         (
             "a relist restarted by Init drops what the first one buffered",
