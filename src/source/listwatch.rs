@@ -7,12 +7,12 @@
 //! of 500 (kube-core drops the watcher's `resourceVersion=0` beside a
 //! limit, so each is a consistent read), handed on as `Init`,
 //! `InitApply`…, `InitDone`, each page asked for as soon as the one
-//! before names it, while that one's objects are handed on; a watch from the list's version with
-//! bookmarks, resumed from the last version seen when the server ends it,
-//! and a relist when the server answers 410 Gone. Errors are yielded and
-//! the stream goes on, for a backoff to pace (`WatchStreamExt`'s, as
-//! before). The response's `Content-Type` decides how it is read, as
-//! client-go's does.
+//! before names it, while that one's objects are handed on; a watch from
+//! the list's version with bookmarks, resumed from the last version seen
+//! when the server ends it, and a relist when the server answers 410
+//! Gone. Errors are yielded and the stream goes on, for a backoff to pace
+//! (`WatchStreamExt`'s, as before). The response's `Content-Type` decides
+//! how it is read, as client-go's does.
 
 #[cfg(test)]
 mod tests;

@@ -1,4 +1,5 @@
-//! [`Addresses`] over rtnetlink: one socket, requests pipelined.
+//! [`Addresses`] over rtnetlink: requests pipelined on a socket of the
+//! thread that sends them.
 
 use std::{collections::BTreeSet, future::Future, net::IpAddr, sync::OnceLock};
 
@@ -77,8 +78,9 @@ impl NetlinkAddresses {
             Ok::<_, KernelError>(handle)
         };
         let handle = open()?;
-        // The detached reads' connection runs on the reads' thread, and
-        // its socket must be created inside the runtime it belongs to.
+        // The detached reads' and writes' connections run on their own
+        // threads, and each socket must be created inside the runtime it
+        // belongs to.
         let on = |runtime: &tokio::runtime::Handle| {
             let _inside = runtime.enter();
             let (connection, handle) = connect()?;
