@@ -407,9 +407,12 @@ fn node_families_come_from_its_addresses() {
 }
 
 /// node-a with the default settings, fed by the API side from now on.
-fn node_a_fed_by_view() -> SyncState {
+fn node_a() -> SyncState {
     SyncState::new("node-a", NodeSettings::default(), None, SystemTime::now())
-        .fed_by_view()
+}
+
+fn node_a_fed_by_view() -> SyncState {
+    node_a().fed_by_view()
 }
 
 fn slice_change(
@@ -430,12 +433,7 @@ fn slice_change(
 #[test]
 fn two_syncs_then_one_keep_each_ports_ends_and_both_trackers_results() {
     let snapshot = example("cluster.yaml");
-    let mut state = SyncState::new(
-        "node-a",
-        NodeSettings::default(),
-        None,
-        SystemTime::now(),
-    );
+    let mut state = node_a();
     state.apply_snapshot(&snapshot);
     let first = state.sync();
     let dns = |s: &&EndpointSlice| {
@@ -476,12 +474,7 @@ fn two_syncs_then_one_keep_each_ports_ends_and_both_trackers_results() {
 #[test]
 fn a_sync_recomputes_only_what_changed() {
     let snapshot = example("cluster.yaml");
-    let mut state = SyncState::new(
-        "node-a",
-        NodeSettings::default(),
-        None,
-        SystemTime::now(),
-    );
+    let mut state = node_a();
     assert_eq!(state.apply_snapshot(&snapshot), ChangeOutcome::NeedsSync);
     let first = state.sync();
     assert_eq!(first.deltas.len(), 4, "web, dns x2, shop");

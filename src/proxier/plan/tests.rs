@@ -972,6 +972,39 @@ fn sorted(ops: &KernelOps) -> Vec<String> {
     all
 }
 
+/// A round from `cursor` to its end in steps of `budget`, each step
+/// shown to `check`: every step's operations and foreign virtual servers
+/// together, and how many steps it took.
+fn round_in_steps(
+    ledger: &Ledger,
+    sets: &[SetName],
+    observed: &Observed,
+    mut cursor: RepairCursor,
+    budget: usize,
+    mut check: impl FnMut(&Reconciled),
+) -> (Reconciled, usize) {
+    let mut out = Reconciled::default();
+    let mut steps = 0;
+    while !cursor.is_done() {
+        let step = repair_step(
+            ledger,
+            sets,
+            observed,
+            &ownership(),
+            &Touched::new(),
+            &mut cursor,
+            budget,
+        );
+        check(&step);
+        out.ops.ipvs.extend(step.ops.ipvs);
+        out.ops.addresses.extend(step.ops.addresses);
+        out.ops.ipsets.extend(step.ops.ipsets);
+        out.foreign.extend(step.foreign);
+        steps += 1;
+    }
+    (out, steps)
+}
+
 /// A round in small steps repairs exactly what one comparison of
 /// everything does, each step within its budget of keys.
 #[test]
@@ -981,30 +1014,22 @@ fn a_repair_round_in_steps_repairs_what_one_whole_comparison_does() {
     let whole = reconcile(&ledger, &sets, &observed, &ownership());
     assert!(whole.ops.len() > 5, "{whole:?}");
     for budget in [1, 2, 3, 7, 50] {
-        let mut cursor = RepairCursor::new();
-        let mut ops = KernelOps::default();
-        let mut foreign = Vec::new();
-        let mut steps = 0;
-        while !cursor.is_done() {
-            let step = repair_step(
-                &ledger,
-                &sets,
-                &observed,
-                &ownership(),
-                &Touched::new(),
-                &mut cursor,
-                budget,
-            );
+        let (round, steps) = round_in_steps(
+            &ledger,
+            &sets,
+            &observed,
+            RepairCursor::new(),
+            budget,
             // One key repaired at most adds a service and its dests.
-            assert!(step.ops.len() <= budget * 3, "budget {budget}: {step:?}");
-            ops.ipvs.extend(step.ops.ipvs);
-            ops.addresses.extend(step.ops.addresses);
-            ops.ipsets.extend(step.ops.ipsets);
-            foreign.extend(step.foreign);
-            steps += 1;
-        }
-        assert_eq!(sorted(&ops), sorted(&whole.ops), "budget {budget}");
-        assert_eq!(foreign, whole.foreign, "budget {budget}");
+            |step| {
+                assert!(
+                    step.ops.len() <= budget * 3,
+                    "budget {budget}: {step:?}"
+                )
+            },
+        );
+        assert_eq!(sorted(&round.ops), sorted(&whole.ops), "budget {budget}");
+        assert_eq!(round.foreign, whole.foreign, "budget {budget}");
         assert!(steps > 12 / budget, "budget {budget}: {steps} steps");
     }
 }
@@ -1019,24 +1044,8 @@ fn a_round_split_at_the_addresses_repairs_what_one_whole_comparison_does() {
     let sets = expected_sets(true, false);
     let whole = reconcile(&ledger, &sets, &observed, &ownership());
     assert!(!whole.ops.addresses.is_empty(), "{whole:?}");
-    let walk = |mut cursor: RepairCursor, budget: usize| {
-        let mut out = Reconciled::default();
-        while !cursor.is_done() {
-            let step = repair_step(
-                &ledger,
-                &sets,
-                &observed,
-                &ownership(),
-                &Touched::new(),
-                &mut cursor,
-                budget,
-            );
-            out.ops.ipvs.extend(step.ops.ipvs);
-            out.ops.addresses.extend(step.ops.addresses);
-            out.ops.ipsets.extend(step.ops.ipsets);
-            out.foreign.extend(step.foreign);
-        }
-        out
+    let walk = |cursor, budget| {
+        round_in_steps(&ledger, &sets, &observed, cursor, budget, |_| {}).0
     };
     for budget in [1, 3, usize::MAX] {
         let alone = walk(RepairCursor::addresses_alone(), budget);
