@@ -150,7 +150,6 @@ where
         &mut self,
         batch: SyncBatch<'_>,
     ) -> Result<(), BackendError> {
-        let result = self.inner.apply(batch).await;
         // The facts follow the desired state, not the kernel: a failed
         // kernel operation does not change which sets should be empty.
         // Every sync's deltas come here once, from an empty state on.
@@ -159,10 +158,26 @@ where
         }
         self.families = self.settings.families(batch.state.desired().context());
         let input = self.input();
-        // The first sync (and the one after a failed restore) has nothing
-        // applied to trust, so it reads each table back first.
+        // A sync with nothing applied to trust (the first, the one after
+        // a failed restore) reads each table back before restoring it.
+        // The reads touch nothing the inner backend writes, so they run
+        // beside its writes (a cold sync's take seconds); the restores
+        // still follow them, as upstream's do.
+        let saves = self.applier.reads(&input, false).into_iter().map(
+            |(family, name)| {
+                let save = self.iptables.save_detached(family, name);
+                async move { (family, name, save.await) }
+            },
+        );
+        let (result, saved) = futures::join!(
+            self.inner.apply(batch),
+            futures::future::join_all(saves)
+        );
         let started = std::time::Instant::now();
-        let report = self.applier.sync(&mut self.iptables, &input, false).await;
+        let report = self
+            .applier
+            .sync_saved(&mut self.iptables, &input, false, saved)
+            .await;
         tracing::debug!(elapsed = ?started.elapsed(), "iptables synced");
         for (family, table, error) in &report.errors {
             warn!(%family, table, %error, "iptables rules not applied");

@@ -44,10 +44,11 @@ pub trait Iptables {
         table: &str,
     ) -> impl DetachedRead<String> + use<Self>;
 
-    /// Feeds `payload` (one table's `*table … COMMIT` block) to
-    /// `iptables-restore --noflush`. On failure nothing of the payload is
-    /// applied, and the error's message starts with `line N:` (the
-    /// tests read it with `failed_line`).
+    /// Feeds `payload` (one or more tables' `*table … COMMIT` blocks) to
+    /// `iptables-restore --noflush`. Each table is applied whole or not
+    /// at all; on failure nothing of the failing table is, and the
+    /// error's message starts with `line N:` (the tests read it with
+    /// `failed_line`).
     fn restore(
         &mut self,
         family: IpFamily,

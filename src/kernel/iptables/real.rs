@@ -1,6 +1,6 @@
 //! The real iptables, through `iptables-save` / `iptables-restore
-//! --noflush` (and the ip6tables pair): one process per table per call,
-//! never one per rule.
+//! --noflush` (and the ip6tables pair): one process per call, never one
+//! per rule.
 
 use std::{
     io::Write as _,

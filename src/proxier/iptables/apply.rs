@@ -1,8 +1,8 @@
 //! One sync's iptables work: nothing when the rules' input did not change,
-//! otherwise one save and at most one restore per table.
+//! otherwise at most one save per table and one restore per family.
 
 use super::{
-    rules::{self, RulesInput},
+    rules::{self, Payload, RulesInput},
     saved,
 };
 use crate::kernel::{
@@ -70,6 +70,7 @@ impl RulesApplier {
         if self.restores != restores_before {
             return report;
         }
+        let mut payloads = Vec::new();
         for table in rules::table_rules(input) {
             let (family, name) = (table.family, table.table);
             let Some((_, _, text)) =
@@ -79,45 +80,42 @@ impl RulesApplier {
             };
             report.saves += 1;
             match text {
-                Ok(text) => {
-                    self.restore_drifted(k, input, &table, text, &mut report)
-                        .await
-                }
+                Ok(text) => payloads.extend(drifted(input, &table, text)),
                 Err(e) => report.errors.push((family, name, e.clone())),
             }
         }
+        self.restore(k, payloads, &mut report).await;
         if !report.is_ok() {
             self.applied = None;
         }
         report
     }
 
-    /// Restores `table` with the jumps `saved` lacks, if it lacks any or
-    /// its chains drifted.
-    async fn restore_drifted<K: Iptables>(
+    /// Restores the payloads, each family's tables in one process (nat
+    /// first, as [`rules::table_rules`] orders them): a cold sync runs
+    /// one tool per family, not per table. A failed run fails each of
+    /// its tables.
+    async fn restore<K: Iptables>(
         &mut self,
         k: &mut K,
-        input: &RulesInput,
-        table: &rules::TableRules,
-        saved: &str,
+        payloads: Vec<Payload>,
         report: &mut RulesReport,
     ) {
-        let (family, name) = (table.family, table.table);
-        let missing = saved::missing_jumps(family, name, saved);
-        if missing.is_empty() && !saved::drifted(table, saved) {
-            return;
-        }
-        let payload = rules::payloads(input, &missing)
-            .into_iter()
-            .find(|p| p.family == family && p.table == name);
-        let Some(payload) = payload else {
-            return;
-        };
-        report.restores += 1;
-        self.restores += 1;
-        if let Err(e) = k.restore(family, &payload.text).await {
-            log_failure(&e, family, name);
-            report.errors.push((family, name, e));
+        let mut families: Vec<IpFamily> =
+            payloads.iter().map(|p| p.family).collect();
+        families.dedup();
+        for family in families {
+            let tables: Vec<&Payload> =
+                payloads.iter().filter(|p| p.family == family).collect();
+            let text: String = tables.iter().map(|p| p.text.as_str()).collect();
+            report.restores += 1;
+            self.restores += 1;
+            if let Err(e) = k.restore(family, &text).await {
+                for table in tables {
+                    log_failure(&e, family, table.table);
+                    report.errors.push((family, table.table, e.clone()));
+                }
+            }
         }
     }
 
@@ -125,23 +123,59 @@ impl RulesApplier {
     ///
     /// Without `verify`, this trusts the last successful apply: an
     /// unchanged input runs nothing, and a changed one restores only the
-    /// tables whose rules changed, one process each, without reading
-    /// them first. With `verify` it saves each table and restores it only when our chains differ
+    /// tables whose rules changed, one process per family, without
+    /// reading them first. With `verify` it saves each table and restores
+    /// it only when our chains differ
     /// from the rules (someone flushed them) or a jump is missing: a
     /// verify pass over an intact kernel costs one save per table and no
     /// restore.
+    #[cfg(any(test, feature = "test-support"))]
     pub async fn sync<K: Iptables>(
         &mut self,
         k: &mut K,
         input: &RulesInput,
         verify: bool,
     ) -> RulesReport {
-        let mut report = RulesReport::default();
-        let previous = match (&self.applied, verify) {
-            (Some(prev), false) if prev == input => return report,
-            (Some(prev), false) => rules::table_rules(prev),
-            _ => Vec::new(),
+        self.sync_saved(k, input, verify, Vec::new()).await
+    }
+
+    /// The tables [`RulesApplier::sync`] of `input` reads before it
+    /// restores them: every table when nothing applied is trusted (or
+    /// when verifying), else those the last apply did not have.
+    pub fn reads(
+        &self,
+        input: &RulesInput,
+        verify: bool,
+    ) -> Vec<(IpFamily, &'static str)> {
+        let Some(previous) = self.trusted(input, verify) else {
+            return Vec::new();
         };
+        rules::table_rules(input)
+            .into_iter()
+            .filter(|t| {
+                !previous
+                    .iter()
+                    .any(|p| p.family == t.family && p.table == t.table)
+            })
+            .map(|t| (t.family, t.table))
+            .collect()
+    }
+
+    /// [`RulesApplier::sync`] with tables already read (those
+    /// [`RulesApplier::reads`] named, saved while other work went on): a
+    /// table found there is not read again; one whose read failed is.
+    pub async fn sync_saved<K: Iptables>(
+        &mut self,
+        k: &mut K,
+        input: &RulesInput,
+        verify: bool,
+        mut saved: Vec<TableSave>,
+    ) -> RulesReport {
+        let mut report = RulesReport::default();
+        let Some(previous) = self.trusted(input, verify) else {
+            return report;
+        };
+        let mut payloads = Vec::new();
         for table in rules::table_rules(input) {
             let (family, name) = (table.family, table.table);
             let before = previous
@@ -153,29 +187,63 @@ impl RulesApplier {
                 }
                 // Applied before with its jumps in place: rewriting our
                 // chains is enough.
-                report.restores += 1;
-                self.restores += 1;
-                let payload = rules::render_table(&table, &[]);
-                if let Err(e) = k.restore(family, &payload).await {
-                    log_failure(&e, family, name);
-                    report.errors.push((family, name, e));
-                }
+                payloads.push(Payload {
+                    family,
+                    table: name,
+                    text: rules::render_table(&table, &[]),
+                });
                 continue;
             }
             report.saves += 1;
-            let saved = match k.save(family, name).await {
-                Ok(s) => s,
-                Err(e) => {
-                    report.errors.push((family, name, e));
-                    continue;
-                }
+            let early = saved
+                .iter()
+                .position(|(f, t, _)| *f == family && *t == name)
+                .map(|at| saved.swap_remove(at).2);
+            let read = match early {
+                Some(Ok(text)) => Ok(text),
+                _ => k.save(family, name).await,
             };
-            self.restore_drifted(k, input, &table, &saved, &mut report)
-                .await;
+            match read {
+                Ok(saved) => payloads.extend(drifted(input, &table, &saved)),
+                Err(e) => report.errors.push((family, name, e)),
+            }
         }
+        self.restore(k, payloads, &mut report).await;
         self.applied = report.is_ok().then(|| input.clone());
         report
     }
+
+    /// What a sync of `input` may take as applied: `None` when the input
+    /// is the one applied (nothing to do), else the tables of the last
+    /// apply, none when verifying or when nothing was applied.
+    fn trusted(
+        &self,
+        input: &RulesInput,
+        verify: bool,
+    ) -> Option<Vec<rules::TableRules>> {
+        match (&self.applied, verify) {
+            (Some(prev), false) if prev == input => None,
+            (Some(prev), false) => Some(rules::table_rules(prev)),
+            _ => Some(Vec::new()),
+        }
+    }
+}
+
+/// `table` restored with the jumps `saved` lacks, if it lacks any or its
+/// chains drifted.
+fn drifted(
+    input: &RulesInput,
+    table: &rules::TableRules,
+    saved: &str,
+) -> Option<Payload> {
+    let (family, name) = (table.family, table.table);
+    let missing = saved::missing_jumps(family, name, saved);
+    if missing.is_empty() && !saved::drifted(table, saved) {
+        return None;
+    }
+    rules::payloads(input, &missing)
+        .into_iter()
+        .find(|p| p.family == family && p.table == name)
 }
 
 fn log_failure(e: &KernelError, family: IpFamily, table: &str) {
