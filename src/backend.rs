@@ -24,6 +24,7 @@
 use std::{fmt, future::Future, net::IpAddr, time::Duration};
 
 use crate::{
+    desired::ServiceDelta,
     kernel::KernelError,
     runner::SyncTrigger,
     sync::{SyncOutcome, SyncState},
@@ -148,6 +149,19 @@ pub trait Backend: Send + 'static {
         std::future::ready(true)
     }
 
+    /// Before the first sync, while the list still arrives: what a batch
+    /// of it changed in the desired state, not applied. A backend may
+    /// write now what the first sync will want and what does no harm if
+    /// it turns out unwanted; the first sync still brings the whole
+    /// kernel to the desired state.
+    fn ahead_of_first_sync(
+        &mut self,
+        deltas: &[ServiceDelta],
+    ) -> impl Future<Output = ()> + Send {
+        let _ = deltas;
+        std::future::ready(())
+    }
+
     /// How often [`Backend::poll`] should run; `None` never.
     fn poll_interval(&self) -> Option<Duration> {
         None
@@ -178,6 +192,13 @@ macro_rules! leave_to_inner {
             scheduler: &str,
         ) -> impl ::std::future::Future<Output = bool> + Send {
             self.inner.has_scheduler(scheduler)
+        }
+
+        fn ahead_of_first_sync(
+            &mut self,
+            deltas: &[$crate::desired::ServiceDelta],
+        ) -> impl ::std::future::Future<Output = ()> + Send {
+            self.inner.ahead_of_first_sync(deltas)
         }
 
         fn poll_interval(&self) -> Option<::std::time::Duration> {

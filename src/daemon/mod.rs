@@ -312,6 +312,7 @@ impl<B: Backend> SyncLoop<B> {
             }
         }
         let outcome = self.state.sync();
+        self.backend.ahead_of_first_sync(&outcome.deltas).await;
         self.ahead.get_or_insert_default().push(outcome);
     }
 
@@ -327,10 +328,10 @@ impl<B: Backend> SyncLoop<B> {
             reason = trigger.reason.as_str()
         );
         let started = std::time::Instant::now();
-        if !self.synced_once {
-            // The first sync knows the node's addresses (its NodePorts,
-            // its families) from the start; later, each repair round
-            // reads them.
+        // The first sync knows the node's addresses (its NodePorts, its
+        // families) from the start (read as the list began, when it was
+        // computed ahead); later, each repair round reads them.
+        if !self.synced_once && self.ahead.is_none() {
             if let Some(local) = self.backend.local_addresses().await {
                 self.state.set_local_addresses(local);
             }

@@ -37,6 +37,8 @@ enum Seen {
     RepairBegun,
     RepairStep,
     Poll,
+    /// Handed a batch of the list before the first sync: its deltas.
+    Ahead(usize),
 }
 
 /// Records what the loop asks of it, with the (paused) time in whole
@@ -164,6 +166,15 @@ impl Backend for Recording {
         match read.steps_left {
             0 => RepairStep::Done,
             _ => RepairStep::Continue,
+        }
+    }
+
+    async fn ahead_of_first_sync(
+        &mut self,
+        deltas: &[crate::desired::ServiceDelta],
+    ) {
+        if !deltas.is_empty() {
+            self.record(Seen::Ahead(deltas.len()));
         }
     }
 
@@ -432,6 +443,21 @@ async fn a_list_taken_in_as_it_arrives_is_synced_once_whole() {
     .chain(futures::stream::pending());
     run_for(backend.clone(), slow, Duration::from_secs(20)).await;
     assert_eq!(backend.syncs(), [(7, SyncReason::Requested, 3)]);
+    // Each listed port was handed to the backend as it came, before the
+    // first sync; nothing after.
+    let ahead: Vec<(u64, Seen)> = backend
+        .seen()
+        .into_iter()
+        .filter(|(_, s)| matches!(s, Seen::Ahead(_)))
+        .collect();
+    assert_eq!(
+        ahead,
+        [
+            (3, Seen::Ahead(1)),
+            (4, Seen::Ahead(1)),
+            (5, Seen::Ahead(1))
+        ]
+    );
 }
 
 #[tokio::test(start_paused = true)]

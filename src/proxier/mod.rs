@@ -18,6 +18,7 @@
 //! the objects whose operations failed are read back and retried at the
 //! next sync, and the repair catches whatever else differs.
 
+mod bind_ahead;
 pub mod conntrack;
 pub mod graceful;
 pub mod host;
@@ -34,6 +35,7 @@ use std::{
     time::Instant,
 };
 
+use futures::future::Either;
 use ipnet::IpNet;
 use tracing::{debug, info, warn};
 
@@ -51,6 +53,7 @@ use crate::{
     model::Protocol,
     telemetry::events::{Facility, InternalEvent, KernelOperations},
 };
+use bind_ahead::BindAhead;
 use graceful::{GracefulConfig, GracefulQueue, Observation};
 use operation::{outcome, settle, Operation};
 use plan::{KernelOps, Ledger, Observed, Ownership, RepairCursor, Touched};
@@ -183,6 +186,8 @@ pub struct Proxier<I, A, S> {
     touched: Option<Touched>,
     /// The latest repair round begun; an older round's read is stale.
     round: u64,
+    /// Before the first sync: the addresses bound while the list arrived.
+    ahead: Option<BindAhead>,
 }
 
 /// The objects whose last write failed: a retry compares just these with
@@ -257,6 +262,7 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
             suspects: Suspects::default(),
             touched: None,
             round: 0,
+            ahead: None,
         }
     }
 
@@ -476,14 +482,25 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
         desired: &DesiredState,
     ) -> ApplyReport {
         // The round's sets phase creates whatever set is missing.
+        let started = Instant::now();
         self.track_context(desired.context());
         self.ledger = Ledger::from_services(desired.services());
+        debug!(elapsed = ?started.elapsed(), "full reconcile: the ledger built");
         self.ownership.programmed.extend(plan::node_port_keys(
             desired.services().map(|(_, state)| &**state),
         ));
         self.suspects = Suspects::default();
+        let mut ahead = self.ahead.take();
+        let mut known_link = None;
+        let mut take_back = BTreeSet::new();
+        if let Some(ahead) = &mut ahead {
+            ahead.take_answered();
+            let (link, back) = ahead.link(|addr| self.ledger.binds(addr));
+            (known_link, take_back) = (Some(link), back);
+        }
         let started = Instant::now();
-        let mut observed = self.begin_repair().await;
+        // The node's addresses are not compared: a repair round reads them.
+        let mut observed = self.read_kernel(known_link, false).await;
         debug!(elapsed = ?started.elapsed(), "full reconcile: the kernel read");
         // Nothing else writes meanwhile.
         self.touched = None;
@@ -523,6 +540,37 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
             &mut counts,
             &mut report,
         );
+        if let Some(ahead) = ahead {
+            let (ops, results): (Vec<_>, Vec<_>) =
+                ahead.answers().await.into_iter().unzip();
+            let unbinds: Vec<AddressOp> = ops
+                .iter()
+                .zip(&results)
+                .filter(|(op, result)| match result {
+                    Ok(()) => true,
+                    Err(e) => op.settled(e),
+                })
+                .map(|(op, _)| op.address())
+                .filter(|addr| take_back.contains(addr))
+                .map(AddressOp::Delete)
+                .collect();
+            self.settle_addresses(
+                ops,
+                results,
+                binding,
+                &mut counts,
+                &mut report,
+            );
+            if !unbinds.is_empty() {
+                report.merge(
+                    self.apply(KernelOps {
+                        addresses: unbinds,
+                        ..KernelOps::default()
+                    })
+                    .await,
+                );
+            }
+        }
         counts.emit();
         // Only a reconcile that saw every facility describes the kernel.
         let kernel = &observed.kernel;
@@ -531,6 +579,37 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
             || kernel.sets.is_none();
         finish(&report, "full reconcile");
         report
+    }
+
+    /// Before the first sync, while the list still arrives: binds the
+    /// addresses the deltas' new states ask for and nobody sent yet, on
+    /// the link's own connection and thread, without waiting for them
+    /// (see `bind_ahead`). The first sync settles them.
+    pub async fn bind_ahead(&mut self, deltas: &[ServiceDelta]) {
+        if !self.needs_full {
+            return;
+        }
+        let link = self.config.link.clone();
+        let ahead = match &mut self.ahead {
+            Some(ahead) => ahead,
+            None => {
+                // What is bound already (a restart) is not sent again.
+                let read = self.addresses.list(&link).await;
+                count_one(Facility::Addresses, "list", &read);
+                match read {
+                    Ok(on_link) => self.ahead.insert(BindAhead::new(on_link)),
+                    Err(error) => {
+                        debug!(%error, "no addresses bound ahead: the link unread");
+                        return;
+                    }
+                }
+            }
+        };
+        let ops = ahead.binds(deltas);
+        if !ops.is_empty() {
+            let binding = self.addresses.apply_detached(&link, ops.clone());
+            ahead.sending(ops, binding);
+        }
     }
 
     /// Begins a repair round: from now on what syncs write is remembered,
@@ -542,15 +621,39 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
            + Send
            + 'static
            + use<I, A, S> {
+        self.read_kernel(None, true)
+    }
+
+    /// [`Proxier::begin_repair`]'s read, the link's addresses taken as
+    /// `known_link` instead when given, the node's addresses read only
+    /// with `local`.
+    fn read_kernel(
+        &mut self,
+        known_link: Option<BTreeSet<IpAddr>>,
+        local: bool,
+    ) -> impl std::future::Future<Output = ProxierObserved>
+           + Send
+           + 'static
+           + use<I, A, S> {
         self.touched = Some(Touched::new());
         self.round += 1;
         let round = self.round;
         let link = self.config.link.clone();
         let ipvs = self.ipvs.dump_detached();
-        let bound = self.addresses.list_detached(&link);
-        let local = self.addresses.local_addresses_detached(&link);
+        let bound = match known_link {
+            Some(known) => Either::Left(std::future::ready(Ok(known))),
+            None => Either::Right(self.addresses.list_detached(&link)),
+        };
+        let local =
+            local.then(|| self.addresses.local_addresses_detached(&link));
         let sets = self.ipsets.dump_detached(SET_PREFIX);
         async move {
+            let local = async move {
+                match local {
+                    Some(read) => Some(read.await),
+                    None => None,
+                }
+            };
             let (ipvs, bound, local, sets) =
                 futures::join!(ipvs, bound, local, sets);
             let mut errors = Vec::new();
@@ -562,7 +665,7 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
             ProxierObserved {
                 round,
                 kernel,
-                local: keep_read(local, &mut errors),
+                local: local.and_then(|read| keep_read(read, &mut errors)),
                 errors,
                 cursor: RepairCursor::new(),
             }
@@ -942,6 +1045,10 @@ where
                 None
             }
         }
+    }
+
+    async fn ahead_of_first_sync(&mut self, deltas: &[ServiceDelta]) {
+        self.bind_ahead(deltas).await;
     }
 
     fn poll_interval(&self) -> Option<std::time::Duration> {

@@ -933,3 +933,180 @@ mod incremental_matches_full {
         }
     }
 }
+
+/// The address model behind a lock, its detached writes still in flight
+/// when first polled (the kernel read that follows does not show them),
+/// and the addresses in `refuse` refused with EINVAL, as a kernel
+/// refusing them would.
+#[derive(Clone, Default)]
+struct SlowAddresses {
+    model: Arc<std::sync::Mutex<AddressesModel>>,
+    refuse: Arc<std::sync::Mutex<Vec<IpAddr>>>,
+}
+
+impl SlowAddresses {
+    fn with<T>(&self, f: impl FnOnce(&mut AddressesModel) -> T) -> T {
+        f(&mut self.model.lock().unwrap())
+    }
+}
+
+/// Answers at the second poll: in flight in between.
+async fn in_flight_once() {
+    let mut polled = false;
+    std::future::poll_fn(|cx| {
+        if std::mem::replace(&mut polled, true) {
+            return std::task::Poll::Ready(());
+        }
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+fn at_once<T>(f: impl std::future::Future<Output = T>) -> T {
+    use futures::FutureExt;
+    f.now_or_never().expect("the model answers at once")
+}
+
+fn apply_refusing(
+    model: &std::sync::Mutex<AddressesModel>,
+    refuse: &[IpAddr],
+    link: &str,
+    ops: &[AddressOp],
+) -> Vec<OpResult> {
+    let mut model = model.lock().unwrap();
+    ops.iter()
+        .map(|op| match refuse.contains(&op.address()) {
+            true => Err(KernelError::invalid(format!("{op:?}"), "refused")),
+            false => {
+                at_once(model.apply(link, std::slice::from_ref(op))).remove(0)
+            }
+        })
+        .collect()
+}
+
+impl Addresses for SlowAddresses {
+    async fn ensure_dummy(&mut self, link: &str) -> Result<(), KernelError> {
+        self.with(|m| at_once(m.ensure_dummy(link)))
+    }
+
+    async fn delete_link(&mut self, link: &str) -> Result<(), KernelError> {
+        self.with(|m| at_once(m.delete_link(link)))
+    }
+
+    async fn list(
+        &mut self,
+        link: &str,
+    ) -> Result<std::collections::BTreeSet<IpAddr>, KernelError> {
+        self.with(|m| at_once(m.list(link)))
+    }
+
+    async fn local_addresses(
+        &mut self,
+        except_link: &str,
+    ) -> Result<Vec<IpAddr>, KernelError> {
+        self.with(|m| at_once(m.local_addresses(except_link)))
+    }
+
+    fn list_detached(
+        &self,
+        link: &str,
+    ) -> impl crate::kernel::DetachedRead<std::collections::BTreeSet<IpAddr>> + use<>
+    {
+        std::future::ready(self.with(|m| at_once(m.list(link))))
+    }
+
+    fn local_addresses_detached(
+        &self,
+        except_link: &str,
+    ) -> impl crate::kernel::DetachedRead<Vec<IpAddr>> + use<> {
+        std::future::ready(
+            self.with(|m| at_once(m.local_addresses(except_link))),
+        )
+    }
+
+    async fn apply(&mut self, link: &str, ops: &[AddressOp]) -> Vec<OpResult> {
+        let refuse = self.refuse.lock().unwrap().clone();
+        apply_refusing(&self.model, &refuse, link, ops)
+    }
+
+    fn apply_detached(
+        &mut self,
+        link: &str,
+        ops: Vec<AddressOp>,
+    ) -> impl std::future::Future<Output = Vec<OpResult>> + Send + 'static + use<>
+    {
+        let (model, link) = (Arc::clone(&self.model), link.to_owned());
+        let refuse = self.refuse.lock().unwrap().clone();
+        async move {
+            in_flight_once().await;
+            apply_refusing(&model, &refuse, &link, &ops)
+        }
+    }
+}
+
+/// Addresses bound while the list arrives are bound once: the first sync
+/// counts those in flight as bound, settles their answers (a refused one
+/// is retried by the next sync, as any failed write), takes back one whose
+/// Service went away meanwhile, and sends nothing for what the link had.
+#[test]
+fn addresses_bound_ahead_are_settled_by_the_first_sync() {
+    let recorder = TestRecorder::default();
+    let addresses = SlowAddresses::default();
+    let mut p = Proxier::new(
+        RefusingIpvs::default(),
+        addresses.clone(),
+        IpsetsModel::new(),
+        ProxierConfig::default(),
+    );
+    block_on(p.start());
+    // What a previous run left bound: kept if wanted, never sent again.
+    let left = ip("198.18.0.1");
+    addresses.with(|m| at_once(m.apply(DUMMY_LINK, &[AddressOp::Add(left)])));
+    addresses.refuse.lock().unwrap().push(ip("198.18.0.4"));
+    let mut cluster = Cluster::default();
+    let mut desired = DesiredState::new(ctx());
+    for (i, name) in ["web", "api", "gone", "refused"].iter().enumerate() {
+        cluster.set(name, &["198.19.0.5"], |s| {
+            s.cluster_ips = vec![ip(&format!("198.18.0.{}", i + 1))]
+        });
+    }
+    let listed = cluster.change(&mut desired, &["web", "gone"]);
+    block_on(p.bind_ahead(&listed));
+    let listed = cluster.change(&mut desired, &["api", "refused", "web"]);
+    block_on(p.bind_ahead(&listed));
+    // The Service went away before the first sync; the refusal passed.
+    cluster.remove("gone");
+    cluster.change(&mut desired, &["gone"]);
+    addresses.refuse.lock().unwrap().clear();
+
+    let add = |result: &str| {
+        recorder.counter(&format!(
+            "{KERNEL_OPERATIONS_TOTAL}{{facility=addresses,op=add,result={result}}}"
+        ))
+    };
+    let first = recorder.run(|| block_on(p.full_reconcile(&desired)));
+    let failed: Vec<IpAddr> = first
+        .failed_addresses
+        .iter()
+        .map(|(op, _)| op.address())
+        .collect();
+    assert_eq!(failed, [ip("198.18.0.4")], "{first:?}");
+    let bound = addresses.with(|m| m.links[DUMMY_LINK].addresses.clone());
+    assert_eq!(
+        bound.into_iter().collect::<Vec<_>>(),
+        [ip("198.18.0.1"), ip("198.18.0.2")],
+        "the link has what is wanted and bound, not the Service gone"
+    );
+    assert_eq!(add("ok"), 2, "198.18.0.2 and .3, each once");
+    assert_eq!(add("invalid"), 1);
+    assert_eq!(add("exists"), 0, "no address sent twice");
+
+    let retried = block_on(p.sync(&[]));
+    assert!(retried.is_ok(), "{retried:?}");
+    let bound = addresses.with(|m| m.links[DUMMY_LINK].addresses.clone());
+    assert_eq!(
+        bound.into_iter().collect::<Vec<_>>(),
+        [ip("198.18.0.1"), ip("198.18.0.2"), ip("198.18.0.4")]
+    );
+}
