@@ -351,14 +351,13 @@ async fn measure(n: usize, changes: usize) -> Measured {
         min_sync_period: Duration::ZERO,
         sync_period: Duration::from_secs(3600),
     };
-    let daemon = tokio::spawn(daemon::run(
+    let feed = daemon::Feed::start(
         daemon::Source::objects(source),
-        state,
-        backend,
-        settings,
-        reporter,
-        tokio::runtime::Handle::current(),
-    ));
+        NODE,
+        &tokio::runtime::Handle::current(),
+    );
+    let daemon =
+        tokio::spawn(daemon::run(feed, state, backend, settings, reporter));
     let synced = |health: &ProxyHealth| {
         health
             .health()

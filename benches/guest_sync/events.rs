@@ -123,8 +123,15 @@ pub async fn run(
     );
     let (events, source) = mpsc::unbounded();
     let pipeline = Pipeline { events, health };
-    tokio::spawn(daemon::run(
+    let feed = daemon::Feed::start(
         daemon::Source::objects(source),
+        state::NODE,
+        // Where the binary decodes its watch events.
+        kube_ipvs_proxy::source::thread::handle()
+            .map_err(|e| anyhow::anyhow!(e))?,
+    );
+    tokio::spawn(daemon::run(
+        feed,
         sync_state,
         backend,
         daemon::LoopSettings {
@@ -133,10 +140,6 @@ pub async fn run(
             sync_period: Duration::from_secs(600),
         },
         reporter,
-        // Where the binary decodes its watch events.
-        kube_ipvs_proxy::source::thread::handle()
-            .map_err(|e| anyhow::anyhow!(e))?
-            .clone(),
     ));
 
     let started = SystemTime::now();

@@ -1,5 +1,6 @@
-//! The node proxy: the host checked and prepared, the kernel's
-//! facilities opened, then its source, its servers and the sync loop.
+//! The node proxy: the host checked, its source opened (the watches go
+//! first), the host prepared and the kernel's facilities opened, then its
+//! servers and the sync loop.
 
 use std::time::SystemTime;
 
@@ -49,31 +50,53 @@ pub async fn run(
         "starting"
     );
     host::check_kernel(&config).await.map_err(Failure::from)?;
-    host::prepare(&config).await;
     if mode == Mode::InitOnly {
+        host::prepare(&config).await;
         tracing::info!("system initialized and --init-only specified");
         return Ok(());
     }
+    // The watches first: at scale the first list takes seconds, and the
+    // host's preparation and the kernel's facilities need not precede it.
+    let opened = open(&config, source, &node_name).await?;
+    host::prepare(&config).await;
     if let Err(error) = oom::apply_score_adj(config.oom_score_adj) {
         tracing::debug!(value = config.oom_score_adj, %error, "oomScoreAdj not applied");
     }
     let backend = stack::open(&config)
         .await
         .context("opening the kernel facilities")?;
-    serve(&config, source, node_name, backend).await
+    serve_opened(&config, opened, node_name, backend).await
+}
+
+/// A source being fed to the loop, and the events' sink when the source
+/// is the API server.
+struct Opened {
+    feed: daemon::Feed,
+    events: Option<EventSink>,
 }
 
 /// The proxy on `backend`, as node `node_name`: the source watched, the
-/// servers started, the sync loop run until it stops.
+/// servers started, the sync loop run until it stops. (The proxy itself
+/// opens its source before its kernel's facilities: [`run`].)
+#[cfg(test)]
 pub async fn serve<B: Backend>(
     config: &Config,
     source: Source,
     node_name: String,
-    mut backend: B,
+    backend: B,
 ) -> Result<(), Failure> {
+    let opened = open(config, source, &node_name).await?;
+    serve_opened(config, opened, node_name, backend).await
+}
+
+/// Opens `source` and starts feeding it, on the sources' thread.
+async fn open(
+    config: &Config,
+    source: Source,
+    node_name: &str,
+) -> Result<Opened, Failure> {
     // Where the sources are read and decoded (source/thread.rs).
     let sources = source::thread::handle().map_err(anyhow::Error::msg)?;
-    let mut events = None;
     let source = match source {
         Source::ApiSide {
             endpoint,
@@ -83,7 +106,7 @@ pub async fn serve<B: Backend>(
                 &tokio::runtime::Handle::current(),
                 endpoint,
                 credentials,
-                node_name.clone(),
+                node_name.to_owned(),
             )
             .boxed(),
         ),
@@ -96,6 +119,7 @@ pub async fn serve<B: Backend>(
             ))
         }
         Source::ApiServer { kubeconfig, master } => {
+            let started = std::time::Instant::now();
             let kube_config =
                 clients::kube_config(kubeconfig.as_deref(), master.as_deref())
                     .await?;
@@ -110,31 +134,54 @@ pub async fn serve<B: Backend>(
             let watch = source::kube::watch(
                 watch_client,
                 Accept::configured(&config.api_content_types),
-                &node_name,
+                node_name,
                 config.service_proxy_name.as_deref(),
             )
             .map_err(anyhow::Error::from)?
             .boxed();
-            // Upstream's birth cry, once its informers are started.
-            let sink = EventSink::spawn(
-                clients::client_from(kube_config)?,
-                &node_name,
+            let feed = daemon::Feed::start(
+                daemon::Source::Objects(watch),
+                node_name,
+                sources,
             );
+            // Upstream's birth cry, once its informers are started.
+            let sink =
+                EventSink::spawn(clients::client_from(kube_config)?, node_name);
             sink.starting();
             let warnings = sink.clone();
             crate::telemetry::events::record_service_warnings_to(Box::new(
                 move |service, why| warnings.scheduling_not_used(service, &why),
             ));
-            events = Some(sink);
-            daemon::Source::Objects(watch)
+            tracing::debug!(elapsed = ?started.elapsed(), "the API server's clients built");
+            return Ok(Opened {
+                feed,
+                events: Some(sink),
+            });
         }
     };
+    Ok(Opened {
+        feed: daemon::Feed::start(source, node_name, sources),
+        events: None,
+    })
+}
+
+/// The proxy on `backend`, its source opened: the servers started, the
+/// sync loop run until it stops.
+async fn serve_opened<B: Backend>(
+    config: &Config,
+    opened: Opened,
+    node_name: String,
+    mut backend: B,
+) -> Result<(), Failure> {
     let local = backend.local_addresses().await.unwrap_or_default();
     let health_addresses =
         service_health::listen_addresses(&config.node_port_addresses, &local);
     let families = sync::families_of(&local);
-    let reporter = start::node(config, health_addresses, families, events)
-        .map_err(anyhow::Error::from)?;
+    let started = std::time::Instant::now();
+    let reporter =
+        start::node(config, health_addresses, families, opened.events)
+            .map_err(anyhow::Error::from)?;
+    tracing::debug!(elapsed = ?started.elapsed(), "servers started");
     let state = SyncState::new(
         node_name,
         NodeSettings::from_config(config),
@@ -145,7 +192,7 @@ pub async fn serve<B: Backend>(
         min_sync_period: config.ipvs.min_sync_period,
         sync_period: config.ipvs.sync_period,
     };
-    daemon::run(source, state, backend, settings, reporter, sources.clone())
+    daemon::run(opened.feed, state, backend, settings, reporter)
         .await
         .map_err(anyhow::Error::from)?;
     Ok(())

@@ -79,45 +79,81 @@ impl Source {
     }
 }
 
+/// A source being read, decoded and turned into the loop's inputs, from
+/// the moment it is started: at scale the API server's first list takes
+/// seconds, which the rest of the start (the kernel's facilities, the
+/// servers) need not wait for. The inputs wait in the channel meanwhile.
+pub struct Feed {
+    inputs: UnboundedReceiver<Input>,
+    task: FeedTask,
+    by_view: bool,
+}
+
+/// The feeder's task, stopped when dropped: with the loop, or with a
+/// start that failed before the loop ran.
+struct FeedTask(JoinHandle<()>);
+
+impl Drop for FeedTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl Feed {
+    /// Starts reading `source` on `runtime` (the proxy gives it
+    /// [`crate::source::thread`]'s, so that it runs beside the syncs;
+    /// tests with a paused clock their own).
+    pub fn start(source: Source, node_name: &str, runtime: &Handle) -> Self {
+        let (input, inputs) = mpsc::unbounded_channel();
+        let by_view = matches!(source, Source::View(_));
+        let task = match source {
+            Source::Objects(events) => runtime.spawn(
+                feeder::feed(
+                    events,
+                    node_name.to_owned(),
+                    std::time::SystemTime::now(),
+                    input,
+                )
+                .instrument(info_span!("source")),
+            ),
+            Source::View(updates) => runtime.spawn(
+                feeder::feed_view(updates, input)
+                    .instrument(info_span!("view")),
+            ),
+        };
+        Self {
+            inputs,
+            task: FeedTask(task),
+            by_view,
+        }
+    }
+}
+
 /// Runs until the source ends or a change requires a restart. `reporter`
 /// hears of queued and applied updates (health, sync metrics, health
-/// check node ports). The source is read, decoded and turned into changes
-/// on `feeder_runtime` (the proxy gives it [`crate::source::thread`]'s, so
-/// that it runs beside the syncs; tests with a paused clock their own).
-/// `state` is a new [`SyncState`]; the source decides how it is fed.
+/// check node ports). `state` is a new [`SyncState`]; the source decides
+/// how it is fed.
 pub async fn run<B>(
-    source: Source,
+    feed: Feed,
     mut state: SyncState,
     backend: B,
     settings: LoopSettings,
     reporter: SyncReporter,
-    feeder_runtime: Handle,
 ) -> Result<(), DaemonError>
 where
     B: Backend,
 {
-    let (input, inputs) = mpsc::unbounded_channel();
-    if matches!(source, Source::View(_)) {
+    let Feed {
+        inputs,
+        task: _feeder,
+        by_view,
+    } = feed;
+    if by_view {
         state = state.fed_by_view();
     }
-    let feeder = match source {
-        Source::Objects(events) => feeder_runtime.spawn(
-            feeder::feed(
-                events,
-                state.node_name().to_owned(),
-                std::time::SystemTime::now(),
-                input,
-            )
-            .instrument(info_span!("source")),
-        ),
-        Source::View(updates) => feeder_runtime.spawn(
-            feeder::feed_view(updates, input).instrument(info_span!("view")),
-        ),
-    };
     let result = SyncLoop::new(state, backend, settings, reporter)
         .run(inputs)
         .await;
-    feeder.abort();
     if let Err(e) = &result {
         error!(error = %e, "stopping");
     }

@@ -246,14 +246,8 @@ async fn run_source_for(backend: Recording, source: Source, for_: Duration) {
         min_sync_period: Duration::from_secs(1),
         sync_period: Duration::from_secs(30),
     };
-    let run = run(
-        source,
-        state,
-        backend,
-        settings,
-        SyncReporter::default(),
-        Handle::current(),
-    );
+    let feed = Feed::start(source, "node-a", &Handle::current());
+    let run = run(feed, state, backend, settings, SyncReporter::default());
     assert!(tokio::time::timeout(for_, run).await.is_err());
 }
 
@@ -487,12 +481,15 @@ async fn the_end_of_the_source_ends_the_loop() {
         sync_period: Duration::from_secs(30),
     };
     let ended = run(
-        Source::objects(futures::stream::empty()),
+        Feed::start(
+            Source::objects(futures::stream::empty()),
+            "node-a",
+            &Handle::current(),
+        ),
         state,
         backend,
         settings,
         SyncReporter::default(),
-        Handle::current(),
     )
     .await;
     assert!(matches!(ended, Err(DaemonError::SourceEnded)), "{ended:?}");

@@ -1240,7 +1240,11 @@ async fn the_daemon_reports_queued_and_applied_syncs() {
         SystemTime::now(),
     );
     let daemon = tokio::spawn(daemon::run(
-        daemon::Source::objects(source),
+        daemon::Feed::start(
+            daemon::Source::objects(source),
+            "node-a",
+            &tokio::runtime::Handle::current(),
+        ),
         state,
         NoKernel,
         LoopSettings {
@@ -1248,7 +1252,6 @@ async fn the_daemon_reports_queued_and_applied_syncs() {
             sync_period: SYNC_PERIOD,
         },
         reporter,
-        tokio::runtime::Handle::current(),
     ));
     let mut synced = false;
     for _ in 0..500 {
