@@ -6,6 +6,7 @@ use std::time::SystemTime;
 
 use anyhow::Context;
 use futures::StreamExt;
+use metrics_exporter_prometheus::PrometheusHandle;
 
 use super::{clients, hostname, Failure, Source, STATE_FILE_POLL};
 use crate::{
@@ -73,6 +74,7 @@ pub async fn run(
 struct Opened {
     feed: daemon::Feed,
     events: Option<EventSink>,
+    recorder: Option<PrometheusHandle>,
 }
 
 /// The proxy on `backend`, as node `node_name`: the source watched, the
@@ -95,6 +97,7 @@ async fn open(
     source: Source,
     node_name: &str,
 ) -> Result<Opened, Failure> {
+    let recorder = start::recorder(config).map_err(anyhow::Error::from)?;
     // Where the sources are read and decoded (source/thread.rs).
     let sources = source::thread::handle().map_err(anyhow::Error::msg)?;
     let source = match source {
@@ -156,12 +159,14 @@ async fn open(
             return Ok(Opened {
                 feed,
                 events: Some(sink),
+                recorder,
             });
         }
     };
     Ok(Opened {
         feed: daemon::Feed::start(source, node_name, sources),
         events: None,
+        recorder,
     })
 }
 
@@ -178,9 +183,14 @@ async fn serve_opened<B: Backend>(
         service_health::listen_addresses(&config.node_port_addresses, &local);
     let families = sync::families_of(&local);
     let started = std::time::Instant::now();
-    let reporter =
-        start::node(config, health_addresses, families, opened.events)
-            .map_err(anyhow::Error::from)?;
+    let reporter = start::node(
+        config,
+        opened.recorder,
+        health_addresses,
+        families,
+        opened.events,
+    )
+    .map_err(anyhow::Error::from)?;
     tracing::debug!(elapsed = ?started.elapsed(), "servers started");
     let state = SyncState::new(
         node_name,

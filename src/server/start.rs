@@ -14,6 +14,8 @@ use super::{
     healthz, metrics, spawn_bound, spawn_forever, ProxyHealth, ServerError,
     ServiceHealthServer, SyncReporter,
 };
+use metrics_exporter_prometheus::PrometheusHandle;
+
 use crate::{
     config::Config,
     model::IpFamily,
@@ -41,7 +43,28 @@ pub fn metrics(
     hard_fail: bool,
     pages: metrics::Pages,
 ) -> Result<(), StartError> {
-    let handle = exporter::install()?;
+    serve_metrics(exporter::install()?, address, hard_fail, pages)
+}
+
+/// The node proxy's metrics recorder, installed when its configuration
+/// serves metrics: before anything else starts, so that the watches'
+/// first requests and the release they read are counted too.
+pub fn recorder(
+    config: &Config,
+) -> Result<Option<PrometheusHandle>, StartError> {
+    Ok(match config.metrics_bind_address {
+        Some(_) => Some(exporter::install()?),
+        None => None,
+    })
+}
+
+/// Serves `handle`'s metrics on `address`, as [`metrics`] does.
+fn serve_metrics(
+    handle: PrometheusHandle,
+    address: SocketAddr,
+    hard_fail: bool,
+    pages: metrics::Pages,
+) -> Result<(), StartError> {
     metrics::spawn_upkeep(handle.clone(), METRICS_UPKEEP);
     serve(
         "metrics",
@@ -66,12 +89,14 @@ fn serve(
 }
 
 /// The node proxy's servers: healthz and metrics where the configuration
-/// puts them (no address: not served), and the health check node ports
-/// on `health_addresses`, or on each of `families`' wildcard address.
+/// puts them (no address: not served; metrics from the `recorder`
+/// installed earlier), and the health check node ports on
+/// `health_addresses`, or on each of `families`' wildcard address.
 /// `events`, when the proxy records Events, hears of the health check
 /// servers' failures.
 pub fn node(
     config: &Config,
+    recorder: Option<PrometheusHandle>,
     health_addresses: Vec<IpAddr>,
     families: Vec<IpFamily>,
     events: Option<EventSink>,
@@ -83,13 +108,15 @@ pub fn node(
         let router = healthz::router(Arc::clone(&health));
         serve("healthz", address, router, hard_fail)?;
     }
-    if let Some(address) = config.metrics_bind_address {
+    if let (Some(address), Some(handle)) =
+        (config.metrics_bind_address, recorder)
+    {
         let pages = metrics::Pages {
             configz: Some(crate::config::to_configz(config)),
             flagz: config.component_flagz.then(|| config.flags.clone()),
             statusz: config.component_statusz,
         };
-        metrics(address, hard_fail, pages)?;
+        serve_metrics(handle, address, hard_fail, pages)?;
     }
     let service_health = ServiceHealthServer::new(
         health_addresses,
