@@ -212,6 +212,8 @@ struct SyncLoop<B: Backend> {
     /// What the syncs computed ahead of the first, while the list was
     /// still arriving, for the first to apply.
     ahead: Option<Merged>,
+    /// The node's addresses were read while the list arrived.
+    addresses_read_ahead: bool,
 }
 
 impl<B: Backend> SyncLoop<B> {
@@ -239,6 +241,7 @@ impl<B: Backend> SyncLoop<B> {
             repair: Repair::Waiting(Instant::now() + settings.sync_period),
             failures: 0,
             ahead: None,
+            addresses_read_ahead: false,
         }
     }
 
@@ -345,6 +348,7 @@ impl<B: Backend> SyncLoop<B> {
             // them: learnt later, they would recompute every port.
             if let Some(local) = self.backend.local_addresses().await {
                 self.state.set_local_addresses(local);
+                self.addresses_read_ahead = true;
             }
         }
         let outcome = self.state.sync();
@@ -367,7 +371,7 @@ impl<B: Backend> SyncLoop<B> {
         // The first sync knows the node's addresses (its NodePorts, its
         // families) from the start (read as the list began, when it was
         // computed ahead); later, each repair round reads them.
-        if !self.synced_once && self.ahead.is_none() {
+        if !self.synced_once && !self.addresses_read_ahead {
             if let Some(local) = self.backend.local_addresses().await {
                 self.state.set_local_addresses(local);
             }
