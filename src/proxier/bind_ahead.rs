@@ -11,10 +11,7 @@ use std::{collections::BTreeSet, future::Future, net::IpAddr, pin::Pin};
 use futures::FutureExt;
 
 use super::{operation::Operation, OpResult};
-use crate::{
-    desired::ServiceDelta,
-    kernel::{addresses::AddressOp, ErrorKind, KernelError},
-};
+use crate::{desired::ServiceDelta, kernel::addresses::AddressOp};
 
 /// Binds in flight, answered as one result per operation.
 type Binding = Pin<Box<dyn Future<Output = Vec<OpResult>> + Send>>;
@@ -28,8 +25,16 @@ pub(super) struct BindAhead {
     known: BTreeSet<IpAddr>,
     /// Binds not yet answered, with their operations.
     sent: Vec<(Vec<AddressOp>, Binding)>,
-    /// Binds answered, one result per operation.
-    answered: Vec<(AddressOp, OpResult)>,
+    /// Binds answered: each batch's operations and results.
+    answered: Vec<(Vec<AddressOp>, Vec<OpResult>)>,
+}
+
+/// Whether a bind's answer left its address on the link.
+pub(super) fn bound(op: &AddressOp, result: &OpResult) -> bool {
+    match result {
+        Ok(()) => true,
+        Err(e) => op.settled(e),
+    }
 }
 
 impl BindAhead {
@@ -65,7 +70,7 @@ impl BindAhead {
         let mut pending = Vec::new();
         for (ops, mut binding) in std::mem::take(&mut self.sent) {
             match (&mut binding).now_or_never() {
-                Some(answers) => self.answer(ops, answers),
+                Some(answers) => self.answered.push((ops, answers)),
                 None => pending.push((ops, binding)),
             }
         }
@@ -84,13 +89,11 @@ impl BindAhead {
         wanted: impl Fn(&IpAddr) -> bool,
     ) -> (BTreeSet<IpAddr>, BTreeSet<IpAddr>) {
         let mut link = self.on_link.clone();
-        for (op, result) in &self.answered {
-            let bound = match result {
-                Ok(()) => true,
-                Err(e) => op.settled(e),
-            };
-            if bound || wanted(&op.address()) {
-                link.insert(op.address());
+        for (ops, results) in &self.answered {
+            for (op, result) in ops.iter().zip(results) {
+                if bound(op, result) || wanted(&op.address()) {
+                    link.insert(op.address());
+                }
             }
         }
         let mut take_back = BTreeSet::new();
@@ -105,27 +108,13 @@ impl BindAhead {
         (link, take_back)
     }
 
-    /// Waits for every bind sent; each operation with its result.
-    pub(super) async fn answers(mut self) -> Vec<(AddressOp, OpResult)> {
+    /// Waits for every bind sent; each batch's operations and results.
+    pub(super) async fn answers(
+        mut self,
+    ) -> Vec<(Vec<AddressOp>, Vec<OpResult>)> {
         for (ops, binding) in std::mem::take(&mut self.sent) {
-            let answers = binding.await;
-            self.answer(ops, answers);
+            self.answered.push((ops, binding.await));
         }
         self.answered
-    }
-
-    /// One result per operation, whatever the binding returned.
-    fn answer(&mut self, ops: Vec<AddressOp>, answers: Vec<OpResult>) {
-        let mut answers = answers.into_iter();
-        for op in ops {
-            let result = answers.next().unwrap_or_else(|| {
-                Err(KernelError::new(
-                    ErrorKind::Transport,
-                    format!("{op:?}"),
-                    "no result returned for this operation",
-                ))
-            });
-            self.answered.push((op, result));
-        }
     }
 }

@@ -541,26 +541,24 @@ impl<I: Ipvs, A: Addresses, S: Ipsets> Proxier<I, A, S> {
             &mut report,
         );
         if let Some(ahead) = ahead {
-            let (ops, results): (Vec<_>, Vec<_>) =
-                ahead.answers().await.into_iter().unzip();
-            let unbinds: Vec<AddressOp> = ops
-                .iter()
-                .zip(&results)
-                .filter(|(op, result)| match result {
-                    Ok(()) => true,
-                    Err(e) => op.settled(e),
-                })
-                .map(|(op, _)| op.address())
-                .filter(|addr| take_back.contains(addr))
-                .map(AddressOp::Delete)
-                .collect();
-            self.settle_addresses(
-                ops,
-                results,
-                binding,
-                &mut counts,
-                &mut report,
-            );
+            let mut unbinds = Vec::new();
+            for (ops, results) in ahead.answers().await {
+                unbinds.extend(
+                    ops.iter()
+                        .zip(&results)
+                        .filter(|(op, result)| bind_ahead::bound(op, result))
+                        .map(|(op, _)| op.address())
+                        .filter(|addr| take_back.contains(addr))
+                        .map(AddressOp::Delete),
+                );
+                self.settle_addresses(
+                    ops,
+                    results,
+                    binding,
+                    &mut counts,
+                    &mut report,
+                );
+            }
             if !unbinds.is_empty() {
                 report.merge(
                     self.apply(KernelOps {

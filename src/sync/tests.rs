@@ -406,11 +406,12 @@ fn node_families_come_from_its_addresses() {
     assert!(unknown.ipv4 && !unknown.ipv6);
 }
 
-/// node-a with the default settings, fed by the API side from now on.
+/// node-a with the default settings.
 fn node_a() -> SyncState {
     SyncState::new("node-a", NodeSettings::default(), None, SystemTime::now())
 }
 
+/// node-a, fed by the API side from now on.
 fn node_a_fed_by_view() -> SyncState {
     node_a().fed_by_view()
 }
