@@ -10,12 +10,12 @@ use std::{
     time::Duration,
 };
 
+use metrics_exporter_prometheus::PrometheusHandle;
+
 use super::{
     healthz, metrics, spawn_bound, spawn_forever, ProxyHealth, ServerError,
     ServiceHealthServer, SyncReporter,
 };
-use metrics_exporter_prometheus::PrometheusHandle;
-
 use crate::{
     config::Config,
     model::IpFamily,
