@@ -258,8 +258,14 @@ struct Profile {
 impl Profile {
     fn start(proxy: &str, n: usize, pid: u32) -> anyhow::Result<Self> {
         let name = format!("{proxy}-{n}");
+        // Frame pointers by default; BENCH_PERF_CALL_GRAPH=dwarf for whole
+        // stacks of a build that has none (the release build omits them).
+        let call_graph = std::env::var("BENCH_PERF_CALL_GRAPH")
+            .unwrap_or_else(|_| "fp".to_owned());
         let perf = Command::new("perf")
-            .args(["record", "-e", "cpu-clock", "-F", "499", "-g", "-p"])
+            .args(["record", "-e", "cpu-clock", "-F", "499", "--call-graph"])
+            .arg(call_graph)
+            .arg("-p")
             .arg(pid.to_string())
             .arg("-o")
             .arg(format!("/run/vm/perf-{name}.data"))

@@ -578,22 +578,19 @@ pub struct EndpointSliceInfo {
 }
 
 impl EndpointSliceInfo {
-    /// Every (service port, endpoint) pair the slice contributes.
-    pub fn endpoints_by_port(
+    /// Each service port the slice serves with its endpoints: one key per
+    /// port, not per endpoint, as a key is three strings to copy.
+    pub fn endpoints_per_port(
         &self,
-    ) -> impl Iterator<Item = (ServicePortName, &Arc<EndpointInfo>)> + '_ {
-        self.ports.iter().zip(&self.endpoints).flat_map(
-            move |(port, endpoints)| {
-                let key = ServicePortName {
-                    service: self.service.clone(),
-                    port: port.name.clone(),
-                    protocol: port.protocol,
-                };
-                endpoints
-                    .iter()
-                    .map(move |endpoint| (key.clone(), endpoint))
-            },
-        )
+    ) -> impl Iterator<Item = (ServicePortName, &[Arc<EndpointInfo>])> + '_ {
+        self.ports.iter().zip(&self.endpoints).map(|(port, endpoints)| {
+            let key = ServicePortName {
+                service: self.service.clone(),
+                port: port.name.clone(),
+                protocol: port.protocol,
+            };
+            (key, endpoints.as_slice())
+        })
     }
 }
 

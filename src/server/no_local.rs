@@ -43,26 +43,41 @@ impl NoLocalEndpointsTracker {
         ctx: &NodeContext,
     ) {
         let families = ctx.families();
-        let names: BTreeSet<ServicePortName> = if families != self.families {
+        if families != self.families {
             self.families = families;
-            services.keys().chain(self.ports.keys()).cloned().collect()
+            let every: BTreeSet<ServicePortName> =
+                services.keys().chain(self.ports.keys()).cloned().collect();
+            for name in &every {
+                self.recount(name, services, endpoints, ctx);
+            }
         } else {
-            changed.into_iter().cloned().collect()
-        };
-        for name in &names {
-            self.forget(name);
-            let counted = self.lacks(name, services, endpoints, ctx);
-            for key in &counted {
-                *self
-                    .lacking
-                    .entry(*key)
-                    .or_default()
-                    .entry(name.service.clone())
-                    .or_default() += 1;
+            let changed: BTreeSet<&ServicePortName> =
+                changed.into_iter().collect();
+            for name in changed {
+                self.recount(name, services, endpoints, ctx);
             }
-            if !counted.is_empty() {
-                self.ports.insert(name.clone(), counted);
-            }
+        }
+    }
+
+    fn recount(
+        &mut self,
+        name: &ServicePortName,
+        services: &ServicePortMap,
+        endpoints: &(impl EndpointsView + ?Sized),
+        ctx: &NodeContext,
+    ) {
+        self.forget(name);
+        let counted = self.lacks(name, services, endpoints, ctx);
+        for key in &counted {
+            *self
+                .lacking
+                .entry(*key)
+                .or_default()
+                .entry(name.service.clone())
+                .or_default() += 1;
+        }
+        if !counted.is_empty() {
+            self.ports.insert(name.clone(), counted);
         }
     }
 

@@ -3,7 +3,6 @@
 //! ports of the current services.
 
 use std::{
-    collections::BTreeSet,
     sync::{Arc, Mutex, PoisonError},
     time::Duration,
 };
@@ -13,7 +12,6 @@ use super::{
     service_health::HealthCheckIndex, ServiceHealthServer,
 };
 use crate::{
-    model::ServicePortName,
     sync::{SyncOutcome, SyncState},
     telemetry::events::{
         InternalEvent, NetworkProgrammed, SyncCompleted, SyncQueued,
@@ -121,13 +119,13 @@ impl SyncReporter {
         state: &SyncState,
         outcome: &SyncOutcome,
     ) {
-        let changed: BTreeSet<&ServicePortName> = outcome
+        // The tracker takes each port once.
+        let changed = outcome
             .services
             .changed_ports
             .iter()
             .chain(&outcome.endpoints.changed_ports)
-            .chain(outcome.deltas.iter().map(|d| &d.service))
-            .collect();
+            .chain(outcome.deltas.iter().map(|d| &d.service));
         // A panic midway could leave one service's count off until its
         // ports change again: better than no metric from then on.
         let mut tracker =

@@ -167,18 +167,20 @@ fn merge_slices_dropping<'a>(
     let mut by_port: HashMap<ServicePortName, (Kept, Vec<Arc<EndpointInfo>>)> =
         HashMap::new();
     for slice in slices {
-        for (key, endpoint) in slice.endpoints_by_port() {
+        for (key, endpoints) in slice.endpoints_per_port() {
             let (kept, left_out) = by_port.entry(key).or_default();
-            match kept.entry((endpoint.ip, endpoint.port)) {
-                std::collections::btree_map::Entry::Vacant(entry) => {
-                    entry.insert(Arc::clone(endpoint));
-                }
-                std::collections::btree_map::Entry::Occupied(mut entry) => {
-                    left_out.push(if endpoint.terminating {
-                        Arc::clone(endpoint)
-                    } else {
-                        entry.insert(Arc::clone(endpoint))
-                    });
+            for endpoint in endpoints {
+                match kept.entry((endpoint.ip, endpoint.port)) {
+                    std::collections::btree_map::Entry::Vacant(entry) => {
+                        entry.insert(Arc::clone(endpoint));
+                    }
+                    std::collections::btree_map::Entry::Occupied(mut entry) => {
+                        left_out.push(if endpoint.terminating {
+                            Arc::clone(endpoint)
+                        } else {
+                            entry.insert(Arc::clone(endpoint))
+                        });
+                    }
                 }
             }
         }

@@ -16,7 +16,8 @@
 # BENCH_PERF=bench of the bench itself, or with BENCH_PERF=cold of the
 # proxy's start and cold sync; with VM_KEEP=1 it stays in the
 # kept results folder with the guest's kallsyms, for `perf report
-# --kallsyms`), BENCH_WRITER (`relay`, the default: the churn's
+# --kallsyms`; BENCH_PERF_CALL_GRAPH=dwarf for whole call stacks),
+# BENCH_WRITER (`relay`, the default: the churn's
 # writes are made on the host on the guest's schedule, on BENCH_RELAY_PORT,
 # 6447; `guest`: from the guest itself, as the bench first did, which
 # costs the guest about as much CPU as the proxy; benches/vs_upstream/
@@ -173,7 +174,7 @@ EOF
             VM_APPEND=${VM_APPEND-tsc=reliable clocksource=tsc} \
             VM_CPU=${VM_CPU:-max} \
             VM_PASS_ENV="${VM_PASS_ENV:-} KUBECONFIG BENCH_REPS BENCH_PERF \
-BENCH_CHURN_RATE BENCH_CHURN_SECONDS BENCH_CHURN_SAMPLE BENCH_CHANGE_TIMEOUT \
+BENCH_PERF_CALL_GRAPH BENCH_CHURN_RATE BENCH_CHURN_SECONDS BENCH_CHURN_SAMPLE BENCH_CHANGE_TIMEOUT \
 BENCH_COLD_TIMEOUT BENCH_TRASH_WARMUP BENCH_RELAY" \
             "$VM_SRC/run" "$bench" measure "$proxy" "$n" "$binary" "$config" \
             2>&1 | tee "$out/$proxy-$n.log" || rc=$?

@@ -120,6 +120,16 @@ impl Ledger {
             .find(|vs| vs.key() == *key)
     }
 
+    /// The state holding the virtual server programmed for `key`, and its
+    /// place there: what a plan notes as its starting point, without
+    /// copying the virtual server and its real servers.
+    fn programmed(&self, key: &VirtualServerKey) -> Programmed {
+        let owner = self.owners.get(key)?.first()?;
+        let state = self.services.get(owner)?;
+        let at = state.virtual_servers.iter().position(|vs| vs.key() == *key)?;
+        Some((Arc::clone(state), at))
+    }
+
     #[cfg(test)]
     /// Every programmed virtual server, by key.
     pub fn virtual_servers(
@@ -242,7 +252,7 @@ impl Ledger {
     /// The cost follows the deltas: only the objects they mention are
     /// compared.
     pub fn plan(&mut self, deltas: &[ServiceDelta]) -> KernelOps {
-        let mut vs_before: BTreeMap<VirtualServerKey, Option<VirtualServer>> =
+        let mut vs_before: BTreeMap<VirtualServerKey, Programmed> =
             BTreeMap::new();
         let mut addr_before: BTreeMap<IpAddr, bool> = BTreeMap::new();
         let mut entry_before: BTreeMap<(SetName, SetEntry), bool> =
@@ -252,12 +262,34 @@ impl Ledger {
             if old == delta.current {
                 continue;
             }
+            if let (Some(old), Some(current)) = (&old, &delta.current) {
+                if same_claims(old, current) {
+                    // Only what its virtual servers hold changed (the
+                    // churn's usual change, an endpoint): no address,
+                    // set entry or virtual server changes hands.
+                    let pairs =
+                        old.virtual_servers.iter().zip(&current.virtual_servers);
+                    for (was, now) in pairs {
+                        if was != now {
+                            let key = now.key();
+                            vs_before
+                                .entry(key)
+                                .or_insert_with(|| self.programmed(&key));
+                        }
+                    }
+                    if let Some(state) = self.services.get_mut(&delta.service)
+                    {
+                        *state = Arc::clone(current);
+                    }
+                    continue;
+                }
+            }
             for state in old.iter().chain(delta.current.iter()) {
                 for vs in &state.virtual_servers {
                     let key = vs.key();
                     vs_before
                         .entry(key)
-                        .or_insert_with(|| self.virtual_server(&key).cloned());
+                        .or_insert_with(|| self.programmed(&key));
                 }
                 for addr in &state.bound_addresses {
                     addr_before
@@ -279,7 +311,9 @@ impl Ledger {
 
         let mut ipvs = IpvsLists::default();
         for (key, before) in &vs_before {
-            ipvs.diff(*key, before.as_ref(), self.virtual_server(key));
+            let before =
+                before.as_ref().map(|(state, at)| &state.virtual_servers[*at]);
+            ipvs.diff(*key, before, self.virtual_server(key));
         }
         let mut ops = KernelOps {
             ipvs: ipvs.into_ops(),
@@ -316,6 +350,23 @@ impl Ledger {
         ops.ipsets = sets.into_ops();
         ops
     }
+}
+
+/// A programmed virtual server as [`Ledger::programmed`] finds it.
+type Programmed = Option<(Arc<ServiceState>, usize)>;
+
+/// Whether two states of a service port claim the same addresses, set
+/// entries and virtual servers (in the same order), so that replacing one
+/// by the other moves no reference count.
+fn same_claims(old: &ServiceState, new: &ServiceState) -> bool {
+    old.bound_addresses == new.bound_addresses
+        && old.set_entries == new.set_entries
+        && old.virtual_servers.len() == new.virtual_servers.len()
+        && old
+            .virtual_servers
+            .iter()
+            .zip(&new.virtual_servers)
+            .all(|(a, b)| a.key() == b.key())
 }
 
 fn release<K: Ord>(counts: &mut BTreeMap<K, usize>, key: &K) {

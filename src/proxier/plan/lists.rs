@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::service_spec;
 
 use crate::{
-    desired::VirtualServer,
+    desired::{RealServer, VirtualServer},
     kernel::{
         ipsets::IpsetOp,
         ipvs::{DestKey, DestSpec, IpvsOp, VirtualServerKey},
@@ -56,14 +56,71 @@ impl IpvsLists {
             }
             (None, Some(vs)) => {
                 self.services.push(IpvsOp::AddService(service_spec(vs)));
-                self.dests(key, &BTreeMap::new(), &dests(vs));
+                self.real_servers(key, &[], &vs.real_servers);
             }
             (Some(old), Some(new)) => {
-                let spec = service_spec(new);
-                if service_spec(old) != spec {
-                    self.services.push(IpvsOp::UpdateService(spec));
+                let same_spec = old.scheduling == new.scheduling
+                    && old.persistent.then_some(old.timeout)
+                        == new.persistent.then_some(new.timeout);
+                if !same_spec {
+                    self.services
+                        .push(IpvsOp::UpdateService(service_spec(new)));
                 }
-                self.dests(key, &dests(old), &dests(new));
+                self.real_servers(key, &old.real_servers, &new.real_servers);
+            }
+        }
+    }
+
+    /// [`Self::dests`] for two lists of real servers. The desired state
+    /// keeps them sorted by address and port, one each, so they are
+    /// walked side by side; the maps are built only for lists that are
+    /// not.
+    fn real_servers(
+        &mut self,
+        key: VirtualServerKey,
+        old: &[RealServer],
+        new: &[RealServer],
+    ) {
+        let dest = |rs: &RealServer| DestKey {
+            address: rs.address,
+            port: rs.port,
+        };
+        let sorted = |list: &[RealServer]| {
+            list.windows(2).all(|pair| dest(&pair[0]) < dest(&pair[1]))
+        };
+        if !sorted(old) || !sorted(new) {
+            let map = |list: &[RealServer]| {
+                list.iter().map(|rs| (dest(rs), rs.weight)).collect()
+            };
+            self.dests(key, &map(old), &map(new));
+            return;
+        }
+        let spec = |rs: &RealServer| DestSpec {
+            key: dest(rs),
+            weight: rs.weight,
+        };
+        let (mut i, mut j) = (0, 0);
+        loop {
+            match (old.get(i), new.get(j)) {
+                (None, None) => break,
+                (Some(was), Some(now)) if dest(was) == dest(now) => {
+                    if was.weight != now.weight {
+                        self.update_dests.push(IpvsOp::UpdateDest(key, spec(now)));
+                    }
+                    (i, j) = (i + 1, j + 1);
+                }
+                (Some(was), Some(now)) if dest(now) < dest(was) => {
+                    self.add_dests.push(IpvsOp::AddDest(key, spec(now)));
+                    j += 1;
+                }
+                (Some(was), _) => {
+                    self.delete_dests.push(IpvsOp::DeleteDest(key, dest(was)));
+                    i += 1;
+                }
+                (None, Some(now)) => {
+                    self.add_dests.push(IpvsOp::AddDest(key, spec(now)));
+                    j += 1;
+                }
             }
         }
     }

@@ -6,11 +6,16 @@ use std::{
 
 use pretty_assertions::assert_eq;
 
-use super::{ledger::spec_of, repair::Reconciled, *};
+use super::{
+    ledger::spec_of,
+    lists::{self, IpvsLists},
+    repair::Reconciled,
+    *,
+};
 use crate::{
     desired::{
-        service_state, NodeContext, SchedulerPolicy, ServiceDelta,
-        ServiceState, SetEntry, SetKind, SetName,
+        service_state, NodeContext, RealServer, SchedulerPolicy, ServiceDelta,
+        ServiceState, SetEntry, SetKind, SetName, VirtualServer,
     },
     kernel::{
         ipsets::{SetSpec, SetState},
@@ -480,6 +485,83 @@ fn plan_uses_its_own_record_not_the_deltas_previous() {
             IpvsOp::AddDest(key("198.18.0.10", 80), dest("198.19.0.5", 1)),
         ]
     );
+}
+
+#[test]
+fn an_endpoint_change_keeps_the_claims_a_port_shares() {
+    // Two ports share the cluster IP. After one port's endpoints change
+    // (only its real servers move), the address stays bound while either
+    // port claims it, and goes with the last.
+    let http = |eps: &[&str]| svc("web", "http", eps, |_| {});
+    let https = |eps: &[&str]| svc("web", "https", eps, |s| s.port = 443);
+    let (h, h1) = http(&["198.19.0.5"]);
+    let (s, s1) = https(&["198.19.0.5"]);
+    let mut ledger = Ledger::from_services([(&h, &h1), (&s, &s1)]);
+    let (_, h2) = http(&["198.19.0.5", "198.19.0.6"]);
+    let change = |service: &ServicePortName, previous, current| ServiceDelta {
+        service: service.clone(),
+        previous,
+        current,
+    };
+    let ops = ledger.plan(&[change(&h, Some(h1), Some(Arc::clone(&h2)))]);
+    assert_eq!(
+        ops.ipvs,
+        [IpvsOp::AddDest(key("198.18.0.10", 80), dest("198.19.0.6", 1))]
+    );
+    assert!(ops.addresses.is_empty() && ops.ipsets.is_empty(), "{ops:?}");
+    let ops = ledger.plan(&[change(&s, Some(s1), None)]);
+    assert_eq!(ops.ipvs, [IpvsOp::DeleteService(key("198.18.0.10", 443))]);
+    assert!(ops.addresses.is_empty(), "{ops:?}");
+    let ops = ledger.plan(&[change(&h, Some(h2), None)]);
+    assert_eq!(ops.ipvs, [IpvsOp::DeleteService(key("198.18.0.10", 80))]);
+    assert_eq!(ops.addresses, [AddressOp::Delete(ip("198.18.0.10"))]);
+    assert!(
+        ops.ipsets.contains(&del_entry("KUBE-IPVS-IPS", ipvs_ip("198.18.0.10"))),
+        "{ops:?}"
+    );
+}
+
+#[test]
+fn real_servers_walked_side_by_side_change_what_the_maps_would() {
+    let rs = |list: &[(&str, u32)]| -> Vec<RealServer> {
+        list.iter()
+            .map(|&(address, weight)| RealServer {
+                address: ip(address),
+                port: 8080,
+                weight,
+            })
+            .collect()
+    };
+    let lists = [
+        rs(&[]),
+        rs(&[("198.19.0.1", 1)]),
+        rs(&[("198.19.0.1", 1), ("198.19.0.3", 1)]),
+        rs(&[("198.19.0.2", 1), ("198.19.0.3", 2)]),
+        rs(&[("198.19.0.1", 2), ("198.19.0.4", 1), ("198.19.0.5", 1)]),
+        // Out of order, and one address twice: the maps' way.
+        rs(&[("198.19.0.3", 1), ("198.19.0.1", 1)]),
+        rs(&[("198.19.0.1", 1), ("198.19.0.1", 3)]),
+    ];
+    let (_, state) = svc("web", "http", &["198.19.0.1"], |_| {});
+    let with = |real_servers: &Vec<RealServer>| VirtualServer {
+        real_servers: real_servers.clone(),
+        ..state.virtual_servers[0].clone()
+    };
+    let vs_key = key("198.18.0.10", 80);
+    let mut changed = 0;
+    for old in &lists {
+        for new in &lists {
+            let (old, new) = (with(old), with(new));
+            let mut walked = IpvsLists::default();
+            walked.diff(vs_key, Some(&old), Some(&new));
+            let mut mapped = IpvsLists::default();
+            mapped.dests(vs_key, &lists::dests(&old), &lists::dests(&new));
+            let walked = walked.into_ops();
+            changed += usize::from(!walked.is_empty());
+            assert_eq!(walked, mapped.into_ops(), "{old:?} -> {new:?}");
+        }
+    }
+    assert!(changed > 30, "the pairs compared change something: {changed}");
 }
 
 /// The kernel exactly as a ledger describes it: the reconcile cases
