@@ -19,9 +19,10 @@
 
 use std::{
     io,
-    mem::{align_of, size_of},
+    mem::{align_of, offset_of, size_of},
     net::{IpAddr, Ipv4Addr},
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
+    sync::{Mutex, PoisonError},
 };
 
 mod write;
@@ -108,6 +109,10 @@ const _: () = assert!(
 #[derive(Debug)]
 pub struct SockoptSocket {
     fd: OwnedFd,
+    /// The reads' buffer, kept: zeroing a new one for every read cost
+    /// more than the read's copy under an emulated CPU. u64 words, so
+    /// aligned for both the header and the entries.
+    buffer: Mutex<Vec<u64>>,
 }
 
 impl SockoptSocket {
@@ -128,7 +133,10 @@ impl SockoptSocket {
         }
         // SAFETY: fd was just returned by socket(2) and is owned here.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        Ok(Self { fd })
+        Ok(Self {
+            fd,
+            buffer: Mutex::default(),
+        })
     }
 
     /// The real servers of an IPv4 service, with their connection counts
@@ -170,22 +178,32 @@ impl SockoptSocket {
         room: usize,
     ) -> Result<Vec<Destination>, Error> {
         let len = ENTRIES_AT + room * size_of::<DestEntry>();
-        // u64 words: aligned for both the header and the entries.
-        let mut buf = vec![0u64; len.div_ceil(size_of::<u64>())];
+        let mut buf =
+            self.buffer.lock().unwrap_or_else(PoisonError::into_inner);
+        let words = len.div_ceil(size_of::<u64>());
+        if buf.len() < words {
+            buf.resize(words, 0);
+        }
         let base = buf.as_mut_ptr().cast::<u8>();
         let entry_at = |i: usize| ENTRIES_AT + i * size_of::<DestEntry>();
         let header = GetDests {
             num_dests: room as u32,
             ..header
         };
-        // SAFETY: buf holds len bytes, 8-aligned; the header is at 0 and
-        // entry i at entry_at(i), all within len and aligned for their
-        // types (ENTRIES_AT and the entry size are multiples of the
-        // entry's alignment).
+        // Only each entry's marker is written: the rest of the buffer is
+        // initialised, by the zeroes it was made with or by earlier reads,
+        // and an entry is read only when its marker says it was filled.
+        let marker_at = offset_of!(DestEntry, dest.conn_flags);
+        // SAFETY: buf holds at least len bytes, 8-aligned; the header is
+        // at 0, entry i at entry_at(i) and its marker marker_at further,
+        // all within len and aligned for their types (ENTRIES_AT and the
+        // entry size are multiples of the entry's alignment).
         unsafe {
             base.cast::<GetDests>().write(header);
             for i in 0..room {
-                base.add(entry_at(i)).cast::<DestEntry>().write(unfilled());
+                base.add(entry_at(i) + marker_at)
+                    .cast::<u32>()
+                    .write(UNFILLED);
             }
         }
         self.getsockopt(service, base.cast(), len)?;
@@ -262,16 +280,6 @@ fn invalid(
         operation,
         object,
         reason: reason.into(),
-    }
-}
-
-fn unfilled() -> DestEntry {
-    DestEntry {
-        dest: DestUser {
-            conn_flags: UNFILLED,
-            ..DestUser::default()
-        },
-        ..DestEntry::default()
     }
 }
 
