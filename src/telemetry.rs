@@ -11,6 +11,7 @@
 pub mod catalogue;
 pub mod events;
 pub mod exporter;
+pub mod handles;
 pub mod process;
 pub mod rest_client;
 #[cfg(test)]

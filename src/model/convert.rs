@@ -582,15 +582,19 @@ impl EndpointSliceInfo {
     /// port, not per endpoint, as a key is three strings to copy.
     pub fn endpoints_per_port(
         &self,
-    ) -> impl Iterator<Item = (ServicePortName, &[Arc<EndpointInfo>])> + '_ {
-        self.ports.iter().zip(&self.endpoints).map(|(port, endpoints)| {
-            let key = ServicePortName {
-                service: self.service.clone(),
-                port: port.name.clone(),
-                protocol: port.protocol,
-            };
-            (key, endpoints.as_slice())
-        })
+    ) -> impl Iterator<Item = (ServicePortName, &[Arc<EndpointInfo>])> + '_
+    {
+        self.ports
+            .iter()
+            .zip(&self.endpoints)
+            .map(|(port, endpoints)| {
+                let key = ServicePortName {
+                    service: self.service.clone(),
+                    port: port.name.clone(),
+                    protocol: port.protocol,
+                };
+                (key, endpoints.as_slice())
+            })
     }
 }
 

@@ -12,7 +12,8 @@ use std::{
 use crate::model::IpFamily;
 
 use super::{
-    CHANGE_STAGE_DURATION_SECONDS, CONNTRACK_RECONCILER_DELETED_ENTRIES_TOTAL,
+    handles, CHANGE_STAGE_DURATION_SECONDS,
+    CONNTRACK_RECONCILER_DELETED_ENTRIES_TOTAL,
     CONNTRACK_RECONCILER_SYNC_DURATION_SECONDS, INVALID_OBJECTS_TOTAL,
     KERNEL_OPERATIONS_TOTAL, NETWORK_PROGRAMMING_DURATION_SECONDS,
     PROXY_HEALTHZ_TOTAL, PROXY_LIVEZ_TOTAL, REPAIR_DURATION_SECONDS,
@@ -45,9 +46,9 @@ impl InternalEvent for SyncQueued<'_> {
     fn emit(self) {
         let at = unix_seconds(self.at);
         for family in self.families {
-            metrics::gauge!(
+            handles::gauge(
                 SYNC_PROXY_RULES_LAST_QUEUED_TIMESTAMP_SECONDS,
-                "ip_family" => family.as_str(),
+                &[("ip_family", family.as_str())],
             )
             .set(at);
         }
@@ -75,14 +76,14 @@ impl InternalEvent for SyncCompleted<'_> {
         // One sync programs every family; each family's series sees it,
         // as each of upstream's per-family proxiers would.
         for family in self.families {
-            metrics::histogram!(
+            handles::histogram(
                 SYNC_PROXY_RULES_DURATION_SECONDS,
-                "ip_family" => family.as_str(),
+                &[("ip_family", family.as_str())],
             )
             .record(seconds);
-            metrics::gauge!(
+            handles::gauge(
                 SYNC_PROXY_RULES_LAST_TIMESTAMP_SECONDS,
-                "ip_family" => family.as_str(),
+                &[("ip_family", family.as_str())],
             )
             .set(at);
         }
@@ -99,9 +100,9 @@ pub struct NetworkProgrammed {
 
 impl InternalEvent for NetworkProgrammed {
     fn emit(self) {
-        metrics::histogram!(
+        handles::histogram(
             NETWORK_PROGRAMMING_DURATION_SECONDS,
-            "ip_family" => self.family.as_str(),
+            &[("ip_family", self.family.as_str())],
         )
         .record(self.latency.as_secs_f64());
     }
@@ -139,9 +140,9 @@ pub struct StageTimed {
 
 impl InternalEvent for StageTimed {
     fn emit(self) {
-        metrics::histogram!(
+        handles::histogram(
             CHANGE_STAGE_DURATION_SECONDS,
-            "stage" => self.stage.as_str(),
+            &[("stage", self.stage.as_str())],
         )
         .record(self.duration.as_secs_f64());
     }
@@ -187,10 +188,12 @@ impl InternalEvent for NoLocalEndpoints {
         for (policy, count) in
             [("internal", self.internal), ("external", self.external)]
         {
-            metrics::gauge!(
+            handles::gauge(
                 SYNC_PROXY_RULES_NO_LOCAL_ENDPOINTS_TOTAL,
-                "ip_family" => self.family.as_str(),
-                "traffic_policy" => policy,
+                &[
+                    ("ip_family", self.family.as_str()),
+                    ("traffic_policy", policy),
+                ],
             )
             .set(count as f64);
         }
@@ -365,11 +368,13 @@ impl KernelOperations {
 impl InternalEvent for KernelOperations {
     fn emit(self) {
         for ((facility, op, result), n) in self.counts {
-            metrics::counter!(
+            handles::counter(
                 KERNEL_OPERATIONS_TOTAL,
-                "facility" => facility.as_str(),
-                "op" => op,
-                "result" => result,
+                &[
+                    ("facility", facility.as_str()),
+                    ("op", op),
+                    ("result", result),
+                ],
             )
             .increment(n);
         }

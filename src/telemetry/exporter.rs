@@ -46,6 +46,7 @@ pub fn recorder(
 /// `main`; the handle renders `/metrics`.
 pub fn install() -> Result<PrometheusHandle, ExporterError> {
     let handle = builder()?.install_recorder()?;
+    super::handles::global_recorder_installed();
     describe();
     at_start_up(&crate::version::BUILD);
     Ok(handle)

@@ -22,7 +22,7 @@ use crate::{
         EndpointInfo, EndpointSliceInfo, EndpointsMap, NamespacedName,
         Protocol, ServicePortName, SliceRecord,
     },
-    telemetry as names,
+    telemetry::{self as names, handles},
 };
 
 #[cfg(test)]
@@ -282,10 +282,10 @@ impl EndpointsChangeTracker {
             // when it arrived.
             (false, None) => return false,
         };
-        metrics::counter!(names::ENDPOINT_CHANGES_TOTAL).increment(1);
+        handles::counter(names::ENDPOINT_CHANGES_TOTAL, &[]).increment(1);
         let changed = self.cache.update_pending(service, slice_name, info);
         if changed {
-            metrics::gauge!(names::ENDPOINT_CHANGES_PENDING).increment(1.0);
+            handles::gauge(names::ENDPOINT_CHANGES_PENDING, &[]).increment(1.0);
             // On delete the annotation holds the time of the slice's last
             // update, not of the deletion: drop what we have instead.
             if removed {
@@ -341,7 +341,7 @@ impl EndpointsChangeTracker {
         &mut self,
         map: &mut EndpointsMap,
     ) -> EndpointsUpdateResult {
-        metrics::gauge!(names::ENDPOINT_CHANGES_PENDING).set(0.0);
+        handles::gauge(names::ENDPOINT_CHANGES_PENDING, &[]).set(0.0);
         let mut result = EndpointsUpdateResult {
             last_change_trigger_times: std::mem::take(
                 &mut self.last_change_trigger_times,

@@ -16,7 +16,7 @@ use crate::{
     model::{
         NamespacedName, Protocol, ServicePortMap, ServicePortName, ServicePorts,
     },
-    telemetry as names,
+    telemetry::{self as names, handles},
 };
 
 #[cfg(test)]
@@ -75,7 +75,7 @@ impl ServiceChangeTracker {
         if previous.is_none() && current.is_none() {
             return !self.items.is_empty();
         }
-        metrics::counter!(names::SERVICE_CHANGES_TOTAL).increment(1);
+        handles::counter(names::SERVICE_CHANGES_TOTAL, &[]).increment(1);
         let key = name;
         let change = self.items.entry(key.clone()).or_insert_with(|| Change {
             previous: previous.cloned().unwrap_or_default(),
@@ -91,7 +91,7 @@ impl ServiceChangeTracker {
                 "service updated"
             );
         }
-        metrics::gauge!(names::SERVICE_CHANGES_PENDING)
+        handles::gauge(names::SERVICE_CHANGES_PENDING, &[])
             .set(self.items.len() as f64);
         !self.items.is_empty()
     }
@@ -143,7 +143,7 @@ impl ServiceChangeTracker {
                 result.changed_ports.insert(key);
             }
         }
-        metrics::gauge!(names::SERVICE_CHANGES_PENDING).set(0.0);
+        handles::gauge(names::SERVICE_CHANGES_PENDING, &[]).set(0.0);
         result
     }
 }

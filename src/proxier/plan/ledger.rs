@@ -126,7 +126,10 @@ impl Ledger {
     fn programmed(&self, key: &VirtualServerKey) -> Programmed {
         let owner = self.owners.get(key)?.first()?;
         let state = self.services.get(owner)?;
-        let at = state.virtual_servers.iter().position(|vs| vs.key() == *key)?;
+        let at = state
+            .virtual_servers
+            .iter()
+            .position(|vs| vs.key() == *key)?;
         Some((Arc::clone(state), at))
     }
 
@@ -267,8 +270,10 @@ impl Ledger {
                     // Only what its virtual servers hold changed (the
                     // churn's usual change, an endpoint): no address,
                     // set entry or virtual server changes hands.
-                    let pairs =
-                        old.virtual_servers.iter().zip(&current.virtual_servers);
+                    let pairs = old
+                        .virtual_servers
+                        .iter()
+                        .zip(&current.virtual_servers);
                     for (was, now) in pairs {
                         if was != now {
                             let key = now.key();
@@ -277,8 +282,7 @@ impl Ledger {
                                 .or_insert_with(|| self.programmed(&key));
                         }
                     }
-                    if let Some(state) = self.services.get_mut(&delta.service)
-                    {
+                    if let Some(state) = self.services.get_mut(&delta.service) {
                         *state = Arc::clone(current);
                     }
                     continue;
@@ -311,8 +315,9 @@ impl Ledger {
 
         let mut ipvs = IpvsLists::default();
         for (key, before) in &vs_before {
-            let before =
-                before.as_ref().map(|(state, at)| &state.virtual_servers[*at]);
+            let before = before
+                .as_ref()
+                .map(|(state, at)| &state.virtual_servers[*at]);
             ipvs.diff(*key, before, self.virtual_server(key));
         }
         let mut ops = KernelOps {

@@ -105,7 +105,8 @@ impl IpvsLists {
                 (None, None) => break,
                 (Some(was), Some(now)) if dest(was) == dest(now) => {
                     if was.weight != now.weight {
-                        self.update_dests.push(IpvsOp::UpdateDest(key, spec(now)));
+                        self.update_dests
+                            .push(IpvsOp::UpdateDest(key, spec(now)));
                     }
                     (i, j) = (i + 1, j + 1);
                 }

@@ -506,7 +506,10 @@ fn an_endpoint_change_keeps_the_claims_a_port_shares() {
     let ops = ledger.plan(&[change(&h, Some(h1), Some(Arc::clone(&h2)))]);
     assert_eq!(
         ops.ipvs,
-        [IpvsOp::AddDest(key("198.18.0.10", 80), dest("198.19.0.6", 1))]
+        [IpvsOp::AddDest(
+            key("198.18.0.10", 80),
+            dest("198.19.0.6", 1)
+        )]
     );
     assert!(ops.addresses.is_empty() && ops.ipsets.is_empty(), "{ops:?}");
     let ops = ledger.plan(&[change(&s, Some(s1), None)]);
@@ -516,7 +519,8 @@ fn an_endpoint_change_keeps_the_claims_a_port_shares() {
     assert_eq!(ops.ipvs, [IpvsOp::DeleteService(key("198.18.0.10", 80))]);
     assert_eq!(ops.addresses, [AddressOp::Delete(ip("198.18.0.10"))]);
     assert!(
-        ops.ipsets.contains(&del_entry("KUBE-IPVS-IPS", ipvs_ip("198.18.0.10"))),
+        ops.ipsets
+            .contains(&del_entry("KUBE-IPVS-IPS", ipvs_ip("198.18.0.10"))),
         "{ops:?}"
     );
 }
@@ -561,7 +565,10 @@ fn real_servers_walked_side_by_side_change_what_the_maps_would() {
             assert_eq!(walked, mapped.into_ops(), "{old:?} -> {new:?}");
         }
     }
-    assert!(changed > 30, "the pairs compared change something: {changed}");
+    assert!(
+        changed > 30,
+        "the pairs compared change something: {changed}"
+    );
 }
 
 /// The kernel exactly as a ledger describes it: the reconcile cases

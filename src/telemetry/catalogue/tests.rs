@@ -140,7 +140,8 @@ fn the_metrics_page_is_the_catalogue() {
     );
 }
 
-/// One `metrics::counter!(...)`, `gauge!` or `histogram!` in the source.
+/// One `metrics::counter!(...)`, `gauge!` or `histogram!` in the source,
+/// or one `handles::counter(...)`, `gauge` or `histogram`.
 #[derive(Debug)]
 struct Site {
     file: String,
@@ -180,6 +181,16 @@ fn arguments(text: &str, open: usize) -> Option<&str> {
     None
 }
 
+/// The labels given as `("name", value)`, as the kept handles take them.
+fn tuple_labels(arguments: &str) -> BTreeSet<String> {
+    arguments
+        .split("(\"")
+        .skip(1)
+        .filter_map(|rest| rest.split_once('"'))
+        .map(|(name, _)| name.to_owned())
+        .collect()
+}
+
 /// The labels given as `"name" => value`.
 fn labels(arguments: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
@@ -201,7 +212,15 @@ fn sites_in(file: &Path, text: &str, out: &mut Vec<Site>) {
         ("metrics::counter!", Kind::Counter),
         ("metrics::gauge!", Kind::Gauge),
         ("metrics::histogram!", Kind::Histogram),
+        ("handles::counter", Kind::Counter),
+        ("handles::gauge", Kind::Gauge),
+        ("handles::histogram", Kind::Histogram),
     ] {
+        let read_labels = if needle.ends_with('!') {
+            labels
+        } else {
+            tuple_labels
+        };
         for (at, _) in text.match_indices(needle) {
             let open = at + needle.len();
             let args = arguments(text, open).unwrap_or_else(|| {
@@ -215,7 +234,7 @@ fn sites_in(file: &Path, text: &str, out: &mut Vec<Site>) {
                 file: file.display().to_string(),
                 kind,
                 constant,
-                labels: labels(args),
+                labels: read_labels(args),
             });
         }
     }
@@ -301,6 +320,12 @@ fn recording_sites_are_read_with_their_labels() {
         )
         .increment(n);
         metrics::gauge!(API_SIDE_VIEWS).set(f(")"));
+        handles::gauge(
+            names::SYNC_PROXY_RULES_NO_LOCAL_ENDPOINTS_TOTAL,
+            &[("ip_family", family.as_str()), ("traffic_policy", policy)],
+        )
+        .set(n);
+        handles::counter(names::ENDPOINT_CHANGES_TOTAL, &[]).increment(1);
     "#;
     let mut sites = Vec::new();
     sites_in(Path::new("x.rs"), text, &mut sites);
@@ -318,10 +343,18 @@ fn recording_sites_are_read_with_their_labels() {
         [
             ("KERNEL_OPERATIONS_TOTAL", vec!["facility", "op"]),
             ("API_SIDE_VIEWS", vec![]),
+            ("ENDPOINT_CHANGES_TOTAL", vec![]),
+            (
+                "SYNC_PROXY_RULES_NO_LOCAL_ENDPOINTS_TOTAL",
+                vec!["ip_family", "traffic_policy"]
+            ),
         ]
     );
-    assert_eq!(sites[0].kind, Kind::Counter);
-    assert_eq!(sites[1].kind, Kind::Gauge);
+    let kinds: Vec<Kind> = sites.iter().map(|s| s.kind).collect();
+    assert_eq!(
+        kinds,
+        [Kind::Counter, Kind::Gauge, Kind::Counter, Kind::Gauge]
+    );
 }
 
 /// The process families the page lists are those a scrape renders.
