@@ -386,6 +386,25 @@ kernel_test!(sockopt_reads_what_the_dump_reads, async {
         );
     }
 
+    // The socket keeps its buffer: a smaller service read after the
+    // larger one gets its own real servers, none of the larger's left
+    // behind.
+    let small = Service::new(ServiceKey::tcp(ip("198.18.0.13"), 443));
+    guest.add_service(&small).await;
+    let mut batch = guest.handle.batch();
+    for dest in &dests[..2] {
+        batch.add_dest(&small, dest);
+    }
+    for result in batch.execute().await.expect("batch") {
+        result.expect("add dest");
+    }
+    let mut read = sockopt.dests(&small.key).expect("sockopt read");
+    read.sort_by_key(|d| (d.address, d.port));
+    let addresses: Vec<_> = read.iter().map(|d| (d.address, d.port)).collect();
+    let wanted: Vec<_> =
+        dests[..2].iter().map(|d| (d.address, d.port)).collect();
+    assert_eq!(addresses, wanted, "the small service's own real servers");
+
     let missing = ServiceKey::tcp(ip("198.18.0.12"), 443);
     assert!(
         sockopt.dests(&missing).expect("missing service").is_empty(),
