@@ -109,9 +109,9 @@ const _: () = assert!(
 #[derive(Debug)]
 pub struct SockoptSocket {
     fd: OwnedFd,
-    /// The reads' buffer, kept: zeroing a new one for every read cost
-    /// more than the read's copy under an emulated CPU. u64 words, so
-    /// aligned for both the header and the entries.
+    /// The reads' buffer, kept and grown: allocating, zeroing and filling
+    /// a new one was most of a read's user time. u64 words, so aligned
+    /// for both the header and the entries.
     buffer: Mutex<Vec<u64>>,
 }
 
