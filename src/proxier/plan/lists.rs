@@ -15,18 +15,21 @@ use crate::{
 
 /// The real servers a virtual server wants, with their weights.
 pub(super) fn dests(vs: &VirtualServer) -> BTreeMap<DestKey, u32> {
-    vs.real_servers
+    dest_map(&vs.real_servers)
+}
+
+fn dest_map(real_servers: &[RealServer]) -> BTreeMap<DestKey, u32> {
+    real_servers
         .iter()
-        .map(|rs| {
-            (
-                DestKey {
-                    address: rs.address,
-                    port: rs.port,
-                },
-                rs.weight,
-            )
-        })
+        .map(|rs| (dest_key(rs), rs.weight))
         .collect()
+}
+
+fn dest_key(rs: &RealServer) -> DestKey {
+    DestKey {
+        address: rs.address,
+        port: rs.port,
+    }
 }
 
 /// IPVS operations collected by kind, emitted in the documented order.
@@ -81,41 +84,36 @@ impl IpvsLists {
         old: &[RealServer],
         new: &[RealServer],
     ) {
-        let dest = |rs: &RealServer| DestKey {
-            address: rs.address,
-            port: rs.port,
-        };
         let sorted = |list: &[RealServer]| {
-            list.windows(2).all(|pair| dest(&pair[0]) < dest(&pair[1]))
+            list.windows(2)
+                .all(|pair| dest_key(&pair[0]) < dest_key(&pair[1]))
         };
         if !sorted(old) || !sorted(new) {
-            let map = |list: &[RealServer]| {
-                list.iter().map(|rs| (dest(rs), rs.weight)).collect()
-            };
-            self.dests(key, &map(old), &map(new));
+            self.dests(key, &dest_map(old), &dest_map(new));
             return;
         }
         let spec = |rs: &RealServer| DestSpec {
-            key: dest(rs),
+            key: dest_key(rs),
             weight: rs.weight,
         };
         let (mut i, mut j) = (0, 0);
         loop {
             match (old.get(i), new.get(j)) {
                 (None, None) => break,
-                (Some(was), Some(now)) if dest(was) == dest(now) => {
+                (Some(was), Some(now)) if dest_key(was) == dest_key(now) => {
                     if was.weight != now.weight {
                         self.update_dests
                             .push(IpvsOp::UpdateDest(key, spec(now)));
                     }
                     (i, j) = (i + 1, j + 1);
                 }
-                (Some(was), Some(now)) if dest(now) < dest(was) => {
+                (Some(was), Some(now)) if dest_key(now) < dest_key(was) => {
                     self.add_dests.push(IpvsOp::AddDest(key, spec(now)));
                     j += 1;
                 }
                 (Some(was), _) => {
-                    self.delete_dests.push(IpvsOp::DeleteDest(key, dest(was)));
+                    self.delete_dests
+                        .push(IpvsOp::DeleteDest(key, dest_key(was)));
                     i += 1;
                 }
                 (None, Some(now)) => {
