@@ -531,6 +531,43 @@ fn nodes_a_sync_leaves_alone_share_their_zone_catch_up() {
 }
 
 #[test]
+fn a_node_that_walked_its_new_view_between_syncs_shares_the_next_catch_up() {
+    let mut cluster = Cluster::new();
+    let web = cluster.service("web", |_| {}, vec![on("node-b", "198.19.0.1")]);
+    cluster.watch("node-b", "zone-a");
+    let _ = cluster.views.catch_up(cluster.views.begin(), 32);
+    // node-a's first watch comes between two syncs: its view is made,
+    // and it walks it whole.
+    cluster.watch("node-a", "zone-a");
+    let held = cluster.since("node-a", None).revision;
+    let seen = cluster.views.syncs();
+    let begun = cluster.views.begin();
+    cluster
+        .endpoints
+        .insert(web.clone(), vec![on("node-b", "198.19.0.2")]);
+    cluster.update(&[&web]);
+    let catch_up = cluster.views.catch_up(begun, 32);
+    let shared = catch_up.for_node("node-a", "zone-a", held, seen);
+    let shared = shared.flatten().expect("zone-a's catch-up");
+    assert_eq!(*shared, cluster.since("node-a", Some(held)));
+    // Its Node changing later is its own to walk.
+    let (held, seen) = (catch_up.upto, catch_up.sync);
+    let begun = cluster.views.begin();
+    let moved = NodeInfo {
+        addresses: vec!["198.18.100.1".parse().unwrap()],
+        ..node_info("node-a", "zone-a")
+    };
+    let (services, endpoints) = (&cluster.services, &cluster.endpoints);
+    cluster
+        .views
+        .set_node("node-a", Some(moved), services, endpoints);
+    let catch_up = cluster.views.catch_up(begun, 32);
+    assert!(catch_up.touched.contains("node-a"));
+    assert_eq!(catch_up.for_node("node-a", "zone-a", held, seen), None);
+    assert_eq!(cluster.since("node-a", Some(held)).changes.len(), 1);
+}
+
+#[test]
 fn a_catch_up_larger_than_a_message_is_walked_by_each_node() {
     let mut cluster = Cluster::new();
     let names: Vec<ServicePortName> = (0..3)

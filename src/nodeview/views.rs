@@ -176,8 +176,9 @@ pub struct CatchUp<T> {
     pub from: u64,
     pub upto: u64,
     pub zones: HashMap<String, ZoneCatchUp<T>>,
-    /// The nodes that the sync (or a first watch since the last sync)
-    /// changed something of their own for: they walk their own view.
+    /// The nodes that the sync (or a change of their Node since the
+    /// last sync) changed something of their own for: they walk their
+    /// own view.
     pub touched: HashSet<String>,
 }
 
@@ -385,9 +386,14 @@ impl Views {
     ) {
         let zone = info.as_ref().map(|n| n.zone.clone()).unwrap_or_default();
         self.zone(&zone, services, endpoints);
-        self.touched.insert(node.to_owned());
         let info = info.map(Arc::new);
         let known = self.nodes.contains_key(node);
+        // A new view is walked whole by the watch it is made for, which
+        // then holds every change so far: only a node that held a view
+        // before lacks something of its own that a catch-up cannot give.
+        if known {
+            self.touched.insert(node.to_owned());
+        }
         let state =
             self.nodes
                 .entry(node.to_owned())
