@@ -553,14 +553,14 @@ fn a_node_that_walked_its_new_view_between_syncs_shares_the_next_catch_up() {
     // Its Node changing later is its own to walk.
     let (held, seen) = (catch_up.upto, catch_up.sync);
     let begun = cluster.views.begin();
-    let moved = NodeInfo {
+    let readdressed = NodeInfo {
         addresses: vec!["198.18.100.1".parse().unwrap()],
         ..node_info("node-a", "zone-a")
     };
     let (services, endpoints) = (&cluster.services, &cluster.endpoints);
     cluster
         .views
-        .set_node("node-a", Some(moved), services, endpoints);
+        .set_node("node-a", Some(readdressed), services, endpoints);
     let catch_up = cluster.views.catch_up(begun, 32);
     assert!(catch_up.touched.contains("node-a"));
     assert_eq!(catch_up.for_node("node-a", "zone-a", held, seen), None);

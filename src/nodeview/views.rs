@@ -389,8 +389,8 @@ impl Views {
         let info = info.map(Arc::new);
         let known = self.nodes.contains_key(node);
         // A new view is walked whole by the watch it is made for, which
-        // then holds every change so far: only a node that held a view
-        // before lacks something of its own that a catch-up cannot give.
+        // then holds every change so far; a node that held a view before
+        // lacks its Node's change, which no zone's catch-up carries.
         if known {
             self.touched.insert(node.to_owned());
         }
