@@ -106,6 +106,19 @@ impl Cluster {
         );
     }
 
+    /// A sync in which `name`'s endpoints become `endpoints`: what the
+    /// nodes it left alone lack.
+    fn sync_endpoints(
+        &mut self,
+        name: &ServicePortName,
+        endpoints: Vec<Arc<EndpointInfo>>,
+    ) -> CatchUp<Update> {
+        let begun = self.views.begin();
+        self.endpoints.insert(name.clone(), endpoints);
+        self.update(&[name]);
+        self.views.catch_up(begun, 32)
+    }
+
     fn since(&self, node: &str, revision: Option<u64>) -> Update {
         self.views.since(node, revision)
     }
@@ -487,12 +500,8 @@ fn nodes_a_sync_leaves_alone_share_their_zone_catch_up() {
         .into();
     // web's endpoint on node-b moves: node-b's own selection changes,
     // node-a and node-c take zone-a's, node-d zone-b's.
-    let begun = cluster.views.begin();
-    cluster
-        .endpoints
-        .insert(web.clone(), vec![on("node-b", "198.19.0.2")]);
-    cluster.update(&[&web]);
-    let catch_up = cluster.views.catch_up(begun, 32);
+    let catch_up =
+        cluster.sync_endpoints(&web, vec![on("node-b", "198.19.0.2")]);
     for (node, zone, held) in [
         ("node-a", "zone-a", held[0]),
         ("node-c", "zone-a", held[2]),
@@ -541,12 +550,8 @@ fn a_node_that_walked_its_new_view_between_syncs_shares_the_next_catch_up() {
     cluster.watch("node-a", "zone-a");
     let held = cluster.since("node-a", None).revision;
     let seen = cluster.views.syncs();
-    let begun = cluster.views.begin();
-    cluster
-        .endpoints
-        .insert(web.clone(), vec![on("node-b", "198.19.0.2")]);
-    cluster.update(&[&web]);
-    let catch_up = cluster.views.catch_up(begun, 32);
+    let catch_up =
+        cluster.sync_endpoints(&web, vec![on("node-b", "198.19.0.2")]);
     let shared = catch_up.for_node("node-a", "zone-a", held, seen);
     let shared = shared.flatten().expect("zone-a's catch-up");
     assert_eq!(*shared, cluster.since("node-a", Some(held)));
