@@ -18,7 +18,9 @@
 //! a second; a reconnect storm (the API side killed and started again
 //! with every node connected) until every node holds the new one's full
 //! state. Each figure is printed, and again as `RESULT split N MEASURE
-//! VALUE`.
+//! VALUE`. Beside the fan-out's CPU, its floor on this transport: the
+//! same writes to as many Unix sockets, bare, from one thread and from a
+//! task per socket.
 //!
 //! `make bench-split` (BENCH_SPLIT_SERVICES, _NODES, _CHURN_SECONDS
 //! override the sizes; BENCH_SPLIT_WRAP runs the API side under a
@@ -276,8 +278,12 @@ fn memory_of(pid: u32) -> (usize, usize) {
 
 /// User and system CPU of `pid` so far.
 fn cpu_of(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .unwrap_or_default();
+    cpu_in(&format!("/proc/{pid}/stat"))
+}
+
+/// User and system CPU in a `/proc` stat file, of a process or a thread.
+fn cpu_in(path: &str) -> Duration {
+    let stat = std::fs::read_to_string(path).unwrap_or_default();
     // Fields after the command's closing parenthesis; utime and stime
     // are the 14th and 15th of the line.
     let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
@@ -521,6 +527,12 @@ impl Report {
         println!("{what:<62} {value:>12.1} {unit}");
         ResultLine::new("split", self.nodes, measure, value, 1).print();
     }
+
+    /// The same, for a figure of a few units: two decimals.
+    fn precise(&self, what: &str, measure: &str, value: f64, unit: &str) {
+        println!("{what:<62} {value:>12.2} {unit}");
+        ResultLine::new("split", self.nodes, measure, value, 2).print();
+    }
 }
 
 async fn simulation(services: usize, nodes: usize) {
@@ -637,6 +649,9 @@ async fn simulation(services: usize, nodes: usize) {
 
     // Steady churn, at 10 then 100 changes a second.
     let mut version = 0;
+    // At 10 a second: the API side's CPU per node per change, in µs, and
+    // the bytes a node receives per change.
+    let mut fanout = (0.0, 0.0);
     for (rate, seconds, name) in [
         (10, churn_seconds, "fanout"),
         (100, churn_seconds / 3, "fanout100"),
@@ -665,12 +680,14 @@ async fn simulation(services: usize, nodes: usize) {
                 "ms",
             );
         }
+        let per_node =
+            ms(after.cpu - before.cpu) / changes / (nodes as f64 / 1000.0);
         report.figure(
             &format!(
                 "at {rate}/s: API side CPU per change per 1,000 nodes, ms"
             ),
             &format!("{name}_cpu_per_change_per_1000_nodes_ms"),
-            ms(after.cpu - before.cpu) / changes / (nodes as f64 / 1000.0),
+            per_node,
             "ms",
         );
         report.figure(
@@ -685,13 +702,46 @@ async fn simulation(services: usize, nodes: usize) {
             (after.encoded - before.encoded) / changes,
             "",
         );
+        let bytes = (after.sent - before.sent) / changes / nodes as f64;
         report.figure(
             &format!("at {rate}/s: bytes per change per node"),
             &format!("{name}_bytes_per_change_per_node"),
-            (after.sent - before.sent) / changes / nodes as f64,
+            bytes,
             "B",
         );
+        if rate == 10 {
+            fanout = (per_node, bytes);
+        }
     }
+
+    // The same number of writes of the same size, bare: what the kernel
+    // and a task per node cost before any protocol. A message on the wire
+    // is its bytes in a gRPC frame in an HTTP/2 DATA frame.
+    const FRAMING: f64 = 5.0 + 9.0;
+    let (per_node, bytes) = fanout;
+    let len = (bytes + FRAMING).round().max(1.0) as usize;
+    let floor =
+        tokio::task::spawn_blocking(move || transport_floor(nodes, len))
+            .await
+            .expect("the floor's thread");
+    report.precise(
+        &format!("floor: one thread writing {len} B to each node's socket, µs"),
+        "floor_one_thread_us_per_write",
+        floor.one_thread,
+        "µs",
+    );
+    report.precise(
+        &format!("floor: a task per node's socket writing {len} B, µs"),
+        "floor_tasks_us_per_write",
+        floor.tasks,
+        "µs",
+    );
+    report.precise(
+        "at 10/s: API side CPU per node per change over the tasks' floor",
+        "fanout_cpu_over_floor_tasks",
+        per_node / floor.tasks,
+        "x",
+    );
 
     // The reconnect storm: the API side killed with every node connected,
     // and started again; every node must take the new one's full state.
@@ -769,4 +819,178 @@ async fn simulation(services: usize, nodes: usize) {
     }
     api.kill();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+// The transport's floor.
+
+/// What writing one message to each of many Unix sockets costs the
+/// writer, whatever the protocol above: the fan-out's CPU per node per
+/// change is read against it. In µs of CPU per write.
+#[derive(Debug, Clone, Copy)]
+struct Floor {
+    /// One thread writes every socket in turn: the kernel's part alone.
+    one_thread: f64,
+    /// A task per socket on a runtime of the API side's shape, each woken
+    /// by a watch channel as the API side's watches are by a sync: what
+    /// any server with a task per node pays before its own work.
+    tasks: f64,
+}
+
+/// Writes measured per floor: about a second or two of CPU each.
+const FLOOR_WRITES: usize = 1_000_000;
+
+/// The floor at `peers` sockets for messages of `len` bytes. Each round
+/// writes one message to every socket and waits until every reader has
+/// it, so that each write finds its reader asleep, as a change finds the
+/// nodes between changes.
+fn transport_floor(peers: usize, len: usize) -> Floor {
+    let rounds = (FLOOR_WRITES / peers.max(1)).max(10);
+    let one_thread = {
+        let (mut writers, readers) = socket_pairs(peers);
+        let drained = Drained::start(readers, len);
+        let message = vec![0x5a; len];
+        let before = thread_cpu();
+        for round in 1..=rounds {
+            for writer in &mut writers {
+                writer.write_all(&message).expect("a floor write");
+            }
+            drained.wait_for(round * peers);
+        }
+        let cpu = thread_cpu() - before;
+        drop(writers);
+        drained.stop();
+        cpu
+    };
+    let tasks = {
+        let (writers, readers) = socket_pairs(peers);
+        let drained = Drained::start(readers, len);
+        const NAME: &str = "floor-tasks";
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name(NAME)
+            .enable_all()
+            .build()
+            .expect("the floor's runtime");
+        let (wake, woken) = tokio::sync::watch::channel(0);
+        let message: Arc<[u8]> = vec![0x5a; len].into();
+        for writer in writers {
+            let (mut woken, message) = (woken.clone(), message.clone());
+            writer.set_nonblocking(true).expect("a non-blocking socket");
+            runtime.spawn(async move {
+                use tokio::io::AsyncWriteExt as _;
+                let mut writer = tokio::net::UnixStream::from_std(writer)
+                    .expect("a socket in the runtime");
+                while woken.changed().await.is_ok() {
+                    if writer.write_all(&message).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        let before = threads_cpu(NAME);
+        for round in 1..=rounds {
+            wake.send_replace(round);
+            drained.wait_for(round * peers);
+        }
+        let cpu = threads_cpu(NAME) - before;
+        drop(wake);
+        runtime.shutdown_background();
+        drained.stop();
+        cpu
+    };
+    let per_write =
+        |cpu: Duration| cpu.as_secs_f64() * 1e6 / (rounds * peers) as f64;
+    Floor {
+        one_thread: per_write(one_thread),
+        tasks: per_write(tasks),
+    }
+}
+
+type Pair = std::os::unix::net::UnixStream;
+
+fn socket_pairs(n: usize) -> (Vec<Pair>, Vec<Pair>) {
+    (0..n).map(|_| Pair::pair().expect("a socket pair")).unzip()
+}
+
+/// The floor's readers: a thread of their own reading every socket, and
+/// the count of whole messages read.
+struct Drained {
+    messages: Arc<AtomicU64>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Drained {
+    fn start(readers: Vec<Pair>, len: usize) -> Self {
+        let messages = Arc::new(AtomicU64::new(0));
+        let counted = messages.clone();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("the readers' runtime");
+            runtime.block_on(async move {
+                let mut reading = tokio::task::JoinSet::new();
+                for reader in readers {
+                    let counted = counted.clone();
+                    reader.set_nonblocking(true).expect("non-blocking");
+                    let mut reader = tokio::net::UnixStream::from_std(reader)
+                        .expect("a socket in the runtime");
+                    reading.spawn(async move {
+                        use tokio::io::AsyncReadExt as _;
+                        let mut buffer = vec![0; 64 * 1024];
+                        let mut held = 0;
+                        while let Ok(read @ 1..) =
+                            reader.read(&mut buffer).await
+                        {
+                            held += read;
+                            counted.fetch_add(
+                                (held / len) as u64,
+                                Ordering::Relaxed,
+                            );
+                            held %= len;
+                        }
+                    });
+                }
+                while reading.join_next().await.is_some() {}
+            });
+        });
+        Self { messages, thread }
+    }
+
+    fn wait_for(&self, messages: usize) {
+        while self.messages.load(Ordering::Relaxed) < messages as u64 {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// Once the writers are gone: the readers end at their sockets' end.
+    fn stop(self) {
+        let _ = self.thread.join();
+    }
+}
+
+/// This thread's CPU so far.
+fn thread_cpu() -> Duration {
+    // SAFETY: clock_gettime only writes the struct it is given.
+    let now = unsafe {
+        let mut now: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now);
+        now
+    };
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
+/// The CPU so far of this process's threads named `name`.
+fn threads_cpu(name: &str) -> Duration {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return Duration::ZERO;
+    };
+    tasks
+        .filter_map(Result::ok)
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|comm| comm.trim_end().starts_with(name))
+        })
+        .map(|task| cpu_in(&task.path().join("stat").to_string_lossy()))
+        .sum()
 }
