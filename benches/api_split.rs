@@ -849,14 +849,16 @@ fn transport_floor(peers: usize, len: usize) -> Floor {
         let (mut writers, readers) = socket_pairs(peers);
         let drained = Drained::start(readers, len);
         let message = vec![0x5a; len];
-        let before = thread_cpu();
+        // The writes' CPU alone: this thread waits for the readers too.
+        let mut cpu = Duration::ZERO;
         for round in 1..=rounds {
+            let before = thread_cpu();
             for writer in &mut writers {
                 writer.write_all(&message).expect("a floor write");
             }
+            cpu += thread_cpu() - before;
             drained.wait_for(round * peers);
         }
-        let cpu = thread_cpu() - before;
         drop(writers);
         drained.stop();
         cpu
@@ -957,8 +959,16 @@ impl Drained {
         Self { messages, thread }
     }
 
+    /// Until `messages` have been read in all; a writer or reader that
+    /// failed would keep that from ever happening, so not forever.
     fn wait_for(&self, messages: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
         while self.messages.load(Ordering::Relaxed) < messages as u64 {
+            assert!(
+                Instant::now() < deadline,
+                "the floor's readers got {} of {messages} messages",
+                self.messages.load(Ordering::Relaxed)
+            );
             std::thread::sleep(Duration::from_micros(200));
         }
     }
