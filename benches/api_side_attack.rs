@@ -33,7 +33,7 @@ use std::{
 
 use bench_support::{
     cluster::{env, listing, slice, ENDPOINTS},
-    counting::{mib, process_cpu, Counting, LIVE, PEAK},
+    counting::{cpu_of, mib, process_cpu, threads_cpu, Counting, LIVE, PEAK},
     result_line::ResultLine,
 };
 use kube::runtime::watcher::Event;
@@ -113,45 +113,6 @@ impl Pki {
             )),
         }
     }
-}
-
-/// CPU time of this process's threads named `name` so far, from
-/// /proc/self/task (threads that ended are not counted).
-fn threads_cpu(name: &str) -> Duration {
-    let mut total = Duration::ZERO;
-    for task in std::fs::read_dir("/proc/self/task")
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let comm = std::fs::read_to_string(task.path().join("comm"))
-            .unwrap_or_default();
-        if !comm.trim_end().starts_with(name) {
-            continue;
-        }
-        let stat = std::fs::read_to_string(task.path().join("stat"))
-            .unwrap_or_default();
-        total += stat_cpu(&stat);
-    }
-    total
-}
-
-/// utime + stime of a /proc stat line.
-fn stat_cpu(stat: &str) -> Duration {
-    // SAFETY: sysconf has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    // After the command's closing parenthesis: state is field 3, utime 14, stime 15.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    let field = |n: usize| {
-        fields
-            .get(n - 3)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    Duration::from_secs_f64((field(14) + field(15)) / ticks)
 }
 
 /// VmHWM and VmRSS of the process, in MiB.
@@ -727,12 +688,7 @@ impl Attacker {
 
     /// The child's CPU time so far.
     fn cpu(&self) -> Duration {
-        let stat = std::fs::read_to_string(format!(
-            "/proc/{}/stat",
-            self.process.id()
-        ))
-        .unwrap_or_default();
-        stat_cpu(&stat)
+        cpu_of(self.process.id())
     }
 
     fn stop(mut self) -> [u64; 3] {

@@ -38,7 +38,9 @@ use std::{
 
 use bench_support::{
     cluster::{env, listing, slice, ENDPOINTS, ZONES},
-    counting::{mib, process_cpu, Counting, LIVE, PEAK},
+    counting::{
+        cpu_of, mib, process_cpu, thread_cpu, threads_cpu, Counting, LIVE, PEAK,
+    },
     result_line::ResultLine,
     view_node,
 };
@@ -276,28 +278,6 @@ fn memory_of(pid: u32) -> (usize, usize) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-/// User and system CPU of `pid` so far.
-fn cpu_of(pid: u32) -> Duration {
-    cpu_in(&format!("/proc/{pid}/stat"))
-}
-
-/// User and system CPU in a `/proc` stat file, of a process or a thread.
-fn cpu_in(path: &str) -> Duration {
-    let stat = std::fs::read_to_string(path).unwrap_or_default();
-    // Fields after the command's closing parenthesis; utime and stime
-    // are the 14th and 15th of the line.
-    let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-    let ticks: u64 = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|t| t.parse::<u64>().ok())
-        .sum();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Duration::from_nanos(ticks * 1_000_000_000 / hz)
-}
-
 // The nodes: this process.
 
 /// What each node holds, as the simulation reads it.
@@ -524,14 +504,24 @@ struct Report {
 
 impl Report {
     fn figure(&self, what: &str, measure: &str, value: f64, unit: &str) {
-        println!("{what:<62} {value:>12.1} {unit}");
-        ResultLine::new("split", self.nodes, measure, value, 1).print();
+        self.print(what, measure, value, unit, 1);
     }
 
     /// The same, for a figure of a few units: two decimals.
     fn precise(&self, what: &str, measure: &str, value: f64, unit: &str) {
-        println!("{what:<62} {value:>12.2} {unit}");
-        ResultLine::new("split", self.nodes, measure, value, 2).print();
+        self.print(what, measure, value, unit, 2);
+    }
+
+    fn print(
+        &self,
+        what: &str,
+        measure: &str,
+        value: f64,
+        unit: &str,
+        decimals: usize,
+    ) {
+        println!("{what:<62} {value:>12.decimals$} {unit}");
+        ResultLine::new("split", self.nodes, measure, value, decimals).print();
     }
 }
 
@@ -977,30 +967,4 @@ impl Drained {
     fn stop(self) {
         let _ = self.thread.join();
     }
-}
-
-/// This thread's CPU so far.
-fn thread_cpu() -> Duration {
-    // SAFETY: clock_gettime only writes the struct it is given.
-    let now = unsafe {
-        let mut now: libc::timespec = std::mem::zeroed();
-        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now);
-        now
-    };
-    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
-}
-
-/// The CPU so far of this process's threads named `name`.
-fn threads_cpu(name: &str) -> Duration {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return Duration::ZERO;
-    };
-    tasks
-        .filter_map(Result::ok)
-        .filter(|task| {
-            std::fs::read_to_string(task.path().join("comm"))
-                .is_ok_and(|comm| comm.trim_end().starts_with(name))
-        })
-        .map(|task| cpu_in(&task.path().join("stat").to_string_lossy()))
-        .sum()
 }

@@ -34,7 +34,10 @@ use crate::{
     server::SyncReporter,
     source::SourceEvent,
     sync::{ChangeOutcome, Merged, RestartReason, SyncState},
-    telemetry::events::{InternalEvent, RepairPart, RepairTimed},
+    telemetry::{
+        events::{InternalEvent, RepairPart, RepairTimed},
+        process::thread_cpu,
+    },
 };
 use feeder::Input;
 use stages::Stages;
@@ -517,22 +520,6 @@ impl<B: Backend> SyncLoop<B> {
             self.repair = Repair::Waiting(Instant::now() + self.sync_period);
         }
     }
-}
-
-/// The calling thread's CPU time so far; zero where the clock cannot be
-/// read.
-fn thread_cpu() -> Duration {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes only the timespec it is given.
-    let read =
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-    if read != 0 {
-        return Duration::ZERO;
-    }
-    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
 /// The next tick, or never without a poller.

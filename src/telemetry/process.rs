@@ -8,7 +8,7 @@
 //! Also `go_goroutines`, which kube-proxy's dashboard graphs: here the
 //! number of live tokio tasks, this process' counterpart of goroutines.
 
-use std::{fmt::Write as _, fs, io};
+use std::{fmt::Write as _, fs, io, time::Duration};
 
 #[cfg(test)]
 mod tests;
@@ -25,6 +25,22 @@ pub struct ProcessStats {
     pub start_time_seconds: f64,
     pub network_receive_bytes: Option<u64>,
     pub network_transmit_bytes: Option<u64>,
+}
+
+/// The calling thread's CPU time so far; zero where the clock cannot be
+/// read.
+pub fn thread_cpu() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only the timespec it is given.
+    let read =
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    if read != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
 /// The page size and clock tick `/proc/self/stat` counts in.
